@@ -1,0 +1,140 @@
+//! The engine's public request/response types: what the server and the CLI use.
+//! (Shared contract between the engine, the server and the CLI; change with care.)
+
+use serde::{Deserialize, Serialize};
+
+/// Sampling parameters, OpenAI semantics. `temperature == 0` means greedy.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct SamplingParams {
+    pub temperature: f32,
+    pub top_p: f32,
+    /// 0 = disabled.
+    pub top_k: u32,
+    pub min_p: f32,
+    pub seed: Option<u64>,
+    pub presence_penalty: f32,
+    pub frequency_penalty: f32,
+    /// 1.0 = disabled (HF/vLLM semantics: divides positive logits, multiplies negative).
+    pub repetition_penalty: f32,
+    /// Number of top logprobs to return per token (None = no logprobs).
+    pub logprobs: Option<u32>,
+}
+
+impl Default for SamplingParams {
+    fn default() -> Self {
+        Self {
+            temperature: 0.0,
+            top_p: 1.0,
+            top_k: 0,
+            min_p: 0.0,
+            seed: None,
+            presence_penalty: 0.0,
+            frequency_penalty: 0.0,
+            repetition_penalty: 1.0,
+            logprobs: None,
+        }
+    }
+}
+
+/// Per-request speculative-decoding overrides (None = server default).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct SpecOverrides {
+    /// e.g. "fixed:8", "dynamic", "adaptive" (profile files are server-side only).
+    pub k_policy: Option<String>,
+    /// Workload tag looked up in a `profile:` best-K table.
+    pub workload: Option<String>,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct GenerateRequest {
+    /// Caller-chosen id for logs (the engine assigns its own numeric id too).
+    pub request_id: String,
+    pub prompt_ids: Vec<u32>,
+    pub sampling: SamplingParams,
+    pub max_tokens: u32,
+    /// Extra stop token ids (the model's EOS ids are always stop tokens unless `ignore_eos`).
+    pub stop_token_ids: Vec<u32>,
+    pub stop_strings: Vec<String>,
+    pub ignore_eos: bool,
+    pub spec: SpecOverrides,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FinishReason {
+    Stop,
+    Length,
+    Abort,
+    Error,
+}
+
+impl FinishReason {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            FinishReason::Stop => "stop",
+            FinishReason::Length => "length",
+            FinishReason::Abort => "abort",
+            FinishReason::Error => "error",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TokenLogprob {
+    pub token_id: u32,
+    pub logprob: f32,
+    /// (token id, logprob), best first; `SamplingParams::logprobs` entries.
+    pub top: Vec<(u32, f32)>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Usage {
+    pub prompt_tokens: u32,
+    pub completion_tokens: u32,
+    /// Prompt tokens served from the prefix cache.
+    pub cached_tokens: u32,
+    /// Speculative decoding: verify steps, real draft tokens proposed, accepted.
+    pub spec_steps: u32,
+    pub draft_tokens: u32,
+    pub accepted_tokens: u32,
+}
+
+/// Events streamed back for one request, in order. Exactly one `Finished` or
+/// `Error` ends the stream.
+#[derive(Debug, Clone)]
+pub enum EngineEvent {
+    /// One or more new tokens (several per step under speculation). `text` is the
+    /// newly completed UTF-8 text (never a split character; may be empty while a
+    /// character is incomplete). Tokens cut by a stop string are not included.
+    Tokens {
+        ids: Vec<u32>,
+        text: String,
+        logprobs: Option<Vec<TokenLogprob>>,
+    },
+    Finished {
+        reason: FinishReason,
+        usage: Usage,
+    },
+    Error {
+        message: String,
+    },
+}
+
+/// Why a request was not admitted.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum SubmitError {
+    #[error("the waiting queue is full ({0} requests); retry later")]
+    QueueFull(usize),
+    #[error("prompt has {prompt} tokens and max_tokens is {max_tokens}: together more than the model's context length of {max_len} tokens")]
+    TooLong {
+        prompt: usize,
+        max_tokens: usize,
+        max_len: usize,
+    },
+    #[error("prompt is empty")]
+    EmptyPrompt,
+    #[error("invalid request: {0}")]
+    Invalid(String),
+    #[error("engine is shutting down")]
+    ShuttingDown,
+}

@@ -1,0 +1,1 @@
+//! Suffix-tree drafter (see issue 3).

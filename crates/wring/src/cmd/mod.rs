@@ -1,0 +1,18 @@
+//! Subcommands. Each file owns one subcommand's flags and its `run`.
+
+pub mod bench;
+pub mod chat;
+pub mod drafter_eval;
+pub mod generate;
+pub mod pull;
+pub mod serve;
+
+/// Logs go to stderr; `RUST_LOG` overrides the default `info`.
+pub fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+}
