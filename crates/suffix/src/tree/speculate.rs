@@ -1,0 +1,175 @@
+//! Matching a context against the tree and reading drafts off it.
+
+use std::cmp::Ordering;
+use std::collections::BinaryHeap;
+
+use super::{SuffixTree, NIL, ROOT};
+use crate::Draft;
+
+/// Speculation parameters for one call.
+#[derive(Clone, Copy, Debug)]
+pub struct SpecParams {
+    pub max_k: usize,
+    pub max_spec_factor: f32,
+    pub max_spec_offset: f32,
+    pub min_token_prob: f32,
+    pub tree: bool,
+}
+
+impl SpecParams {
+    fn max_tokens(&self, match_len: usize) -> usize {
+        let scaled = match_len as f32 * self.max_spec_factor + self.max_spec_offset;
+        let cap = (scaled as f64 + 1e-6) as i64; // truncation toward zero, as a C cast
+        cap.clamp(0, self.max_k as i64) as usize
+    }
+}
+
+impl SuffixTree {
+    /// Where the tree path spelling `pattern` ends: (node, tokens of its label consumed).
+    fn find_path(&self, pattern: &[u32]) -> Option<(u32, usize)> {
+        let mut node = ROOT;
+        let mut idx = 0usize;
+        let mut label: &[u32] = &[];
+        for &t in pattern {
+            if idx == label.len() {
+                node = self.child(node, t)?;
+                label = self.label(node);
+                idx = 0;
+            }
+            if label[idx] != t {
+                return None;
+            }
+            idx += 1;
+        }
+        Some((node, idx))
+    }
+
+    /// Drafts a continuation of `context` (its last `max_depth` tokens are used).
+    ///
+    /// Every context suffix of length 1..len-1 that occurs in the tree yields a candidate
+    /// draft; the best score wins and ties go to the longer match (ArcticInference's rule).
+    /// Candidates are scored from the longest match down, and a shorter match is skipped once
+    /// its length cap cannot beat the best score, since a draft's score never exceeds its
+    /// length.
+    pub fn speculate(&self, context: &[u32], p: &SpecParams) -> Draft {
+        let context = &context[context.len().saturating_sub(self.max_depth)..];
+        let mut matches: Vec<(u32, usize)> = Vec::new();
+        for match_len in 1..context.len() {
+            match self.find_path(&context[context.len() - match_len..]) {
+                Some(m) => matches.push(m),
+                None => break,
+            }
+        }
+        let mut best: Option<Draft> = None;
+        for (i, &(node, idx)) in matches.iter().enumerate().rev() {
+            let match_len = i + 1;
+            let max_tokens = p.max_tokens(match_len);
+            if let Some(b) = &best {
+                if max_tokens as f32 <= b.score {
+                    break;
+                }
+            }
+            let mut draft = if p.tree {
+                self.draft_tree(node, idx, max_tokens, p.min_token_prob)
+            } else {
+                self.draft_path(node, idx, max_tokens, p.min_token_prob)
+            };
+            draft.match_len = match_len;
+            if best.as_ref().is_none_or(|b| draft.score > b.score) {
+                best = Some(draft);
+            }
+        }
+        best.unwrap_or_default()
+    }
+
+    /// Follows the most frequent continuation while the running probability holds up.
+    fn draft_path(&self, mut node: u32, mut idx: usize, max_tokens: usize, min_prob: f32) -> Draft {
+        let mut draft = Draft::default();
+        let mut prob = 1.0f32;
+        let mut label = self.label(node);
+        while draft.tokens.len() < max_tokens && prob >= min_prob {
+            if idx < label.len() {
+                let parent = draft.tokens.len() as i32 - 1;
+                draft.push(label[idx], parent, prob);
+                idx += 1;
+            } else {
+                let child = self.node(node).first_child;
+                if child == NIL {
+                    break;
+                }
+                prob *= self.node(child).count as f32 / self.node(node).count as f32;
+                node = child;
+                label = self.label(node);
+                idx = 0;
+            }
+        }
+        draft
+    }
+
+    /// Best-first expansion: repeatedly takes the most probable frontier token (ties: the one
+    /// queued first), up to `max_tokens`.
+    fn draft_tree(&self, node: u32, idx: usize, max_tokens: usize, min_prob: f32) -> Draft {
+        let mut draft = Draft::default();
+        let mut heap = BinaryHeap::new();
+        let mut order = 0u32;
+        let mut push = |heap: &mut BinaryHeap<Frontier>, prob, node, idx, parent| {
+            heap.push(Frontier {
+                prob,
+                order,
+                node,
+                idx: idx as u32,
+                parent,
+            });
+            order += 1;
+        };
+        push(&mut heap, 1.0, node, idx, -1);
+        while draft.tokens.len() < max_tokens {
+            let Some(it) = heap.pop() else { break };
+            let label = self.label(it.node);
+            if (it.idx as usize) < label.len() {
+                draft.push(label[it.idx as usize], it.parent, it.prob);
+                let me = draft.tokens.len() as i32 - 1;
+                push(&mut heap, it.prob, it.node, it.idx as usize + 1, me);
+            } else {
+                let total = self.node(it.node).count as f32;
+                let mut child = self.node(it.node).first_child;
+                while child != NIL {
+                    let prob = it.prob * self.node(child).count as f32 / total;
+                    if prob < min_prob {
+                        break;
+                    }
+                    push(&mut heap, prob, child, 0, it.parent);
+                    child = self.node(child).next_sib;
+                }
+            }
+        }
+        draft
+    }
+}
+
+struct Frontier {
+    prob: f32,
+    order: u32,
+    node: u32,
+    idx: u32,
+    parent: i32,
+}
+
+impl PartialEq for Frontier {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == Ordering::Equal
+    }
+}
+impl Eq for Frontier {}
+impl PartialOrd for Frontier {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Frontier {
+    fn cmp(&self, other: &Self) -> Ordering {
+        self.prob
+            .total_cmp(&other.prob)
+            .then_with(|| other.order.cmp(&self.order))
+    }
+}
