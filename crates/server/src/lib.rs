@@ -1,1 +1,6 @@
-
+pub mod body;
+pub mod error;
+pub mod params;
+pub mod prom;
+pub mod protocol;
+pub use error::ApiError;

@@ -1,0 +1,763 @@
+//! Turning an OpenAI request body into an engine request: range checks with the
+//! parameter named in the error, defaults, and the parts OpenAI has that we do not
+//! (rejected clearly instead of silently ignored).
+
+use serde_json::Value;
+use wring_engine::api::{GenerateRequest, SamplingParams, SpecOverrides};
+
+use crate::body::json_kind;
+use crate::error::ApiError;
+use crate::protocol::{ChatCompletionRequest, ChatMessageIn, CompletionRequest, StreamOptions};
+
+/// Most stop strings one request may carry (OpenAI allows 4; we are more lenient).
+pub const MAX_STOP_STRINGS: usize = 16;
+/// Most top logprobs per token.
+pub const MAX_TOP_LOGPROBS: i64 = 20;
+
+/// How logprobs are shaped in the response.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogprobsFormat {
+    Chat,
+    Completion,
+}
+
+/// Everything about a request except its prompt tokens, validated.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    pub model: Option<String>,
+    pub sampling: SamplingParams,
+    /// None = as many as fit in the context.
+    pub max_tokens: Option<u32>,
+    pub stop_strings: Vec<String>,
+    pub stop_token_ids: Vec<u32>,
+    pub ignore_eos: bool,
+    pub skip_special_tokens: bool,
+    pub stream: bool,
+    pub include_usage: bool,
+    pub logprobs: Option<LogprobsFormat>,
+    pub spec: SpecOverrides,
+    pub user: Option<String>,
+}
+
+impl Plan {
+    /// The engine request for `prompt_ids`, after the context-length check.
+    pub fn into_request(
+        self,
+        request_id: String,
+        prompt_ids: Vec<u32>,
+        max_model_len: usize,
+        prompt_param: &str,
+    ) -> Result<GenerateRequest, ApiError> {
+        if prompt_ids.is_empty() {
+            return Err(ApiError::invalid_param(
+                prompt_param,
+                "The prompt is empty.",
+            ));
+        }
+        let room = max_model_len.saturating_sub(prompt_ids.len());
+        let max_tokens = match self.max_tokens {
+            Some(m) if m as usize > room => {
+                return Err(context_exceeded(
+                    max_model_len,
+                    prompt_ids.len(),
+                    m as usize,
+                    prompt_param,
+                ))
+            }
+            Some(m) => m,
+            None if room == 0 => {
+                return Err(context_exceeded(
+                    max_model_len,
+                    prompt_ids.len(),
+                    1,
+                    prompt_param,
+                ))
+            }
+            None => room as u32,
+        };
+        Ok(GenerateRequest {
+            request_id,
+            prompt_ids,
+            sampling: self.sampling,
+            max_tokens,
+            stop_token_ids: self.stop_token_ids,
+            stop_strings: self.stop_strings,
+            ignore_eos: self.ignore_eos,
+            spec: self.spec,
+        })
+    }
+}
+
+pub fn context_exceeded(max_len: usize, prompt: usize, completion: usize, param: &str) -> ApiError {
+    ApiError::invalid_param(
+        param,
+        format!(
+            "This model's maximum context length is {max_len} tokens. However, you requested {} tokens \
+             ({prompt} in the prompt, {completion} for the completion). Please reduce the prompt or max_tokens.",
+            prompt + completion
+        ),
+    )
+    .with_code("context_length_exceeded")
+}
+
+/// The fields chat and completions share, gathered before checking.
+struct Common<'a> {
+    model: Option<String>,
+    max_tokens: Option<(i64, &'static str)>,
+    temperature: Option<f32>,
+    top_p: Option<f32>,
+    top_k: Option<i64>,
+    min_p: Option<f32>,
+    n: Option<i64>,
+    stream: Option<bool>,
+    stream_options: Option<&'a StreamOptions>,
+    stop: Option<&'a Value>,
+    seed: Option<i64>,
+    presence_penalty: Option<f32>,
+    frequency_penalty: Option<f32>,
+    repetition_penalty: Option<f32>,
+    logit_bias: Option<&'a Value>,
+    ignore_eos: Option<bool>,
+    stop_token_ids: Option<&'a Vec<u32>>,
+    skip_special_tokens: Option<bool>,
+    workload: Option<String>,
+    k_policy: Option<String>,
+    user: Option<String>,
+}
+
+/// Limits the checks need to know about the served model.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    pub vocab_size: usize,
+}
+
+/// Validated chat request: the plan plus (role, content) messages for the template.
+pub fn chat_plan(
+    req: &ChatCompletionRequest,
+    workload_header: Option<String>,
+    limits: Limits,
+) -> Result<(Plan, Vec<(String, String)>), ApiError> {
+    let max_tokens = match (req.max_completion_tokens, req.max_tokens) {
+        (Some(m), _) => Some((m, "max_completion_tokens")),
+        (None, Some(m)) => Some((m, "max_tokens")),
+        (None, None) => None,
+    };
+    reject_unless_neutral("response_format", req.response_format.as_ref(), |v| {
+        v.get("type").and_then(Value::as_str) == Some("text")
+    })?;
+    reject_unless_neutral("tools", req.tools.as_ref(), |v| {
+        v.as_array().is_some_and(|a| a.is_empty())
+    })?;
+    reject_unless_neutral("tool_choice", req.tool_choice.as_ref(), |v| {
+        matches!(v.as_str(), Some("none") | Some("auto"))
+    })?;
+    reject_unless_neutral("functions", req.functions.as_ref(), |_| false)?;
+    reject_unless_neutral("function_call", req.function_call.as_ref(), |_| false)?;
+    if req.top_logprobs.is_some() && req.logprobs != Some(true) {
+        return Err(ApiError::invalid_param(
+            "top_logprobs",
+            "`top_logprobs` requires `logprobs` to be true.",
+        ));
+    }
+    let logprobs = match (req.logprobs, req.top_logprobs) {
+        (Some(true), top) => Some(check_top_logprobs("top_logprobs", top.unwrap_or(0))?),
+        _ => None,
+    };
+    let common = Common {
+        model: req.model.clone(),
+        max_tokens,
+        temperature: req.temperature,
+        top_p: req.top_p,
+        top_k: req.top_k,
+        min_p: req.min_p,
+        n: req.n,
+        stream: req.stream,
+        stream_options: req.stream_options.as_ref(),
+        stop: req.stop.as_ref(),
+        seed: req.seed,
+        presence_penalty: req.presence_penalty,
+        frequency_penalty: req.frequency_penalty,
+        repetition_penalty: req.repetition_penalty,
+        logit_bias: req.logit_bias.as_ref(),
+        ignore_eos: req.ignore_eos,
+        stop_token_ids: req.stop_token_ids.as_ref(),
+        skip_special_tokens: req.skip_special_tokens,
+        workload: req.workload.clone().or(workload_header),
+        k_policy: req.k_policy.clone(),
+        user: req.user.clone(),
+    };
+    let mut plan = common_plan(common, limits)?;
+    if let Some(top) = logprobs {
+        plan.sampling.logprobs = Some(top);
+        plan.logprobs = Some(LogprobsFormat::Chat);
+    }
+    let messages = chat_messages(&req.messages)?;
+    Ok((plan, messages))
+}
+
+/// What a completions request asks to continue.
+#[derive(Debug, Clone, PartialEq)]
+pub enum PromptInput {
+    Text(String),
+    Ids(Vec<u32>),
+}
+
+pub fn completion_plan(
+    req: &CompletionRequest,
+    workload_header: Option<String>,
+    limits: Limits,
+) -> Result<(Plan, PromptInput), ApiError> {
+    if req.echo == Some(true) {
+        return Err(ApiError::invalid_param(
+            "echo",
+            "`echo` is not supported by this server.",
+        ));
+    }
+    if req.suffix.as_deref().is_some_and(|s| !s.is_empty()) {
+        return Err(ApiError::invalid_param(
+            "suffix",
+            "`suffix` is not supported by this server.",
+        ));
+    }
+    if let Some(b) = req.best_of {
+        if b != 1 {
+            return Err(ApiError::invalid_param(
+                "best_of",
+                format!("Only best_of=1 is supported; got {b}."),
+            ));
+        }
+    }
+    let common = Common {
+        model: req.model.clone(),
+        // Legacy completions default to 16 tokens (OpenAI and vLLM agree).
+        max_tokens: Some((req.max_tokens.unwrap_or(16), "max_tokens")),
+        temperature: req.temperature,
+        top_p: req.top_p,
+        top_k: req.top_k,
+        min_p: req.min_p,
+        n: req.n,
+        stream: req.stream,
+        stream_options: req.stream_options.as_ref(),
+        stop: req.stop.as_ref(),
+        seed: req.seed,
+        presence_penalty: req.presence_penalty,
+        frequency_penalty: req.frequency_penalty,
+        repetition_penalty: req.repetition_penalty,
+        logit_bias: req.logit_bias.as_ref(),
+        ignore_eos: req.ignore_eos,
+        stop_token_ids: req.stop_token_ids.as_ref(),
+        skip_special_tokens: req.skip_special_tokens,
+        workload: req.workload.clone().or(workload_header),
+        k_policy: req.k_policy.clone(),
+        user: req.user.clone(),
+    };
+    let mut plan = common_plan(common, limits)?;
+    if let Some(k) = req.logprobs {
+        plan.sampling.logprobs = Some(check_top_logprobs("logprobs", k)?);
+        plan.logprobs = Some(LogprobsFormat::Completion);
+    }
+    let prompt = prompt_input(req.prompt.as_ref(), limits)?;
+    Ok((plan, prompt))
+}
+
+fn common_plan(c: Common<'_>, limits: Limits) -> Result<Plan, ApiError> {
+    if let Some(n) = c.n {
+        if n != 1 {
+            return Err(ApiError::invalid_param(
+                "n",
+                format!("Only n=1 is supported; got n={n}."),
+            ));
+        }
+    }
+    let max_tokens = match c.max_tokens {
+        Some((m, param)) if m <= 0 => {
+            return Err(ApiError::invalid_param(
+                param,
+                format!("`{param}` must be at least 1; got {m}."),
+            ))
+        }
+        Some((m, param)) => Some(u32::try_from(m).map_err(|_| {
+            ApiError::invalid_param(param, format!("`{param}` is too large: {m}."))
+        })?),
+        None => None,
+    };
+    let stream = c.stream.unwrap_or(false);
+    if c.stream_options.is_some() && !stream {
+        return Err(ApiError::invalid_param(
+            "stream_options",
+            "`stream_options` is only allowed when `stream` is true.",
+        ));
+    }
+    let include_usage = c
+        .stream_options
+        .is_some_and(|o| o.include_usage == Some(true) || o.continuous_usage_stats == Some(true));
+    reject_unless_neutral("logit_bias", c.logit_bias, |v| {
+        v.as_object().is_some_and(|o| o.is_empty())
+    })?;
+
+    let defaults = SamplingParams::default();
+    let temperature = check_range("temperature", c.temperature, 0.0, 2.0)?.unwrap_or(1.0);
+    let top_p = c.top_p.unwrap_or(defaults.top_p);
+    if !(top_p > 0.0 && top_p <= 1.0) {
+        return Err(ApiError::invalid_param(
+            "top_p",
+            format!("`top_p` must be in (0, 1]; got {top_p}."),
+        ));
+    }
+    let top_k = match c.top_k {
+        None | Some(-1) | Some(0) => 0,
+        Some(k) if k > 0 => u32::try_from(k).unwrap_or(u32::MAX),
+        Some(k) => {
+            return Err(ApiError::invalid_param(
+                "top_k",
+                format!("`top_k` must be -1 (disabled) or at least 1; got {k}."),
+            ))
+        }
+    };
+    let min_p = check_range("min_p", c.min_p, 0.0, 1.0)?.unwrap_or(defaults.min_p);
+    let presence_penalty =
+        check_range("presence_penalty", c.presence_penalty, -2.0, 2.0)?.unwrap_or(0.0);
+    let frequency_penalty =
+        check_range("frequency_penalty", c.frequency_penalty, -2.0, 2.0)?.unwrap_or(0.0);
+    let repetition_penalty = c.repetition_penalty.unwrap_or(1.0);
+    if !(repetition_penalty > 0.0 && repetition_penalty.is_finite()) {
+        return Err(ApiError::invalid_param(
+            "repetition_penalty",
+            format!("`repetition_penalty` must be positive; got {repetition_penalty}."),
+        ));
+    }
+    let stop_token_ids = c.stop_token_ids.cloned().unwrap_or_default();
+    if let Some(bad) = stop_token_ids
+        .iter()
+        .find(|&&t| t as usize >= limits.vocab_size)
+    {
+        return Err(ApiError::invalid_param(
+            "stop_token_ids",
+            format!(
+                "Token id {bad} is outside the vocabulary (size {}).",
+                limits.vocab_size
+            ),
+        ));
+    }
+    Ok(Plan {
+        model: c.model,
+        sampling: SamplingParams {
+            temperature,
+            top_p,
+            top_k,
+            min_p,
+            seed: c.seed.map(|s| s as u64),
+            presence_penalty,
+            frequency_penalty,
+            repetition_penalty,
+            logprobs: None,
+        },
+        max_tokens,
+        stop_strings: stop_strings(c.stop)?,
+        stop_token_ids,
+        ignore_eos: c.ignore_eos.unwrap_or(false),
+        skip_special_tokens: c.skip_special_tokens.unwrap_or(true),
+        stream,
+        include_usage,
+        logprobs: None,
+        spec: SpecOverrides {
+            k_policy: c.k_policy,
+            workload: c.workload,
+        },
+        user: c.user,
+    })
+}
+
+fn check_range(param: &str, v: Option<f32>, lo: f32, hi: f32) -> Result<Option<f32>, ApiError> {
+    match v {
+        Some(x) if !(lo..=hi).contains(&x) => Err(ApiError::invalid_param(
+            param,
+            format!("`{param}` must be between {lo} and {hi}; got {x}."),
+        )),
+        other => Ok(other),
+    }
+}
+
+fn check_top_logprobs(param: &str, k: i64) -> Result<u32, ApiError> {
+    if !(0..=MAX_TOP_LOGPROBS).contains(&k) {
+        return Err(ApiError::invalid_param(
+            param,
+            format!("`{param}` must be between 0 and {MAX_TOP_LOGPROBS}; got {k}."),
+        ));
+    }
+    Ok(k as u32)
+}
+
+/// OpenAI features we do not implement are accepted only in their "off" form.
+fn reject_unless_neutral(
+    param: &str,
+    v: Option<&Value>,
+    neutral: impl Fn(&Value) -> bool,
+) -> Result<(), ApiError> {
+    match v {
+        None | Some(Value::Null) => Ok(()),
+        Some(v) if neutral(v) => Ok(()),
+        Some(_) => Err(ApiError::invalid_param(
+            param,
+            format!("`{param}` is not supported by this server."),
+        )),
+    }
+}
+
+fn stop_strings(stop: Option<&Value>) -> Result<Vec<String>, ApiError> {
+    let list = match stop {
+        None | Some(Value::Null) => return Ok(Vec::new()),
+        Some(Value::String(s)) => vec![s.clone()],
+        Some(Value::Array(items)) => items
+            .iter()
+            .map(|v| match v {
+                Value::String(s) => Ok(s.clone()),
+                other => Err(ApiError::invalid_param(
+                    "stop",
+                    format!(
+                        "`stop` must be a string or an array of strings; found {} in the array.",
+                        json_kind(other)
+                    ),
+                )),
+            })
+            .collect::<Result<_, _>>()?,
+        Some(other) => {
+            return Err(ApiError::invalid_param(
+                "stop",
+                format!(
+                    "`stop` must be a string or an array of strings; got {}.",
+                    json_kind(other)
+                ),
+            ))
+        }
+    };
+    if list.len() > MAX_STOP_STRINGS {
+        return Err(ApiError::invalid_param(
+            "stop",
+            format!(
+                "At most {MAX_STOP_STRINGS} stop strings are allowed; got {}.",
+                list.len()
+            ),
+        ));
+    }
+    if list.iter().any(String::is_empty) {
+        return Err(ApiError::invalid_param(
+            "stop",
+            "Stop strings must not be empty.",
+        ));
+    }
+    Ok(list)
+}
+
+fn chat_messages(messages: &[ChatMessageIn]) -> Result<Vec<(String, String)>, ApiError> {
+    if messages.is_empty() {
+        return Err(ApiError::invalid_param(
+            "messages",
+            "`messages` must contain at least one message.",
+        ));
+    }
+    messages
+        .iter()
+        .enumerate()
+        .map(|(i, m)| {
+            let role = match m.role.as_str() {
+                "system" | "user" | "assistant" | "tool" => m.role.clone(),
+                // OpenAI's newer name for the system role; templates know "system".
+                "developer" => "system".to_string(),
+                other => {
+                    return Err(ApiError::invalid_param(
+                        format!("messages[{i}].role"),
+                        format!("Unknown role `{other}`; expected system, developer, user, assistant or tool."),
+                    ))
+                }
+            };
+            Ok((role, message_text(i, m.content.as_ref())?))
+        })
+        .collect()
+}
+
+/// A message's text: a string, text parts joined by newlines, or "" for null.
+fn message_text(i: usize, content: Option<&Value>) -> Result<String, ApiError> {
+    let param = || format!("messages[{i}].content");
+    match content {
+        None | Some(Value::Null) => Ok(String::new()),
+        Some(Value::String(s)) => Ok(s.clone()),
+        Some(Value::Array(parts)) => {
+            let mut texts = Vec::with_capacity(parts.len());
+            for part in parts {
+                match (
+                    part.get("type").and_then(Value::as_str),
+                    part.get("text").and_then(Value::as_str),
+                ) {
+                    (Some("text"), Some(t)) => texts.push(t),
+                    (Some("text"), None) => {
+                        return Err(ApiError::invalid_param(
+                            param(),
+                            "A text content part needs a string `text`.",
+                        ))
+                    }
+                    (Some(kind), _) => {
+                        return Err(ApiError::invalid_param(
+                            param(),
+                            format!(
+                                "Content parts of type `{kind}` are not supported; only `text`."
+                            ),
+                        ))
+                    }
+                    (None, _) => {
+                        return Err(ApiError::invalid_param(
+                            param(),
+                            "Each content part needs a `type`.",
+                        ))
+                    }
+                }
+            }
+            Ok(texts.join("\n"))
+        }
+        Some(other) => Err(ApiError::invalid_param(
+            param(),
+            format!(
+                "Message content must be a string or an array of content parts; got {}.",
+                json_kind(other)
+            ),
+        )),
+    }
+}
+
+fn prompt_input(prompt: Option<&Value>, limits: Limits) -> Result<PromptInput, ApiError> {
+    let bad = |what: String| ApiError::invalid_param("prompt", what);
+    let batch = || bad("Batched prompts are not supported; send one prompt per request.".into());
+    let ids = |items: &[Value]| -> Result<Vec<u32>, ApiError> {
+        items
+            .iter()
+            .map(|v| {
+                let id = v.as_u64().ok_or_else(|| {
+                    bad(format!("Token ids must be non-negative integers; got {v}."))
+                })?;
+                if id as usize >= limits.vocab_size {
+                    return Err(bad(format!(
+                        "Token id {id} is outside the vocabulary (size {}).",
+                        limits.vocab_size
+                    )));
+                }
+                Ok(id as u32)
+            })
+            .collect()
+    };
+    match prompt {
+        None | Some(Value::Null) => Err(bad("`prompt` is required.".into())),
+        Some(Value::String(s)) => Ok(PromptInput::Text(s.clone())),
+        Some(Value::Array(items)) => match items.as_slice() {
+            [] => Err(bad("`prompt` must not be empty.".into())),
+            [Value::String(s)] => Ok(PromptInput::Text(s.clone())),
+            [Value::Array(inner)] => Ok(PromptInput::Ids(ids(inner)?)),
+            [Value::Number(_), ..] => Ok(PromptInput::Ids(ids(items)?)),
+            [Value::String(_) | Value::Array(_), ..] => Err(batch()),
+            [other, ..] => Err(bad(format!(
+                "`prompt` must be a string, an array of token ids, or a one-element array of either; found {}.",
+                json_kind(other)
+            ))),
+        },
+        Some(other) => Err(bad(format!(
+            "`prompt` must be a string or an array of token ids; got {}.",
+            json_kind(other)
+        ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::body::parse_json_object;
+
+    const LIMITS: Limits = Limits { vocab_size: 1000 };
+
+    fn chat(body: serde_json::Value) -> Result<(Plan, Vec<(String, String)>), ApiError> {
+        let req: ChatCompletionRequest =
+            parse_json_object(body.to_string().as_bytes(), ChatCompletionRequest::FIELDS)?;
+        chat_plan(&req, None, LIMITS)
+    }
+
+    fn completion(body: serde_json::Value) -> Result<(Plan, PromptInput), ApiError> {
+        let req: CompletionRequest =
+            parse_json_object(body.to_string().as_bytes(), CompletionRequest::FIELDS)?;
+        completion_plan(&req, Some("hdr".into()), LIMITS)
+    }
+
+    #[test]
+    fn chat_defaults_and_fields() {
+        let (plan, msgs) = chat(serde_json::json!({
+            "model": "m", "messages": [{"role": "developer", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]},
+                                        {"role": "user", "content": "hi"}],
+            "temperature": 0, "seed": 7, "stop": "x", "max_completion_tokens": 5, "max_tokens": 9,
+            "logprobs": true, "top_logprobs": 3, "stream": true, "stream_options": {"include_usage": true},
+            "top_k": -1, "workload": "code"
+        }))
+        .unwrap();
+        assert_eq!(
+            msgs,
+            vec![
+                ("system".into(), "a\nb".into()),
+                ("user".into(), "hi".into())
+            ]
+        );
+        assert_eq!(plan.max_tokens, Some(5));
+        assert_eq!(plan.sampling.temperature, 0.0);
+        assert_eq!(plan.sampling.seed, Some(7));
+        assert_eq!(plan.sampling.logprobs, Some(3));
+        assert_eq!(plan.sampling.top_k, 0);
+        assert_eq!(plan.stop_strings, vec!["x".to_string()]);
+        assert!(plan.stream && plan.include_usage);
+        assert_eq!(plan.spec.workload.as_deref(), Some("code"));
+        assert_eq!(plan.logprobs, Some(LogprobsFormat::Chat));
+    }
+
+    #[test]
+    fn completion_defaults() {
+        let (plan, prompt) =
+            completion(serde_json::json!({"prompt": [[1, 2, 3]], "logprobs": 0})).unwrap();
+        assert_eq!(prompt, PromptInput::Ids(vec![1, 2, 3]));
+        assert_eq!(plan.max_tokens, Some(16));
+        assert_eq!(plan.sampling.temperature, 1.0);
+        assert_eq!(plan.sampling.logprobs, Some(0));
+        assert_eq!(plan.spec.workload.as_deref(), Some("hdr"));
+        let (_, prompt) = completion(serde_json::json!({"prompt": ["hello"]})).unwrap();
+        assert_eq!(prompt, PromptInput::Text("hello".into()));
+    }
+
+    #[test]
+    fn every_bad_parameter_is_named() {
+        let m = serde_json::json!([{"role": "user", "content": "hi"}]);
+        let chat_cases = [
+            (serde_json::json!({"messages": m, "n": 2}), "n"),
+            (
+                serde_json::json!({"messages": m, "max_tokens": 0}),
+                "max_tokens",
+            ),
+            (
+                serde_json::json!({"messages": m, "max_completion_tokens": -3}),
+                "max_completion_tokens",
+            ),
+            (
+                serde_json::json!({"messages": m, "temperature": 2.5}),
+                "temperature",
+            ),
+            (serde_json::json!({"messages": m, "top_p": 0}), "top_p"),
+            (serde_json::json!({"messages": m, "top_k": -5}), "top_k"),
+            (serde_json::json!({"messages": m, "min_p": 1.5}), "min_p"),
+            (
+                serde_json::json!({"messages": m, "presence_penalty": 3}),
+                "presence_penalty",
+            ),
+            (
+                serde_json::json!({"messages": m, "frequency_penalty": -3}),
+                "frequency_penalty",
+            ),
+            (
+                serde_json::json!({"messages": m, "repetition_penalty": 0}),
+                "repetition_penalty",
+            ),
+            (serde_json::json!({"messages": m, "stop": 5}), "stop"),
+            (serde_json::json!({"messages": m, "stop": ["a", 1]}), "stop"),
+            (serde_json::json!({"messages": m, "stop": [""]}), "stop"),
+            (
+                serde_json::json!({"messages": m, "stream_options": {"include_usage": true}}),
+                "stream_options",
+            ),
+            (
+                serde_json::json!({"messages": m, "top_logprobs": 2}),
+                "top_logprobs",
+            ),
+            (
+                serde_json::json!({"messages": m, "logprobs": true, "top_logprobs": 21}),
+                "top_logprobs",
+            ),
+            (
+                serde_json::json!({"messages": m, "tools": [{"type": "function"}]}),
+                "tools",
+            ),
+            (
+                serde_json::json!({"messages": m, "response_format": {"type": "json_object"}}),
+                "response_format",
+            ),
+            (
+                serde_json::json!({"messages": m, "logit_bias": {"5": 1}}),
+                "logit_bias",
+            ),
+            (
+                serde_json::json!({"messages": m, "stop_token_ids": [1000]}),
+                "stop_token_ids",
+            ),
+            (serde_json::json!({"messages": []}), "messages"),
+            (
+                serde_json::json!({"messages": [{"role": "wizard", "content": "x"}]}),
+                "messages[0].role",
+            ),
+            (
+                serde_json::json!({"messages": [{"role": "user", "content": 3}]}),
+                "messages[0].content",
+            ),
+            (
+                serde_json::json!({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}),
+                "messages[0].content",
+            ),
+        ];
+        for (body, param) in chat_cases {
+            let e = chat(body.clone()).unwrap_err();
+            assert_eq!(e.status, 400, "{body}");
+            assert_eq!(e.param.as_deref(), Some(param), "{body}: {}", e.message);
+        }
+        let completion_cases = [
+            (serde_json::json!({"prompt": "x", "echo": true}), "echo"),
+            (serde_json::json!({"prompt": "x", "best_of": 3}), "best_of"),
+            (
+                serde_json::json!({"prompt": "x", "logprobs": 30}),
+                "logprobs",
+            ),
+            (
+                serde_json::json!({"prompt": "x", "max_tokens": 0}),
+                "max_tokens",
+            ),
+            (serde_json::json!({"prompt": "x", "suffix": "y"}), "suffix"),
+            (serde_json::json!({}), "prompt"),
+            (serde_json::json!({"prompt": []}), "prompt"),
+            (serde_json::json!({"prompt": ["a", "b"]}), "prompt"),
+            (serde_json::json!({"prompt": [1, -2]}), "prompt"),
+            (serde_json::json!({"prompt": [5000]}), "prompt"),
+            (serde_json::json!({"prompt": {"a": 1}}), "prompt"),
+        ];
+        for (body, param) in completion_cases {
+            let e = completion(body.clone()).unwrap_err();
+            assert_eq!(e.status, 400, "{body}");
+            assert_eq!(e.param.as_deref(), Some(param), "{body}: {}", e.message);
+        }
+    }
+
+    #[test]
+    fn context_length_is_checked_and_max_tokens_defaults_to_the_rest() {
+        let plan = chat(serde_json::json!({"messages": [{"role": "user", "content": "hi"}]}))
+            .unwrap()
+            .0;
+        let req = plan
+            .clone()
+            .into_request("r".into(), vec![1; 10], 32, "messages")
+            .unwrap();
+        assert_eq!(req.max_tokens, 22);
+        let e = plan
+            .clone()
+            .into_request("r".into(), vec![1; 32], 32, "messages")
+            .unwrap_err();
+        assert_eq!(e.code, Some("context_length_exceeded"));
+        let mut capped = plan;
+        capped.max_tokens = Some(30);
+        let e = capped
+            .into_request("r".into(), vec![1; 10], 32, "messages")
+            .unwrap_err();
+        assert!(
+            e.message
+                .contains("10 in the prompt, 30 for the completion"),
+            "{}",
+            e.message
+        );
+    }
+}

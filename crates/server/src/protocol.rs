@@ -1,0 +1,378 @@
+//! OpenAI wire types: request bodies as clients send them and the response
+//! objects we return. Validation and conversion to engine requests live in
+//! `params.rs`; this file is only shapes.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// `stream_options` (only allowed with `stream: true`).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StreamOptions {
+    pub include_usage: Option<bool>,
+    /// vLLM extension: usage on every chunk. Accepted, treated like `include_usage`.
+    pub continuous_usage_stats: Option<bool>,
+}
+
+/// Fields shared by chat and legacy completions, in the order OpenAI documents them.
+/// `stop`, `prompt` and message contents are kept as raw JSON so that
+/// `params.rs` can explain exactly what shape was expected.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ChatCompletionRequest {
+    pub model: Option<String>,
+    pub messages: Vec<ChatMessageIn>,
+    pub max_tokens: Option<i64>,
+    pub max_completion_tokens: Option<i64>,
+    pub temperature: Option<f32>,
+    pub top_p: Option<f32>,
+    pub n: Option<i64>,
+    pub stream: Option<bool>,
+    pub stream_options: Option<StreamOptions>,
+    pub stop: Option<Value>,
+    pub seed: Option<i64>,
+    pub presence_penalty: Option<f32>,
+    pub frequency_penalty: Option<f32>,
+    pub logprobs: Option<bool>,
+    pub top_logprobs: Option<i64>,
+    pub user: Option<String>,
+    // OpenAI fields we accept only in their neutral form (checked in params.rs).
+    pub logit_bias: Option<Value>,
+    pub response_format: Option<Value>,
+    pub tools: Option<Value>,
+    pub tool_choice: Option<Value>,
+    pub parallel_tool_calls: Option<bool>,
+    pub functions: Option<Value>,
+    pub function_call: Option<Value>,
+    pub metadata: Option<Value>,
+    pub store: Option<bool>,
+    pub service_tier: Option<String>,
+    // vLLM-style extensions (the `openai` client sends them via `extra_body`).
+    pub top_k: Option<i64>,
+    pub min_p: Option<f32>,
+    pub repetition_penalty: Option<f32>,
+    pub ignore_eos: Option<bool>,
+    pub stop_token_ids: Option<Vec<u32>>,
+    pub skip_special_tokens: Option<bool>,
+    // wring extensions: speculative-decoding controls.
+    pub workload: Option<String>,
+    pub k_policy: Option<String>,
+}
+
+impl ChatCompletionRequest {
+    /// Every top-level key this request accepts (kept equal to the struct by a test).
+    pub const FIELDS: &'static [&'static str] = &[
+        "model",
+        "messages",
+        "max_tokens",
+        "max_completion_tokens",
+        "temperature",
+        "top_p",
+        "n",
+        "stream",
+        "stream_options",
+        "stop",
+        "seed",
+        "presence_penalty",
+        "frequency_penalty",
+        "logprobs",
+        "top_logprobs",
+        "user",
+        "logit_bias",
+        "response_format",
+        "tools",
+        "tool_choice",
+        "parallel_tool_calls",
+        "functions",
+        "function_call",
+        "metadata",
+        "store",
+        "service_tier",
+        "top_k",
+        "min_p",
+        "repetition_penalty",
+        "ignore_eos",
+        "stop_token_ids",
+        "skip_special_tokens",
+        "workload",
+        "k_policy",
+    ];
+}
+
+/// One message of `messages`. `content` is a string, an array of text parts, or null.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ChatMessageIn {
+    pub role: String,
+    #[serde(default)]
+    pub content: Option<Value>,
+    pub name: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CompletionRequest {
+    pub model: Option<String>,
+    pub prompt: Option<Value>,
+    pub max_tokens: Option<i64>,
+    pub temperature: Option<f32>,
+    pub top_p: Option<f32>,
+    pub n: Option<i64>,
+    pub best_of: Option<i64>,
+    pub stream: Option<bool>,
+    pub stream_options: Option<StreamOptions>,
+    pub logprobs: Option<i64>,
+    pub echo: Option<bool>,
+    pub stop: Option<Value>,
+    pub seed: Option<i64>,
+    pub presence_penalty: Option<f32>,
+    pub frequency_penalty: Option<f32>,
+    pub suffix: Option<String>,
+    pub user: Option<String>,
+    pub logit_bias: Option<Value>,
+    pub top_k: Option<i64>,
+    pub min_p: Option<f32>,
+    pub repetition_penalty: Option<f32>,
+    pub ignore_eos: Option<bool>,
+    pub stop_token_ids: Option<Vec<u32>>,
+    pub skip_special_tokens: Option<bool>,
+    pub workload: Option<String>,
+    pub k_policy: Option<String>,
+}
+
+impl CompletionRequest {
+    pub const FIELDS: &'static [&'static str] = &[
+        "model",
+        "prompt",
+        "max_tokens",
+        "temperature",
+        "top_p",
+        "n",
+        "best_of",
+        "stream",
+        "stream_options",
+        "logprobs",
+        "echo",
+        "stop",
+        "seed",
+        "presence_penalty",
+        "frequency_penalty",
+        "suffix",
+        "user",
+        "logit_bias",
+        "top_k",
+        "min_p",
+        "repetition_penalty",
+        "ignore_eos",
+        "stop_token_ids",
+        "skip_special_tokens",
+        "workload",
+        "k_policy",
+    ];
+}
+
+// ---------------------------------------------------------------- responses
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct PromptTokensDetails {
+    pub cached_tokens: u32,
+}
+
+/// wring extension inside `usage`: this request's speculative-decoding record.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct SpecUsage {
+    pub steps: u32,
+    pub draft_tokens: u32,
+    pub accepted_tokens: u32,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct UsageInfo {
+    pub prompt_tokens: u32,
+    pub completion_tokens: u32,
+    pub total_tokens: u32,
+    pub prompt_tokens_details: PromptTokensDetails,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub spec_decode: Option<SpecUsage>,
+}
+
+impl From<&wring_engine::api::Usage> for UsageInfo {
+    fn from(u: &wring_engine::api::Usage) -> Self {
+        UsageInfo {
+            prompt_tokens: u.prompt_tokens,
+            completion_tokens: u.completion_tokens,
+            total_tokens: u.prompt_tokens + u.completion_tokens,
+            prompt_tokens_details: PromptTokensDetails {
+                cached_tokens: u.cached_tokens,
+            },
+            spec_decode: (u.spec_steps > 0).then_some(SpecUsage {
+                steps: u.spec_steps,
+                draft_tokens: u.draft_tokens,
+                accepted_tokens: u.accepted_tokens,
+            }),
+        }
+    }
+}
+
+/// Chat logprobs: `{"content": [...]}`.
+#[derive(Debug, Clone, Serialize, Default)]
+pub struct ChatLogprobs {
+    pub content: Vec<ChatTokenLogprob>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ChatTokenLogprob {
+    pub token: String,
+    pub logprob: f32,
+    pub bytes: Vec<u8>,
+    pub top_logprobs: Vec<ChatTopLogprob>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ChatTopLogprob {
+    pub token: String,
+    pub logprob: f32,
+    pub bytes: Vec<u8>,
+}
+
+/// Legacy completions logprobs: parallel arrays.
+#[derive(Debug, Clone, Serialize, Default)]
+pub struct CompletionLogprobs {
+    pub tokens: Vec<String>,
+    pub token_logprobs: Vec<f32>,
+    pub top_logprobs: Vec<serde_json::Map<String, Value>>,
+    pub text_offset: Vec<u32>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ChatMessageOut {
+    pub role: &'static str,
+    pub content: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ChatChoice {
+    pub index: u32,
+    pub message: ChatMessageOut,
+    pub logprobs: Option<ChatLogprobs>,
+    pub finish_reason: Option<&'static str>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ChatCompletionResponse {
+    pub id: String,
+    pub object: &'static str,
+    pub created: u64,
+    pub model: String,
+    pub choices: Vec<ChatChoice>,
+    pub usage: UsageInfo,
+}
+
+#[derive(Debug, Clone, Serialize, Default)]
+pub struct ChatDelta {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub role: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub content: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ChatChunkChoice {
+    pub index: u32,
+    pub delta: ChatDelta,
+    pub logprobs: Option<ChatLogprobs>,
+    pub finish_reason: Option<&'static str>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ChatCompletionChunk {
+    pub id: String,
+    pub object: &'static str,
+    pub created: u64,
+    pub model: String,
+    pub choices: Vec<ChatChunkChoice>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub usage: Option<UsageInfo>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct CompletionChoice {
+    pub index: u32,
+    pub text: String,
+    pub logprobs: Option<CompletionLogprobs>,
+    pub finish_reason: Option<&'static str>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct CompletionResponse {
+    pub id: String,
+    pub object: &'static str,
+    pub created: u64,
+    pub model: String,
+    pub choices: Vec<CompletionChoice>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub usage: Option<UsageInfo>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ModelCard {
+    pub id: String,
+    pub object: &'static str,
+    pub created: u64,
+    pub owned_by: &'static str,
+    pub max_model_len: usize,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ModelList {
+    pub object: &'static str,
+    pub data: Vec<ModelCard>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `FIELDS` must name exactly the struct's fields: every listed key deserialises
+    /// (deny_unknown_fields would reject a stray one) and the struct has no others.
+    #[test]
+    fn chat_fields_list_matches_struct() {
+        let mut obj = serde_json::Map::new();
+        for f in ChatCompletionRequest::FIELDS {
+            obj.insert(f.to_string(), Value::Null);
+        }
+        obj.insert("messages".into(), serde_json::json!([]));
+        serde_json::from_value::<ChatCompletionRequest>(Value::Object(obj)).unwrap();
+        let err = serde_json::from_value::<ChatCompletionRequest>(
+            serde_json::json!({"messages": [], "zz": 1}),
+        )
+        .unwrap_err()
+        .to_string();
+        for f in ChatCompletionRequest::FIELDS {
+            assert!(
+                err.contains(&format!("`{f}`")),
+                "{f} missing from FIELDS check: {err}"
+            );
+        }
+        assert_eq!(
+            err.matches('`').count() / 2,
+            ChatCompletionRequest::FIELDS.len() + 1
+        );
+    }
+
+    #[test]
+    fn completion_fields_list_matches_struct() {
+        let mut obj = serde_json::Map::new();
+        for f in CompletionRequest::FIELDS {
+            obj.insert(f.to_string(), Value::Null);
+        }
+        serde_json::from_value::<CompletionRequest>(Value::Object(obj)).unwrap();
+        let err = serde_json::from_value::<CompletionRequest>(serde_json::json!({"zz": 1}))
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            err.matches('`').count() / 2,
+            CompletionRequest::FIELDS.len() + 1
+        );
+    }
+}
