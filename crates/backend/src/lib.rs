@@ -1,1 +1,106 @@
+//! Compute backends behind one trait. The Llama-family forward pass in `wring-model`
+//! is written once against [`Backend`]; `cpu` is the pure-Rust reference and default.
+//!
+//! A backend owns its weights, its paged KV pool and its activation memory. Ops take
+//! and return opaque tensors; per-step metadata (positions, block tables) is handed
+//! over once per step in [`Backend::begin_step`], so a device backend can stage it in
+//! fixed buffers before anything is launched (what a captured graph needs).
 
+pub mod cpu;
+mod step;
+
+pub use step::{Logits, SeqInput, StepInput};
+
+/// How positions rotate query/key pairs.
+#[derive(Debug, Clone)]
+pub struct RopeSpec {
+    /// Per pair frequency (length head_dim/2), scaling (e.g. llama3) already applied.
+    pub inv_freq: Vec<f32>,
+    /// true: rotate adjacent pairs (x[2i], x[2i+1]) — GGUF's layout for llama.
+    /// false: rotate halves (x[i], x[i+d/2]) — Hugging Face's layout.
+    pub interleaved: bool,
+}
+
+/// Shape of the attention of one layer.
+#[derive(Debug, Clone, Copy)]
+pub struct AttnShape {
+    pub n_heads: usize,
+    pub n_kv_heads: usize,
+    pub head_dim: usize,
+}
+
+/// A weight matrix `[rows=out][cols=in]` handed to a backend for upload.
+#[derive(Debug, Clone)]
+pub struct HostMatrix {
+    pub rows: usize,
+    pub cols: usize,
+    /// Row-major f32 (already dequantised).
+    pub data: Vec<f32>,
+}
+
+/// KV pool geometry.
+#[derive(Debug, Clone, Copy)]
+pub struct KvSpec {
+    pub layers: usize,
+    pub num_blocks: usize,
+    pub block_size: usize,
+    pub n_kv_heads: usize,
+    pub head_dim: usize,
+}
+
+impl KvSpec {
+    /// Bytes per block across all layers at `elem_bytes` per value (K and V).
+    pub fn bytes_per_block(
+        layers: usize,
+        block_size: usize,
+        n_kv_heads: usize,
+        head_dim: usize,
+        elem_bytes: usize,
+    ) -> usize {
+        2 * layers * block_size * n_kv_heads * head_dim * elem_bytes
+    }
+}
+
+/// The op set the model forward is written against.
+pub trait Backend: Send {
+    type Tensor: Send;
+    type Matrix: Send + Sync;
+    type Vector: Send + Sync;
+
+    fn name(&self) -> String;
+    fn upload_matrix(&mut self, m: HostMatrix) -> anyhow::Result<Self::Matrix>;
+    fn upload_vector(&mut self, v: &[f32]) -> anyhow::Result<Self::Vector>;
+    /// Allocates the paged KV pool once.
+    fn alloc_kv(&mut self, spec: KvSpec) -> anyhow::Result<()>;
+    /// Validates and stages the step's metadata; every op below refers to it.
+    fn begin_step(&mut self, step: &StepInput) -> anyhow::Result<()>;
+
+    /// Rows of `table` for the step's tokens: `[T][cols]`.
+    fn embed(&mut self, table: &Self::Matrix) -> Self::Tensor;
+    fn rms_norm(&mut self, x: &Self::Tensor, w: &Self::Vector, eps: f32) -> Self::Tensor;
+    fn add_assign(&mut self, x: &mut Self::Tensor, y: &Self::Tensor);
+    /// `x · Wᵀ (+ bias)`: `[T][in]` → `[T][out]`.
+    fn linear(
+        &mut self,
+        x: &Self::Tensor,
+        w: &Self::Matrix,
+        bias: Option<&Self::Vector>,
+    ) -> Self::Tensor;
+    /// Rotates `x` (`[T][n_heads*head_dim]`) in place at the step's positions.
+    fn rope(&mut self, x: &mut Self::Tensor, n_heads: usize, head_dim: usize, rope: &RopeSpec);
+    /// Writes this step's K/V into the pool for `layer`, then attends every query over
+    /// its sequence's cached context (causal). Returns `[T][n_heads*head_dim]`.
+    fn attention(
+        &mut self,
+        layer: usize,
+        q: &Self::Tensor,
+        k: &Self::Tensor,
+        v: &Self::Tensor,
+        shape: AttnShape,
+    ) -> Self::Tensor;
+    /// `silu(gate) * up`, elementwise.
+    fn silu_mul(&mut self, gate: &Self::Tensor, up: &Self::Tensor) -> Self::Tensor;
+    /// The step's `logit_rows` of `x`.
+    fn gather_logit_rows(&mut self, x: &Self::Tensor) -> Self::Tensor;
+    fn to_host(&mut self, x: &Self::Tensor) -> Vec<f32>;
+}

@@ -1,1 +1,510 @@
+//! Models: configs, weight loading (GGUF, safetensors, dummy), tokenizers, chat
+//! templates, and the Llama-family forward pass written against the backend trait.
 
+pub mod chat;
+pub mod config;
+pub mod gguf;
+pub mod hub;
+pub mod llama;
+pub mod quant;
+pub mod runner;
+pub mod tokenizer;
+pub mod weights;
+
+pub use chat::{ChatMessage, ChatTemplate};
+pub use config::{ModelConfig, RopeScaling};
+pub use runner::{Logits, ModelRunner, SeqInput, StepInput};
+pub use tokenizer::{IncrementalDecoder, Tokenizer};
+
+use anyhow::{anyhow, bail, Context, Result};
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::sync::Arc;
+use weights::{SafetensorsSet, WeightSource};
+
+pub const DEFAULT_MODEL_NAME: &str = "SmolLM2-135M-Instruct";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum LoadFormat {
+    #[default]
+    Auto,
+    Gguf,
+    Safetensors,
+    Dummy,
+}
+
+impl FromStr for LoadFormat {
+    type Err = anyhow::Error;
+    fn from_str(s: &str) -> Result<Self> {
+        Ok(match s {
+            "auto" => Self::Auto,
+            "gguf" => Self::Gguf,
+            "safetensors" => Self::Safetensors,
+            "dummy" => Self::Dummy,
+            _ => bail!("unknown load format {s:?} (auto, gguf, safetensors, dummy)"),
+        })
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Device {
+    #[default]
+    Cpu,
+    Cuda(usize),
+}
+
+impl FromStr for Device {
+    type Err = anyhow::Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "cpu" => Ok(Self::Cpu),
+            "cuda" => Ok(Self::Cuda(0)),
+            _ => match s.strip_prefix("cuda:").map(str::parse) {
+                Some(Ok(n)) => Ok(Self::Cuda(n)),
+                _ => bail!("unknown device {s:?} (cpu, cuda, cuda:N)"),
+            },
+        }
+    }
+}
+
+impl std::fmt::Display for Device {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Device::Cpu => write!(f, "cpu"),
+            Device::Cuda(n) => write!(f, "cuda:{n}"),
+        }
+    }
+}
+
+/// What to load: `model` is a `.gguf` file, a Hugging Face directory, an `ORG/NAME`
+/// hub id, or None for the default model.
+#[derive(Debug, Clone, Default)]
+pub struct ModelSpec {
+    pub model: Option<String>,
+    pub load_format: LoadFormat,
+    pub model_shape: Option<String>,
+}
+
+#[derive(Debug, Clone)]
+pub struct RunnerOptions {
+    pub device: Device,
+    pub kv_cache_bytes: usize,
+    pub block_size: usize,
+    pub max_num_seqs: usize,
+    pub max_model_len: usize,
+}
+
+impl Default for RunnerOptions {
+    fn default() -> Self {
+        Self {
+            device: Device::Cpu,
+            kv_cache_bytes: 2 << 30,
+            block_size: 16,
+            max_num_seqs: 64,
+            max_model_len: 8192,
+        }
+    }
+}
+
+pub struct LoadedModel {
+    pub name: String,
+    pub config: ModelConfig,
+    pub tokenizer: Arc<Tokenizer>,
+    pub chat_template: Option<Arc<ChatTemplate>>,
+    pub eos_token_ids: Vec<u32>,
+    weights: WeightSource,
+}
+
+impl LoadedModel {
+    pub fn max_context(&self) -> usize {
+        self.config.max_position_embeddings
+    }
+
+    /// Bytes one KV block takes on the given device.
+    pub fn kv_block_bytes(&self, device: Device, block_size: usize) -> usize {
+        let elem = if device == Device::Cpu { 4 } else { 2 };
+        wring_backend::KvSpec::bytes_per_block(
+            self.config.num_layers,
+            block_size,
+            self.config.num_kv_heads,
+            self.config.head_dim,
+            elem,
+        )
+    }
+
+    /// Uploads the weights to the device and sizes the KV pool from the memory budget.
+    pub fn into_runner(self, opts: &RunnerOptions) -> Result<Box<dyn ModelRunner>> {
+        let num_blocks = opts.kv_cache_bytes / self.kv_block_bytes(opts.device, opts.block_size);
+        let min_blocks = opts
+            .max_model_len
+            .min(self.max_context())
+            .div_ceil(opts.block_size);
+        if num_blocks < min_blocks {
+            bail!(
+                "a KV cache of {} MiB holds {num_blocks} blocks of {} tokens, fewer than one sequence of {} tokens needs ({min_blocks}); raise --kv-cache-memory or lower --max-model-len",
+                opts.kv_cache_bytes >> 20,
+                opts.block_size,
+                opts.max_model_len
+            );
+        }
+        match opts.device {
+            Device::Cpu => {
+                let backend = wring_backend::cpu::CpuBackend::new();
+                Ok(Box::new(llama::LlamaRunner::new(
+                    backend,
+                    self.config,
+                    &self.weights,
+                    num_blocks,
+                    opts.block_size,
+                )?))
+            }
+            Device::Cuda(_) => {
+                bail!("--device cuda is not available in this build yet; use --device cpu")
+            }
+        }
+    }
+}
+
+/// Resolves and loads a model (weights stay mapped until [`LoadedModel::into_runner`]).
+pub fn load_model(spec: &ModelSpec) -> Result<LoadedModel> {
+    if spec.load_format == LoadFormat::Dummy {
+        return load_dummy(spec);
+    }
+    let path = resolve_model_path(spec.model.as_deref())?;
+    let is_gguf = path.is_file();
+    match (spec.load_format, is_gguf) {
+        (LoadFormat::Safetensors, true) => bail!(
+            "{} is a file; --load-format safetensors needs a model directory",
+            path.display()
+        ),
+        (LoadFormat::Gguf, false) => bail!(
+            "{} is a directory; --load-format gguf needs a .gguf file",
+            path.display()
+        ),
+        _ => {}
+    }
+    if is_gguf {
+        load_gguf(&path)
+    } else {
+        load_hf_dir(&path)
+    }
+}
+
+fn resolve_model_path(model: Option<&str>) -> Result<PathBuf> {
+    let Some(m) = model else {
+        return hub::ensure_default_model(false);
+    };
+    let p = Path::new(m);
+    if p.exists() {
+        return Ok(p.to_path_buf());
+    }
+    if m.eq_ignore_ascii_case(DEFAULT_MODEL_NAME)
+        || m.eq_ignore_ascii_case("HuggingFaceTB/SmolLM2-135M-Instruct")
+        || m == "default"
+    {
+        return hub::ensure_default_model(false);
+    }
+    if m.ends_with(".gguf") || m.starts_with('/') || m.starts_with('.') {
+        bail!("model file {m} does not exist");
+    }
+    if m.split('/').count() == 2 {
+        return hub::hub_snapshot(m).with_context(|| format!("cannot get model {m}"));
+    }
+    bail!("unknown model {m:?}: not a .gguf file, not a model directory, and not a Hugging Face ORG/NAME id")
+}
+
+fn load_gguf(path: &Path) -> Result<LoadedModel> {
+    let g = gguf::GgufFile::open(path)?;
+    let arch = g.get_str("general.architecture").unwrap_or("").to_string();
+    if !matches!(arch.as_str(), "llama" | "qwen2") {
+        bail!(
+            "{}: architecture {arch:?} is not supported (llama, qwen2)",
+            path.display()
+        );
+    }
+    let k = |s: &str| format!("{arch}.{s}");
+    let hidden = g.require_u64(&k("embedding_length"))? as usize;
+    let heads = g.require_u64(&k("attention.head_count"))? as usize;
+    let tokenizer = Arc::new(
+        Tokenizer::from_gguf(&g).with_context(|| format!("{}: tokenizer", path.display()))?,
+    );
+    let vocab = g
+        .get_u64(&k("vocab_size"))
+        .map(|v| v as usize)
+        .unwrap_or_else(|| tokenizer.vocab_size());
+    let config = ModelConfig {
+        architecture: arch.clone(),
+        hidden_size: hidden,
+        intermediate_size: g.require_u64(&k("feed_forward_length"))? as usize,
+        num_layers: g.require_u64(&k("block_count"))? as usize,
+        num_heads: heads,
+        num_kv_heads: g
+            .get_u64(&k("attention.head_count_kv"))
+            .unwrap_or(heads as u64) as usize,
+        head_dim: g
+            .get_u64(&k("attention.key_length"))
+            .map(|v| v as usize)
+            .unwrap_or(hidden / heads),
+        vocab_size: vocab,
+        max_position_embeddings: g.get_u64(&k("context_length")).unwrap_or(4096) as usize,
+        rms_norm_eps: g
+            .get_f64(&k("attention.layer_norm_rms_epsilon"))
+            .unwrap_or(1e-5) as f32,
+        rope_theta: g.get_f64(&k("rope.freq_base")).unwrap_or(10000.0) as f32,
+        rope_scaling: match g.get_str(&k("rope.scaling.type")) {
+            Some("linear") => RopeScaling::Linear {
+                factor: g.get_f64(&k("rope.scaling.factor")).unwrap_or(1.0) as f32,
+            },
+            _ => RopeScaling::None,
+        },
+        // llama.cpp's converter permutes llama q/k for adjacent-pair rotation; qwen2 keeps halves.
+        rope_interleaved: arch == "llama",
+        tie_word_embeddings: !g.tensors.contains_key("output.weight"),
+        attention_bias: g.tensors.contains_key("blk.0.attn_q.bias"),
+    };
+    let tok_str = |key: &str| {
+        g.get_u64(key)
+            .and_then(|id| tokenizer.id_to_token(id as u32))
+            .unwrap_or_default()
+    };
+    let (bos, eos) = (
+        tok_str("tokenizer.ggml.bos_token_id"),
+        tok_str("tokenizer.ggml.eos_token_id"),
+    );
+    let chat_template = match g.get_str("tokenizer.chat_template") {
+        Some(src) => Some(Arc::new(ChatTemplate::new(src, &bos, &eos)?)),
+        None => None,
+    };
+    let mut eos_ids: Vec<u32> = g
+        .get_u64("tokenizer.ggml.eos_token_id")
+        .map(|v| v as u32)
+        .into_iter()
+        .collect();
+    if let Some(id) = g.get_u64("tokenizer.ggml.eot_token_id") {
+        eos_ids.push(id as u32);
+    }
+    add_template_end_tokens(
+        &mut eos_ids,
+        g.get_str("tokenizer.chat_template"),
+        &tokenizer,
+    );
+    let name = path
+        .file_stem()
+        .map(|s| s.to_string_lossy().to_string())
+        .unwrap_or_default();
+    let name = name.split('.').next().unwrap_or(&name).to_string();
+    Ok(LoadedModel {
+        name,
+        config,
+        tokenizer,
+        chat_template,
+        eos_token_ids: eos_ids,
+        weights: WeightSource::Gguf(g),
+    })
+}
+
+/// Turn-end tokens a chat template emits (e.g. `<|im_end|>`) also stop generation.
+fn add_template_end_tokens(eos: &mut Vec<u32>, template: Option<&str>, tok: &Tokenizer) {
+    for end in [
+        "<|im_end|>",
+        "<|eot_id|>",
+        "<|end_of_text|>",
+        "<|endoftext|>",
+        "<｜end▁of▁sentence｜>",
+    ] {
+        if template.is_some_and(|t| t.contains(end)) {
+            if let Some(id) = tok.token_to_id(end) {
+                eos.push(id);
+            }
+        }
+    }
+    eos.sort_unstable();
+    eos.dedup();
+}
+
+fn load_hf_dir(dir: &Path) -> Result<LoadedModel> {
+    let cfg_json = tokenizer::read_json(&dir.join("config.json"))
+        .with_context(|| format!("{} is not a Hugging Face model directory", dir.display()))?;
+    let config = hf_config(&cfg_json).with_context(|| format!("{}/config.json", dir.display()))?;
+    let tok_cfg = tokenizer::read_json(&dir.join("tokenizer_config.json")).ok();
+    let tokenizer = Arc::new(Tokenizer::from_file(
+        &dir.join("tokenizer.json"),
+        tok_cfg.as_ref(),
+    )?);
+    let tok_field = |k: &str| {
+        tok_cfg
+            .as_ref()
+            .and_then(|c| tokenizer::token_string(c.get(k)?))
+            .unwrap_or_default()
+    };
+    let template_src = tok_cfg
+        .as_ref()
+        .and_then(|c| match c.get("chat_template")? {
+            Value::String(s) => Some(s.clone()),
+            // A list of named templates: take "default".
+            Value::Array(a) => a
+                .iter()
+                .find(|t| t["name"] == "default")
+                .and_then(|t| t["template"].as_str().map(str::to_string)),
+            _ => None,
+        });
+    let chat_template = match &template_src {
+        Some(src) => Some(Arc::new(ChatTemplate::new(
+            src,
+            &tok_field("bos_token"),
+            &tok_field("eos_token"),
+        )?)),
+        None => None,
+    };
+    let mut eos_ids = vec![];
+    if let Ok(gen) = tokenizer::read_json(&dir.join("generation_config.json")) {
+        match &gen["eos_token_id"] {
+            Value::Number(n) => eos_ids.extend(n.as_u64().map(|v| v as u32)),
+            Value::Array(a) => {
+                eos_ids.extend(a.iter().filter_map(|v| v.as_u64().map(|v| v as u32)))
+            }
+            _ => {}
+        }
+    }
+    if let Some(id) = tokenizer.token_to_id(&tok_field("eos_token")) {
+        eos_ids.push(id);
+    }
+    add_template_end_tokens(&mut eos_ids, template_src.as_deref(), &tokenizer);
+    let weights = WeightSource::Safetensors(SafetensorsSet::open(dir)?);
+    let name = cfg_json
+        .get("_name_or_path")
+        .and_then(|v| v.as_str())
+        .filter(|s| !s.is_empty())
+        .map(|s| s.rsplit('/').next().unwrap_or(s).to_string());
+    let name = name.unwrap_or_else(|| {
+        dir.file_name()
+            .map(|s| s.to_string_lossy().to_string())
+            .unwrap_or_default()
+    });
+    let name = name
+        .replace("--", "/")
+        .rsplit('/')
+        .next()
+        .unwrap_or_default()
+        .to_string();
+    Ok(LoadedModel {
+        name,
+        config,
+        tokenizer,
+        chat_template,
+        eos_token_ids: eos_ids,
+        weights,
+    })
+}
+
+/// Parses a Hugging Face `config.json` of the Llama family.
+pub fn hf_config(c: &Value) -> Result<ModelConfig> {
+    let get = |k: &str| {
+        c.get(k)
+            .and_then(|v| v.as_u64())
+            .map(|v| v as usize)
+            .ok_or_else(|| anyhow!("field {k} is missing or not an integer"))
+    };
+    let model_type = c
+        .get("model_type")
+        .and_then(|v| v.as_str())
+        .unwrap_or("llama");
+    let arch = match model_type {
+        "llama" | "mistral" => "llama",
+        "qwen2" => "qwen2",
+        other => bail!("model_type {other:?} is not supported (llama, mistral, qwen2)"),
+    };
+    let hidden = get("hidden_size")?;
+    let heads = get("num_attention_heads")?;
+    let mut max_pos = get("max_position_embeddings").unwrap_or(4096);
+    if model_type == "mistral" {
+        if let Some(w) = c.get("sliding_window").and_then(|v| v.as_u64()) {
+            // Exact without sliding-window attention as long as no sequence exceeds the window.
+            max_pos = max_pos.min(w as usize);
+        }
+    }
+    let rope_scaling = match c.get("rope_scaling").filter(|v| !v.is_null()) {
+        None => RopeScaling::None,
+        Some(rs) => {
+            let ty = rs
+                .get("rope_type")
+                .or_else(|| rs.get("type"))
+                .and_then(|v| v.as_str())
+                .unwrap_or("");
+            let f = |k: &str, d: f64| rs.get(k).and_then(|v| v.as_f64()).unwrap_or(d) as f32;
+            match ty {
+                "llama3" => RopeScaling::Llama3 {
+                    factor: f("factor", 8.0),
+                    low_freq_factor: f("low_freq_factor", 1.0),
+                    high_freq_factor: f("high_freq_factor", 4.0),
+                    original_max_position_embeddings: rs
+                        .get("original_max_position_embeddings")
+                        .and_then(|v| v.as_u64())
+                        .unwrap_or(8192)
+                        as usize,
+                },
+                "linear" => RopeScaling::Linear {
+                    factor: f("factor", 1.0),
+                },
+                "default" | "" => RopeScaling::None,
+                other => bail!("rope_scaling type {other:?} is not supported (llama3, linear)"),
+            }
+        }
+    };
+    Ok(ModelConfig {
+        architecture: arch.into(),
+        hidden_size: hidden,
+        intermediate_size: get("intermediate_size")?,
+        num_layers: get("num_hidden_layers")?,
+        num_heads: heads,
+        num_kv_heads: get("num_key_value_heads").unwrap_or(heads),
+        head_dim: get("head_dim").unwrap_or(hidden / heads),
+        vocab_size: get("vocab_size")?,
+        max_position_embeddings: max_pos,
+        rms_norm_eps: c
+            .get("rms_norm_eps")
+            .and_then(|v| v.as_f64())
+            .unwrap_or(1e-5) as f32,
+        rope_theta: c
+            .get("rope_theta")
+            .and_then(|v| v.as_f64())
+            .unwrap_or(10000.0) as f32,
+        rope_scaling,
+        rope_interleaved: false,
+        tie_word_embeddings: c
+            .get("tie_word_embeddings")
+            .and_then(|v| v.as_bool())
+            .unwrap_or(false),
+        attention_bias: c
+            .get("attention_bias")
+            .and_then(|v| v.as_bool())
+            .unwrap_or(arch == "qwen2"),
+    })
+}
+
+/// Real shapes with deterministic random weights; the default model's tokenizer and
+/// chat template stand in (outputs are meaningless; only speed is).
+fn load_dummy(spec: &ModelSpec) -> Result<LoadedModel> {
+    let shape = spec.model_shape.as_deref().ok_or_else(|| {
+        anyhow!(
+            "--load-format dummy needs --model-shape (one of: {})",
+            ModelConfig::NAMED_SHAPES.join(", ")
+        )
+    })?;
+    let config = ModelConfig::named_shape(shape).ok_or_else(|| {
+        anyhow!(
+            "unknown model shape {shape:?} (known: {})",
+            ModelConfig::NAMED_SHAPES.join(", ")
+        )
+    })?;
+    let base = load_gguf(&hub::ensure_default_model(false)?)?;
+    Ok(LoadedModel {
+        name: format!("dummy-{shape}"),
+        config,
+        tokenizer: base.tokenizer,
+        chat_template: base.chat_template,
+        eos_token_ids: base.eos_token_ids,
+        weights: WeightSource::Dummy { seed: 0 },
+    })
+}

@@ -1,0 +1,240 @@
+//! The CPU backend: f32 compute, multi-threaded with rayon, batch-invariant.
+//!
+//! Batch invariance: every output value is computed by the same sequence of
+//! floating-point operations whatever else is in the batch — matmuls compute each
+//! (token, output) dot product independently in a fixed order, and attention walks
+//! each (sequence, head, query) over its own context in position order. Parallelism
+//! only splits *which* values a thread computes, never how one value is summed.
+
+mod kernels;
+
+use crate::{AttnShape, Backend, HostMatrix, KvSpec, RopeSpec, StepInput};
+use anyhow::{ensure, Result};
+use rayon::prelude::*;
+
+pub use kernels::dot;
+
+/// Activations: row-major `[rows][cols]` f32.
+#[derive(Debug, Clone)]
+pub struct CpuTensor {
+    pub rows: usize,
+    pub cols: usize,
+    pub data: Vec<f32>,
+}
+
+/// A weight matrix `[rows=out][cols=in]`.
+pub struct CpuMatrix {
+    rows: usize,
+    cols: usize,
+    data: Vec<f32>,
+}
+
+pub struct CpuVector(Vec<f32>);
+
+struct KvPool {
+    spec: KvSpec,
+    /// Per layer: `[block][slot][kv_head][head_dim]` for K and for V.
+    k: Vec<Vec<f32>>,
+    v: Vec<Vec<f32>>,
+}
+
+#[derive(Default)]
+pub struct CpuBackend {
+    kv: Option<KvPool>,
+    step: StepInput,
+}
+
+impl CpuBackend {
+    pub fn new() -> Self {
+        Self::default()
+    }
+}
+
+impl Backend for CpuBackend {
+    type Tensor = CpuTensor;
+    type Matrix = CpuMatrix;
+    type Vector = CpuVector;
+
+    fn name(&self) -> String {
+        "cpu".into()
+    }
+
+    fn upload_matrix(&mut self, m: HostMatrix) -> Result<CpuMatrix> {
+        ensure!(
+            m.data.len() == m.rows * m.cols,
+            "matrix data has {} values, expected {}x{}",
+            m.data.len(),
+            m.rows,
+            m.cols
+        );
+        Ok(CpuMatrix {
+            rows: m.rows,
+            cols: m.cols,
+            data: m.data,
+        })
+    }
+
+    fn upload_vector(&mut self, v: &[f32]) -> Result<CpuVector> {
+        Ok(CpuVector(v.to_vec()))
+    }
+
+    fn alloc_kv(&mut self, spec: KvSpec) -> Result<()> {
+        let per_layer = spec.num_blocks * spec.block_size * spec.n_kv_heads * spec.head_dim;
+        self.kv = Some(KvPool {
+            spec,
+            k: (0..spec.layers).map(|_| vec![0.0; per_layer]).collect(),
+            v: (0..spec.layers).map(|_| vec![0.0; per_layer]).collect(),
+        });
+        Ok(())
+    }
+
+    fn begin_step(&mut self, step: &StepInput) -> Result<()> {
+        let kv = self
+            .kv
+            .as_ref()
+            .ok_or_else(|| anyhow::anyhow!("KV pool not allocated"))?;
+        step.validate(kv.spec.num_blocks, kv.spec.block_size)?;
+        self.step = step.clone();
+        Ok(())
+    }
+
+    fn embed(&mut self, table: &CpuMatrix) -> CpuTensor {
+        let cols = table.cols;
+        let mut data = Vec::with_capacity(self.step.tokens.len() * cols);
+        for &t in &self.step.tokens {
+            let t = t as usize;
+            data.extend_from_slice(&table.data[t * cols..(t + 1) * cols]);
+        }
+        CpuTensor {
+            rows: self.step.tokens.len(),
+            cols,
+            data,
+        }
+    }
+
+    fn rms_norm(&mut self, x: &CpuTensor, w: &CpuVector, eps: f32) -> CpuTensor {
+        let mut out = x.clone();
+        out.data
+            .par_chunks_mut(x.cols)
+            .for_each(|row| kernels::rms_norm_inplace(row, &w.0, eps));
+        out
+    }
+
+    fn add_assign(&mut self, x: &mut CpuTensor, y: &CpuTensor) {
+        for (a, b) in x.data.iter_mut().zip(&y.data) {
+            *a += b;
+        }
+    }
+
+    fn linear(&mut self, x: &CpuTensor, w: &CpuMatrix, bias: Option<&CpuVector>) -> CpuTensor {
+        assert_eq!(
+            x.cols, w.cols,
+            "linear: input has {} columns, weight expects {}",
+            x.cols, w.cols
+        );
+        let mut out = kernels::matmul_t(&x.data, x.rows, &w.data, w.rows, w.cols);
+        if let Some(b) = bias {
+            for row in out.chunks_mut(w.rows) {
+                for (o, bv) in row.iter_mut().zip(&b.0) {
+                    *o += bv;
+                }
+            }
+        }
+        CpuTensor {
+            rows: x.rows,
+            cols: w.rows,
+            data: out,
+        }
+    }
+
+    fn rope(&mut self, x: &mut CpuTensor, n_heads: usize, head_dim: usize, rope: &RopeSpec) {
+        let positions = &self.step.positions;
+        x.data
+            .par_chunks_mut(x.cols)
+            .zip(positions.par_iter())
+            .for_each(|(row, &pos)| {
+                for h in 0..n_heads {
+                    kernels::rope_head(&mut row[h * head_dim..(h + 1) * head_dim], pos, rope);
+                }
+            });
+    }
+
+    fn attention(
+        &mut self,
+        layer: usize,
+        q: &CpuTensor,
+        k: &CpuTensor,
+        v: &CpuTensor,
+        shape: AttnShape,
+    ) -> CpuTensor {
+        let kv = self.kv.as_mut().expect("KV pool allocated before any step");
+        let bs = kv.spec.block_size;
+        let kv_width = shape.n_kv_heads * shape.head_dim;
+        // Write this step's K/V into the pool slots of their positions.
+        for seq in &self.step.seqs {
+            for j in 0..seq.query_len {
+                let t = seq.query_start + j;
+                let pos = seq.context_len - seq.query_len + j;
+                let slot = seq.block_table[pos / bs] as usize * bs + pos % bs;
+                kv.k[layer][slot * kv_width..(slot + 1) * kv_width]
+                    .copy_from_slice(&k.data[t * kv_width..(t + 1) * kv_width]);
+                kv.v[layer][slot * kv_width..(slot + 1) * kv_width]
+                    .copy_from_slice(&v.data[t * kv_width..(t + 1) * kv_width]);
+            }
+        }
+        let (kl, vl) = (&kv.k[layer], &kv.v[layer]);
+        let width = shape.n_heads * shape.head_dim;
+        let mut out = vec![0.0f32; q.rows * width];
+        // One task per (sequence, query head); each writes disjoint output cells.
+        let tasks: Vec<(usize, usize)> = (0..self.step.seqs.len())
+            .flat_map(|s| (0..shape.n_heads).map(move |h| (s, h)))
+            .collect();
+        let results: Vec<Vec<f32>> = tasks
+            .par_iter()
+            .map(|&(s, h)| kernels::attend_head(&self.step.seqs[s], h, &q.data, kl, vl, shape, bs))
+            .collect();
+        for (&(s, h), res) in tasks.iter().zip(results) {
+            let seq = &self.step.seqs[s];
+            for j in 0..seq.query_len {
+                let t = seq.query_start + j;
+                out[t * width + h * shape.head_dim..t * width + (h + 1) * shape.head_dim]
+                    .copy_from_slice(&res[j * shape.head_dim..(j + 1) * shape.head_dim]);
+            }
+        }
+        CpuTensor {
+            rows: q.rows,
+            cols: width,
+            data: out,
+        }
+    }
+
+    fn silu_mul(&mut self, gate: &CpuTensor, up: &CpuTensor) -> CpuTensor {
+        let data = gate
+            .data
+            .iter()
+            .zip(&up.data)
+            .map(|(&g, &u)| g / (1.0 + (-g).exp()) * u)
+            .collect();
+        CpuTensor {
+            rows: gate.rows,
+            cols: gate.cols,
+            data,
+        }
+    }
+
+    fn gather_logit_rows(&mut self, x: &CpuTensor) -> CpuTensor {
+        let mut data = Vec::with_capacity(self.step.logit_rows.len() * x.cols);
+        for &r in &self.step.logit_rows {
+            data.extend_from_slice(&x.data[r * x.cols..(r + 1) * x.cols]);
+        }
+        CpuTensor {
+            rows: self.step.logit_rows.len(),
+            cols: x.cols,
+            data,
+        }
+    }
+
+    fn to_host(&mut self, x: &CpuTensor) -> Vec<f32> {
+        x.data.clone()
+    }
+}

@@ -1,0 +1,181 @@
+//! The Llama-family forward pass (Llama 2/3.x, SmolLM2, Qwen2/2.5, Mistral without
+//! sliding window, DeepSeek-R1-Distill), written once against [`Backend`].
+
+use crate::config::ModelConfig;
+use crate::runner::{Logits, ModelRunner, StepInput};
+use crate::weights::WeightSource;
+use anyhow::Result;
+use wring_backend::{AttnShape, Backend, KvSpec, RopeSpec};
+
+struct Layer<B: Backend> {
+    attn_norm: B::Vector,
+    q: B::Matrix,
+    k: B::Matrix,
+    v: B::Matrix,
+    q_bias: Option<B::Vector>,
+    k_bias: Option<B::Vector>,
+    v_bias: Option<B::Vector>,
+    o: B::Matrix,
+    ffn_norm: B::Vector,
+    gate: B::Matrix,
+    up: B::Matrix,
+    down: B::Matrix,
+}
+
+pub struct LlamaRunner<B: Backend> {
+    backend: B,
+    cfg: ModelConfig,
+    embed: B::Matrix,
+    layers: Vec<Layer<B>>,
+    norm: B::Vector,
+    /// None when tied to the embedding.
+    lm_head: Option<B::Matrix>,
+    rope: RopeSpec,
+    kv: KvSpec,
+}
+
+impl<B: Backend> LlamaRunner<B> {
+    /// Uploads every weight from `src` (one tensor at a time) and allocates the KV pool.
+    pub fn new(
+        mut backend: B,
+        cfg: ModelConfig,
+        src: &WeightSource,
+        num_blocks: usize,
+        block_size: usize,
+    ) -> Result<Self> {
+        let (h, i) = (cfg.hidden_size, cfg.intermediate_size);
+        let (qd, kvd) = (
+            cfg.num_heads * cfg.head_dim,
+            cfg.num_kv_heads * cfg.head_dim,
+        );
+        let embed = backend.upload_matrix(src.matrix("token_embd.weight", cfg.vocab_size, h)?)?;
+        let mut layers = Vec::with_capacity(cfg.num_layers);
+        for l in 0..cfg.num_layers {
+            let n = |s: &str| format!("blk.{l}.{s}");
+            let mut mat = |s: &str, rows, cols| -> Result<B::Matrix> {
+                backend.upload_matrix(src.matrix(&n(s), rows, cols)?)
+            };
+            let (q, k, v, o) = (
+                mat("attn_q.weight", qd, h)?,
+                mat("attn_k.weight", kvd, h)?,
+                mat("attn_v.weight", kvd, h)?,
+                mat("attn_output.weight", h, qd)?,
+            );
+            let (gate, up, down) = (
+                mat("ffn_gate.weight", i, h)?,
+                mat("ffn_up.weight", i, h)?,
+                mat("ffn_down.weight", h, i)?,
+            );
+            let mut bias = |s: &str, len| -> Result<Option<B::Vector>> {
+                if src.has(&cfg, &n(s)) {
+                    Ok(Some(backend.upload_vector(&src.vector(&n(s), len)?)?))
+                } else {
+                    Ok(None)
+                }
+            };
+            let (q_bias, k_bias, v_bias) = (
+                bias("attn_q.bias", qd)?,
+                bias("attn_k.bias", kvd)?,
+                bias("attn_v.bias", kvd)?,
+            );
+            let attn_norm = backend.upload_vector(&src.vector(&n("attn_norm.weight"), h)?)?;
+            let ffn_norm = backend.upload_vector(&src.vector(&n("ffn_norm.weight"), h)?)?;
+            layers.push(Layer {
+                attn_norm,
+                q,
+                k,
+                v,
+                q_bias,
+                k_bias,
+                v_bias,
+                o,
+                ffn_norm,
+                gate,
+                up,
+                down,
+            });
+        }
+        let norm = backend.upload_vector(&src.vector("output_norm.weight", h)?)?;
+        let lm_head = if src.has(&cfg, "output.weight") {
+            Some(backend.upload_matrix(src.matrix("output.weight", cfg.vocab_size, h)?)?)
+        } else {
+            None
+        };
+        let kv = KvSpec {
+            layers: cfg.num_layers,
+            num_blocks,
+            block_size,
+            n_kv_heads: cfg.num_kv_heads,
+            head_dim: cfg.head_dim,
+        };
+        backend.alloc_kv(kv)?;
+        let rope = RopeSpec {
+            inv_freq: cfg.rope_inv_freq(),
+            interleaved: cfg.rope_interleaved,
+        };
+        Ok(Self {
+            backend,
+            cfg,
+            embed,
+            layers,
+            norm,
+            lm_head,
+            rope,
+            kv,
+        })
+    }
+}
+
+impl<B: Backend> ModelRunner for LlamaRunner<B> {
+    fn forward(&mut self, step: &StepInput) -> Result<Logits> {
+        let b = &mut self.backend;
+        let c = &self.cfg;
+        b.begin_step(step)?;
+        let shape = AttnShape {
+            n_heads: c.num_heads,
+            n_kv_heads: c.num_kv_heads,
+            head_dim: c.head_dim,
+        };
+        let eps = c.rms_norm_eps;
+        let mut x = b.embed(&self.embed);
+        for (l, w) in self.layers.iter().enumerate() {
+            let h = b.rms_norm(&x, &w.attn_norm, eps);
+            let mut q = b.linear(&h, &w.q, w.q_bias.as_ref());
+            let mut k = b.linear(&h, &w.k, w.k_bias.as_ref());
+            let v = b.linear(&h, &w.v, w.v_bias.as_ref());
+            b.rope(&mut q, c.num_heads, c.head_dim, &self.rope);
+            b.rope(&mut k, c.num_kv_heads, c.head_dim, &self.rope);
+            let a = b.attention(l, &q, &k, &v, shape);
+            let o = b.linear(&a, &w.o, None);
+            b.add_assign(&mut x, &o);
+            let h = b.rms_norm(&x, &w.ffn_norm, eps);
+            let g = b.linear(&h, &w.gate, None);
+            let u = b.linear(&h, &w.up, None);
+            let m = b.silu_mul(&g, &u);
+            let d = b.linear(&m, &w.down, None);
+            b.add_assign(&mut x, &d);
+        }
+        let x = b.gather_logit_rows(&x);
+        let x = b.rms_norm(&x, &self.norm, eps);
+        let logits = b.linear(&x, self.lm_head.as_ref().unwrap_or(&self.embed), None);
+        let data = b.to_host(&logits);
+        Ok(Logits {
+            rows: step.logit_rows.len(),
+            vocab: c.vocab_size,
+            data,
+        })
+    }
+
+    fn block_size(&self) -> usize {
+        self.kv.block_size
+    }
+    fn num_blocks(&self) -> usize {
+        self.kv.num_blocks
+    }
+    fn vocab_size(&self) -> usize {
+        self.cfg.vocab_size
+    }
+    fn device_name(&self) -> String {
+        self.backend.name()
+    }
+}

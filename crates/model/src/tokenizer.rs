@@ -1,0 +1,228 @@
+//! Tokenizers: the BPE vocabulary embedded in a GGUF file (rebuilt as a `tokenizers`
+//! pipeline) or a Hugging Face `tokenizer.json`, plus incremental detokenisation.
+
+use crate::gguf::GgufFile;
+use anyhow::{anyhow, bail, Context, Result};
+use serde_json::{json, Value};
+use std::path::Path;
+use std::sync::Arc;
+
+pub struct Tokenizer {
+    inner: tokenizers::Tokenizer,
+    bos: Option<u32>,
+    add_bos: bool,
+}
+
+/// Pre-tokenizer regexes by GGUF `tokenizer.ggml.pre` (the published split patterns
+/// of each model family).
+fn pre_tokenizer_for(pre: &str) -> Result<Value> {
+    let byte_level = |use_regex: bool| json!({"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": use_regex});
+    let split = |pattern: &str| json!({"type": "Split", "pattern": {"Regex": pattern}, "behavior": "Isolated", "invert": false});
+    Ok(match pre {
+        "smollm" | "starcoder" | "refact" => json!({"type": "Sequence", "pretokenizers": [{"type": "Digits", "individual_digits": true}, byte_level(true)]}),
+        "gpt2" | "gpt-2" | "default" => byte_level(true),
+        "llama-bpe" | "llama3" | "llama-v3" => json!({"type": "Sequence", "pretokenizers": [
+            split(r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"),
+            byte_level(false)]}),
+        "qwen2" | "deepseek-r1-qwen" => json!({"type": "Sequence", "pretokenizers": [
+            split(r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"),
+            byte_level(false)]}),
+        other => bail!("GGUF pre-tokenizer type {other:?} is not supported (supported: smollm, gpt2, llama-bpe, qwen2)"),
+    })
+}
+
+impl Tokenizer {
+    /// Builds the tokenizer described by a GGUF file's `tokenizer.ggml.*` keys.
+    pub fn from_gguf(g: &GgufFile) -> Result<Self> {
+        let model = g.get_str("tokenizer.ggml.model").unwrap_or("");
+        if model != "gpt2" {
+            bail!("GGUF tokenizer model {model:?} is not supported (only byte-level BPE, \"gpt2\"); use a Hugging Face directory with tokenizer.json instead");
+        }
+        let pre = g.get_str("tokenizer.ggml.pre").unwrap_or("default");
+        let tokens = g
+            .get("tokenizer.ggml.tokens")
+            .and_then(|v| v.as_array())
+            .ok_or_else(|| anyhow!("tokenizer.ggml.tokens is missing"))?;
+        let types = g
+            .get("tokenizer.ggml.token_type")
+            .and_then(|v| v.as_array());
+        let merges = g
+            .get("tokenizer.ggml.merges")
+            .and_then(|v| v.as_array())
+            .ok_or_else(|| anyhow!("tokenizer.ggml.merges is missing"))?;
+        let mut vocab = serde_json::Map::with_capacity(tokens.len());
+        let mut added = vec![];
+        for (id, t) in tokens.iter().enumerate() {
+            let s = t
+                .as_str()
+                .ok_or_else(|| anyhow!("token {id} is not a string"))?;
+            vocab.insert(s.to_string(), json!(id));
+            let ty = types
+                .and_then(|ts| ts.get(id))
+                .and_then(|v| v.as_u64())
+                .unwrap_or(1);
+            // 3 = control, 4 = user-defined: matched whole in text, never split by BPE.
+            if ty == 3 || ty == 4 {
+                added.push(json!({"id": id, "content": s, "single_word": false, "lstrip": false, "rstrip": false, "normalized": false, "special": ty == 3}));
+            }
+        }
+        let merges: Vec<Value> = merges
+            .iter()
+            .filter_map(|m| m.as_str().map(|s| json!(s)))
+            .collect();
+        let spec = json!({
+            "version": "1.0",
+            "truncation": null,
+            "padding": null,
+            "added_tokens": added,
+            "normalizer": null,
+            "pre_tokenizer": pre_tokenizer_for(pre)?,
+            "post_processor": null,
+            "decoder": {"type": "ByteLevel", "add_prefix_space": true, "trim_offsets": true, "use_regex": true},
+            "model": {"type": "BPE", "dropout": null, "unk_token": null, "continuing_subword_prefix": null, "end_of_word_suffix": null,
+                      "fuse_unk": false, "byte_fallback": false, "ignore_merges": pre.starts_with("llama"), "vocab": vocab, "merges": merges}
+        });
+        let inner = tokenizers::Tokenizer::from_bytes(serde_json::to_vec(&spec)?)
+            .map_err(|e| anyhow!("building the GGUF tokenizer: {e}"))?;
+        let bos = g.get_u64("tokenizer.ggml.bos_token_id").map(|v| v as u32);
+        let add_bos = g
+            .get("tokenizer.ggml.add_bos_token")
+            .and_then(|v| v.as_bool())
+            .unwrap_or(false);
+        Ok(Self {
+            inner,
+            bos,
+            add_bos,
+        })
+    }
+
+    /// Loads `tokenizer.json`; BOS handling from `tokenizer_config.json` when given.
+    pub fn from_file(path: &Path, tokenizer_config: Option<&Value>) -> Result<Self> {
+        let inner = tokenizers::Tokenizer::from_file(path)
+            .map_err(|e| anyhow!("cannot load {}: {e}", path.display()))?;
+        let bos_str = tokenizer_config.and_then(|c| token_string(c.get("bos_token")?));
+        let bos = bos_str.as_deref().and_then(|s| inner.token_to_id(s));
+        let add_bos = tokenizer_config
+            .and_then(|c| c.get("add_bos_token")?.as_bool())
+            .unwrap_or_else(|| {
+                // Llama 3 adds BOS through its post-processor; the engine adds it explicitly instead.
+                bos_str.as_deref() == Some("<|begin_of_text|>")
+            });
+        Ok(Self {
+            inner,
+            bos,
+            add_bos,
+        })
+    }
+
+    /// Token ids of `text`. Special tokens written in the text match whole. No BOS
+    /// is added here (see [`Tokenizer::add_bos`]).
+    pub fn encode(&self, text: &str) -> Result<Vec<u32>> {
+        let enc = self
+            .inner
+            .encode(text, false)
+            .map_err(|e| anyhow!("tokenizer failed: {e}"))?;
+        Ok(enc.get_ids().to_vec())
+    }
+
+    pub fn decode(&self, ids: &[u32], skip_special: bool) -> Result<String> {
+        self.inner
+            .decode(ids, skip_special)
+            .map_err(|e| anyhow!("detokenizer failed: {e}"))
+    }
+
+    pub fn vocab_size(&self) -> usize {
+        self.inner.get_vocab_size(true)
+    }
+    pub fn token_to_id(&self, tok: &str) -> Option<u32> {
+        self.inner.token_to_id(tok)
+    }
+    pub fn id_to_token(&self, id: u32) -> Option<String> {
+        self.inner.id_to_token(id)
+    }
+    pub fn bos_token_id(&self) -> Option<u32> {
+        self.bos
+    }
+    /// Whether prompts should begin with BOS (the model's own setting).
+    pub fn add_bos(&self) -> bool {
+        self.add_bos && self.bos.is_some()
+    }
+}
+
+/// `"<s>"` or `{"content": "<s>", ...}` in tokenizer_config.json.
+pub(crate) fn token_string(v: &Value) -> Option<String> {
+    match v {
+        Value::String(s) => Some(s.clone()),
+        Value::Object(o) => o.get("content")?.as_str().map(str::to_string),
+        _ => None,
+    }
+}
+
+/// Streams text for a growing token sequence without ever splitting a UTF-8 character:
+/// text is released only once the decoded suffix no longer ends in a replacement
+/// character (the standard prefix/read-offset scheme).
+pub struct IncrementalDecoder {
+    tokenizer: Arc<Tokenizer>,
+    ids: Vec<u32>,
+    prefix_offset: usize,
+    read_offset: usize,
+    skip_special: bool,
+}
+
+impl IncrementalDecoder {
+    pub fn new(tokenizer: Arc<Tokenizer>, prompt_ids: &[u32], skip_special: bool) -> Self {
+        // A few prompt tokens give the decoder context (e.g. for leading spaces).
+        let ctx = &prompt_ids[prompt_ids.len().saturating_sub(4)..];
+        Self {
+            tokenizer,
+            ids: ctx.to_vec(),
+            prefix_offset: 0,
+            read_offset: ctx.len(),
+            skip_special,
+        }
+    }
+
+    fn text(&self, from: usize, to: usize) -> String {
+        self.tokenizer
+            .decode(&self.ids[from..to], self.skip_special)
+            .unwrap_or_default()
+    }
+
+    /// Newly completed text after appending `id` ("" while a character is incomplete).
+    pub fn push(&mut self, id: u32) -> String {
+        self.ids.push(id);
+        let prefix = self.text(self.prefix_offset, self.read_offset);
+        let full = self.text(self.prefix_offset, self.ids.len());
+        if full.len() > prefix.len()
+            && !full.ends_with('\u{FFFD}')
+            && full.is_char_boundary(prefix.len())
+        {
+            let out = full[prefix.len()..].to_string();
+            self.prefix_offset = self.read_offset;
+            self.read_offset = self.ids.len();
+            out
+        } else {
+            String::new()
+        }
+    }
+
+    /// Whatever text is still held back (at the end of a request).
+    pub fn flush(&mut self) -> String {
+        let prefix = self.text(self.prefix_offset, self.read_offset);
+        let full = self.text(self.prefix_offset, self.ids.len());
+        self.prefix_offset = self.read_offset;
+        self.read_offset = self.ids.len();
+        if full.len() > prefix.len() && full.is_char_boundary(prefix.len()) {
+            full[prefix.len()..].to_string()
+        } else {
+            String::new()
+        }
+    }
+}
+
+/// Reads a JSON file with a useful error.
+pub(crate) fn read_json(path: &Path) -> Result<Value> {
+    let s =
+        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    serde_json::from_str(&s).with_context(|| format!("{} is not valid JSON", path.display()))
+}

@@ -1,0 +1,225 @@
+//! Where weights come from: a GGUF file, a Hugging Face safetensors directory, or
+//! deterministic random ("dummy") values. Every source answers by canonical GGUF-style
+//! tensor name (`blk.3.attn_q.weight`) with f32 host data; the runner uploads each
+//! tensor to its backend and drops the host copy.
+
+use crate::config::ModelConfig;
+use crate::gguf::GgufFile;
+use anyhow::{anyhow, bail, ensure, Context, Result};
+use half::{bf16, f16};
+use memmap2::Mmap;
+use rand::{Rng, SeedableRng};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use wring_backend::HostMatrix;
+
+pub enum WeightSource {
+    Gguf(GgufFile),
+    Safetensors(SafetensorsSet),
+    Dummy { seed: u64 },
+}
+
+/// The mapped shards of a safetensors checkpoint and which shard holds which tensor.
+pub struct SafetensorsSet {
+    shards: Vec<(PathBuf, Mmap)>,
+    index: HashMap<String, usize>,
+}
+
+impl SafetensorsSet {
+    /// `model.safetensors`, or the shards named by `model.safetensors.index.json`.
+    pub fn open(dir: &Path) -> Result<Self> {
+        let single = dir.join("model.safetensors");
+        let files: Vec<PathBuf> = if single.exists() {
+            vec![single]
+        } else {
+            let idx_path = dir.join("model.safetensors.index.json");
+            let idx = crate::tokenizer::read_json(&idx_path).with_context(|| {
+                format!(
+                    "{} has neither model.safetensors nor model.safetensors.index.json",
+                    dir.display()
+                )
+            })?;
+            let map = idx
+                .get("weight_map")
+                .and_then(|m| m.as_object())
+                .ok_or_else(|| anyhow!("{} has no weight_map", idx_path.display()))?;
+            let mut names: Vec<String> = map
+                .values()
+                .filter_map(|v| v.as_str().map(str::to_string))
+                .collect();
+            names.sort();
+            names.dedup();
+            names.into_iter().map(|n| dir.join(n)).collect()
+        };
+        let mut shards = vec![];
+        let mut index = HashMap::new();
+        for (i, path) in files.into_iter().enumerate() {
+            let f = std::fs::File::open(&path)
+                .with_context(|| format!("cannot open {}", path.display()))?;
+            // SAFETY: read-only mapping of a weight file wring does not modify.
+            let mmap = unsafe { Mmap::map(&f) }?;
+            let st = safetensors::SafeTensors::deserialize(&mmap)
+                .map_err(|e| anyhow!("{} is not a valid safetensors file: {e}", path.display()))?;
+            for name in st.names() {
+                index.insert(name.to_string(), i);
+            }
+            shards.push((path, mmap));
+        }
+        Ok(Self { shards, index })
+    }
+
+    fn tensor(&self, name: &str) -> Result<Option<(Vec<usize>, Vec<f32>)>> {
+        let Some(&i) = self.index.get(name) else {
+            return Ok(None);
+        };
+        let (path, mmap) = &self.shards[i];
+        let st = safetensors::SafeTensors::deserialize(mmap)
+            .map_err(|e| anyhow!("{}: {e}", path.display()))?;
+        let t = st
+            .tensor(name)
+            .map_err(|e| anyhow!("{}: tensor {name}: {e}", path.display()))?;
+        let b = t.data();
+        use safetensors::Dtype;
+        let data: Vec<f32> = match t.dtype() {
+            Dtype::F32 => b
+                .chunks_exact(4)
+                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect(),
+            Dtype::F16 => b
+                .chunks_exact(2)
+                .map(|c| f16::from_le_bytes([c[0], c[1]]).to_f32())
+                .collect(),
+            Dtype::BF16 => b
+                .chunks_exact(2)
+                .map(|c| bf16::from_le_bytes([c[0], c[1]]).to_f32())
+                .collect(),
+            d => bail!(
+                "{}: tensor {name} has dtype {d:?}; wring reads F32, F16 and BF16",
+                path.display()
+            ),
+        };
+        Ok(Some((t.shape().to_vec(), data)))
+    }
+}
+
+/// Hugging Face name of a canonical tensor name.
+fn hf_name(canonical: &str) -> String {
+    let (stem, suffix) = canonical.rsplit_once('.').unwrap_or((canonical, "weight"));
+    let mapped = if let Some(rest) = stem.strip_prefix("blk.") {
+        let (layer, part) = rest.split_once('.').unwrap_or((rest, ""));
+        let p = match part {
+            "attn_norm" => "input_layernorm",
+            "attn_q" => "self_attn.q_proj",
+            "attn_k" => "self_attn.k_proj",
+            "attn_v" => "self_attn.v_proj",
+            "attn_output" => "self_attn.o_proj",
+            "ffn_norm" => "post_attention_layernorm",
+            "ffn_gate" => "mlp.gate_proj",
+            "ffn_up" => "mlp.up_proj",
+            "ffn_down" => "mlp.down_proj",
+            other => other,
+        };
+        format!("model.layers.{layer}.{p}")
+    } else {
+        match stem {
+            "token_embd" => "model.embed_tokens".into(),
+            "output_norm" => "model.norm".into(),
+            "output" => "lm_head".into(),
+            other => other.into(),
+        }
+    };
+    format!("{mapped}.{suffix}")
+}
+
+impl WeightSource {
+    /// Whether the source has this tensor (dummy sources have every tensor the config implies).
+    pub fn has(&self, cfg: &ModelConfig, name: &str) -> bool {
+        match self {
+            WeightSource::Gguf(g) => g.tensors.contains_key(name),
+            WeightSource::Safetensors(s) => s.index.contains_key(&hf_name(name)),
+            WeightSource::Dummy { .. } => {
+                !(name == "output.weight" && cfg.tie_word_embeddings)
+                    && (cfg.attention_bias || !name.ends_with(".bias"))
+            }
+        }
+    }
+
+    /// A linear weight `[rows=out][cols=in]`.
+    pub fn matrix(&self, name: &str, rows: usize, cols: usize) -> Result<HostMatrix> {
+        let data = match self {
+            WeightSource::Gguf(g) => {
+                let (dims, data) = g.dequantize(name)?;
+                ensure!(dims == [cols, rows], "tensor {name}: shape {dims:?} in the file, expected [{cols}, {rows}] for this config");
+                data
+            }
+            WeightSource::Safetensors(s) => {
+                let hf = hf_name(name);
+                let (shape, data) = s
+                    .tensor(&hf)?
+                    .ok_or_else(|| anyhow!("tensor {hf} is missing from the checkpoint"))?;
+                ensure!(
+                    shape == [rows, cols],
+                    "tensor {hf}: shape {shape:?} in the checkpoint, expected [{rows}, {cols}]"
+                );
+                data
+            }
+            WeightSource::Dummy { seed } => {
+                dummy_values(*seed, name, rows * cols, 1.0 / (cols as f32).sqrt())
+            }
+        };
+        Ok(HostMatrix { rows, cols, data })
+    }
+
+    /// A 1-D parameter (norm weight, bias).
+    pub fn vector(&self, name: &str, len: usize) -> Result<Vec<f32>> {
+        let data = match self {
+            WeightSource::Gguf(g) => g.dequantize(name)?.1,
+            WeightSource::Safetensors(s) => {
+                let hf = hf_name(name);
+                s.tensor(&hf)?
+                    .ok_or_else(|| anyhow!("tensor {hf} is missing from the checkpoint"))?
+                    .1
+            }
+            WeightSource::Dummy { seed } if name.contains("norm") => {
+                let mut v = dummy_values(*seed, name, len, 0.1);
+                v.iter_mut().for_each(|x| *x += 1.0);
+                v
+            }
+            WeightSource::Dummy { seed } => dummy_values(*seed, name, len, 0.02),
+        };
+        ensure!(
+            data.len() == len,
+            "tensor {name}: {} values, expected {len}",
+            data.len()
+        );
+        Ok(data)
+    }
+}
+
+/// Deterministic uniform values in ±scale·√3 (unit variance × scale), seeded per tensor name.
+fn dummy_values(seed: u64, name: &str, n: usize, scale: f32) -> Vec<f32> {
+    let h = name.bytes().fold(seed ^ 0xcbf29ce484222325, |h, b| {
+        (h ^ b as u64).wrapping_mul(0x100000001b3)
+    });
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(h);
+    let a = scale * 3f32.sqrt();
+    (0..n).map(|_| rng.gen_range(-a..a)).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    #[test]
+    fn hf_names() {
+        assert_eq!(
+            hf_name("blk.3.attn_q.weight"),
+            "model.layers.3.self_attn.q_proj.weight"
+        );
+        assert_eq!(
+            hf_name("blk.0.attn_k.bias"),
+            "model.layers.0.self_attn.k_proj.bias"
+        );
+        assert_eq!(hf_name("token_embd.weight"), "model.embed_tokens.weight");
+        assert_eq!(hf_name("output.weight"), "lm_head.weight");
+    }
+}

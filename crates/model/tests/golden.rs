@@ -1,0 +1,160 @@
+//! The default model reproduces the independent float32 reference in
+//! ../shared/golden/smollm2_q41_f32_greedy.jsonl: identical prompt ids and greedy ids,
+//! logits within 1e-3. Also proves the CPU backend is batch-invariant.
+
+use serde_json::Value;
+use std::path::PathBuf;
+use wring_model::{load_model, ModelRunner, ModelSpec, RunnerOptions, SeqInput, StepInput};
+
+fn shared_dir() -> PathBuf {
+    std::env::var_os("WRING_SHARED")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared"))
+}
+
+fn golden() -> Vec<Value> {
+    let path = shared_dir().join("golden/smollm2_q41_f32_greedy.jsonl");
+    let text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
+    text.lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+fn ids(v: &Value) -> Vec<u32> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap() as u32)
+        .collect()
+}
+
+fn runner() -> (Box<dyn ModelRunner>, std::sync::Arc<wring_model::Tokenizer>) {
+    let m = load_model(&ModelSpec::default()).expect("default model loads");
+    let tok = m.tokenizer.clone();
+    let opts = RunnerOptions {
+        kv_cache_bytes: 512 << 20,
+        max_model_len: 2048,
+        ..Default::default()
+    };
+    (m.into_runner(&opts).unwrap(), tok)
+}
+
+/// Prefill `seqs` together in one step, each with its own blocks; returns last-row logits.
+fn prefill_batch(r: &mut dyn ModelRunner, seqs: &[Vec<u32>], first_block: u32) -> Vec<Vec<f32>> {
+    let bs = r.block_size();
+    let mut step = StepInput::default();
+    let mut next_block = first_block;
+    for s in seqs {
+        let nb = s.len().div_ceil(bs) as u32;
+        step.seqs.push(SeqInput {
+            query_start: step.tokens.len(),
+            query_len: s.len(),
+            context_len: s.len(),
+            block_table: (next_block..next_block + nb).collect(),
+        });
+        next_block += nb;
+        step.positions.extend(0..s.len() as u32);
+        step.tokens.extend_from_slice(s);
+        step.logit_rows.push(step.tokens.len() - 1);
+    }
+    let l = r.forward(&step).unwrap();
+    (0..l.rows).map(|i| l.row(i).to_vec()).collect()
+}
+
+fn argmax(v: &[f32]) -> u32 {
+    let mut best = 0;
+    for (i, &x) in v.iter().enumerate() {
+        if x > v[best] {
+            best = i;
+        }
+    }
+    best as u32
+}
+
+#[test]
+fn golden_prompt_ids_greedy_ids_and_logits() {
+    let (mut r, tok) = runner();
+    let bs = r.block_size();
+    for rec in golden() {
+        let chat_text = rec["chat_text"].as_str().unwrap();
+        let prompt = ids(&rec["prompt_ids"]);
+        assert_eq!(
+            tok.encode(chat_text).unwrap(),
+            prompt,
+            "prompt ids differ for {chat_text:?}"
+        );
+        let want = ids(&rec["greedy_ids"]);
+        let steps = rec["steps"].as_array().unwrap();
+        // Prefill, then decode one token per step, checking the top-8 logits each time.
+        let mut seq = prompt.clone();
+        let blocks: Vec<u32> = (0..((prompt.len() + want.len()).div_ceil(bs) as u32)).collect();
+        let mut logits = prefill_batch(r.as_mut(), &[prompt.clone()], 0).remove(0);
+        let mut got = vec![];
+        for (i, st) in steps.iter().enumerate() {
+            for (id, lg) in ids(&st["top_ids"])
+                .iter()
+                .zip(st["top_logits"].as_array().unwrap())
+            {
+                let diff = (logits[*id as usize] - lg.as_f64().unwrap() as f32).abs();
+                assert!(
+                    diff < 1e-3,
+                    "step {i}: logit of token {id} is {} vs golden {} (|Δ| {diff})",
+                    logits[*id as usize],
+                    lg
+                );
+            }
+            let next = argmax(&logits);
+            got.push(next);
+            if got.len() == want.len() {
+                break;
+            }
+            seq.push(next);
+            let step = StepInput {
+                tokens: vec![next],
+                positions: vec![seq.len() as u32 - 1],
+                seqs: vec![SeqInput {
+                    query_start: 0,
+                    query_len: 1,
+                    context_len: seq.len(),
+                    block_table: blocks.clone(),
+                }],
+                logit_rows: vec![0],
+            };
+            logits = r.forward(&step).unwrap().row(0).to_vec();
+        }
+        assert_eq!(got, want, "greedy ids differ for {chat_text:?}");
+    }
+}
+
+#[test]
+fn cpu_backend_is_batch_invariant() {
+    let (mut r, tok) = runner();
+    let prompts: Vec<Vec<u32>> = [
+        "Hello there",
+        "Write a Python function that reverses a list.",
+        "1 2 3 4 5 6 7 8 9",
+    ]
+    .iter()
+    .map(|p| tok.encode(p).unwrap())
+    .collect();
+    let solo: Vec<Vec<f32>> = prompts
+        .iter()
+        .map(|p| prefill_batch(r.as_mut(), std::slice::from_ref(p), 0).remove(0))
+        .collect();
+    let together = prefill_batch(r.as_mut(), &prompts, 0);
+    let reversed: Vec<Vec<u32>> = prompts.iter().rev().cloned().collect();
+    let mut together_rev = prefill_batch(r.as_mut(), &reversed, 7);
+    together_rev.reverse();
+    for i in 0..prompts.len() {
+        assert!(
+            solo[i] == together[i],
+            "prompt {i}: logits differ between batch of 1 and batch of 3"
+        );
+        assert!(
+            solo[i] == together_rev[i],
+            "prompt {i}: logits differ with another batch order and other blocks"
+        );
+    }
+}
