@@ -227,11 +227,12 @@ impl SuffixDrafter {
             tree: mode == DraftMode::Tree,
         };
         let context = req.tree.tokens(req.seq).unwrap_or_default();
-        let own = req.tree.speculate(context, &params);
+        let own = req.tree.speculate_after(context, Some(req.seq), &params);
         if self.global.num_tokens() == 0 {
             return Ok(own);
         }
-        let global = self.global.speculate(context, &params);
+        let response = self.cached_by_id.get(&id).map(|&(_, seq)| seq);
+        let global = self.global.speculate_after(context, response, &params);
         Ok(if own.score >= global.score { own } else { global })
     }
 

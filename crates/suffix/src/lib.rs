@@ -11,6 +11,7 @@ mod config;
 mod draft;
 mod drafter;
 mod error;
+pub mod eval;
 pub mod replay;
 pub mod tree;
 

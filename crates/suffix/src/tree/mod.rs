@@ -191,6 +191,12 @@ impl SuffixTree {
             .map(|s| s.tokens.as_slice())
     }
 
+    /// Where the growing suffixes of an unsealed sequence end, oldest (longest) first: entry
+    /// `len - m` is the node at whose end the sequence's last `m` tokens end.
+    fn window(&self, seq: SeqId) -> Option<&VecDeque<u32>> {
+        self.live_slot(seq).filter(|s| !s.sealed).map(|s| &s.window)
+    }
+
     /// Marks a sequence as finished: it stays indexed but takes no more tokens, and its
     /// window of growing suffixes is released. Returns false for an unknown sequence.
     pub fn seal(&mut self, seq: SeqId) -> bool {
@@ -335,7 +341,13 @@ impl SuffixTree {
     /// Extends one suffix that currently ends at node `n` by `token` (the last token of `s`,
     /// whose length is now `seq_len`); returns the node where the suffix now ends.
     fn extend_suffix(&mut self, n: u32, s: u32, seq_len: u32, token: u32) -> u32 {
-        let Some(c) = self.child(n, token) else {
+        // Most growing suffixes end at leaves; those need no edge lookup.
+        let child = if self.node(n).first_child == NIL {
+            None
+        } else {
+            self.child(n, token)
+        };
+        let Some(c) = child else {
             if n != ROOT && self.node(n).count == 1 {
                 // Only this suffix reaches the leaf `n`: grow its label in place.
                 let len = self.node(n).len + 1;

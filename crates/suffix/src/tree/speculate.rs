@@ -3,7 +3,7 @@
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
 
-use super::{SuffixTree, NIL, ROOT};
+use super::{SeqId, SuffixTree, NIL, ROOT};
 use crate::Draft;
 
 /// Speculation parameters for one call.
@@ -52,9 +52,27 @@ impl SuffixTree {
     /// its length cap cannot beat the best score, since a draft's score never exceeds its
     /// length.
     pub fn speculate(&self, context: &[u32], p: &SpecParams) -> Draft {
+        self.speculate_after(context, None, p)
+    }
+
+    /// Like `speculate`, where `tail` is an unsealed sequence of this tree whose tokens end
+    /// `context`: its window of growing suffixes already holds the matches of the last
+    /// tokens, so those need no walk from the root.
+    pub fn speculate_after(&self, context: &[u32], tail: Option<SeqId>, p: &SpecParams) -> Draft {
         let context = &context[context.len().saturating_sub(self.max_depth)..];
-        let mut matches: Vec<(u32, usize)> = Vec::new();
+        let window = tail.and_then(|s| self.window(s));
+        let known = window.map_or(0, |w| w.len());
+        debug_assert!(tail.is_none_or(|s| self.tokens(s).is_some_and(|t| {
+            let n = known.min(context.len());
+            t[t.len() - n..] == context[context.len() - n..]
+        })));
+        let mut matches: Vec<(u32, usize)> = Vec::with_capacity(context.len());
         for match_len in 1..context.len() {
+            if match_len <= known {
+                let node = window.unwrap()[known - match_len];
+                matches.push((node, self.node(node).len as usize));
+                continue;
+            }
             match self.find_path(&context[context.len() - match_len..]) {
                 Some(m) => matches.push(m),
                 None => break,
