@@ -1,0 +1,483 @@
+//! Paged KV block manager: a fixed pool of blocks handed out to sequences, with
+//! automatic prefix caching of full blocks.
+//!
+//! A full block whose tokens are all committed gets a hash chained over the hash of
+//! the previous block and its own token ids. Blocks are refcounted; a block whose
+//! refcount drops to zero goes to the tail of an LRU free queue but keeps its hash,
+//! so a later request with the same prefix can take it back. Allocation takes from
+//! the head of the queue and evicts the block's hash at that moment.
+
+use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
+
+pub type BlockId = u32;
+/// Chained hash of a full block (see [`hash_block`]).
+pub type BlockHash = u64;
+
+const NIL: u32 = u32::MAX;
+
+/// Hash of one full block given the previous block's hash (0 for the first block).
+pub fn hash_block(parent: BlockHash, tokens: &[u32]) -> BlockHash {
+    // SipHash with fixed keys: deterministic across runs, good spread.
+    #[allow(deprecated)]
+    let mut h = std::hash::SipHasher::new_with_keys(0x77_72_69_6e_67, 0x6b_76);
+    parent.hash(&mut h);
+    tokens.hash(&mut h);
+    // Never 0, so 0 can stand for "no parent".
+    h.finish().max(1)
+}
+
+#[derive(Debug, Clone)]
+struct Block {
+    ref_count: u32,
+    /// Set while the block is registered in the prefix cache.
+    hash: Option<BlockHash>,
+    /// Parent hash and token ids of a cached block, checked on lookup so that a
+    /// hash collision can never hand out wrong KV.
+    key: Option<(BlockHash, Vec<u32>)>,
+    prev: u32,
+    next: u32,
+    in_free_queue: bool,
+}
+
+/// Counters for the prefix cache (tokens).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PrefixCacheStats {
+    pub queried_tokens: u64,
+    pub hit_tokens: u64,
+}
+
+#[derive(Debug)]
+pub struct BlockManager {
+    block_size: usize,
+    blocks: Vec<Block>,
+    free_head: u32,
+    free_tail: u32,
+    num_free: usize,
+    cached: HashMap<BlockHash, BlockId>,
+    enable_caching: bool,
+    stats: PrefixCacheStats,
+}
+
+impl BlockManager {
+    pub fn new(num_blocks: usize, block_size: usize, enable_caching: bool) -> Self {
+        assert!(block_size > 0, "block_size must be positive");
+        let mut m = Self {
+            block_size,
+            blocks: vec![
+                Block {
+                    ref_count: 0,
+                    hash: None,
+                    key: None,
+                    prev: NIL,
+                    next: NIL,
+                    in_free_queue: false,
+                };
+                num_blocks
+            ],
+            free_head: NIL,
+            free_tail: NIL,
+            num_free: 0,
+            cached: HashMap::new(),
+            enable_caching,
+            stats: PrefixCacheStats::default(),
+        };
+        for id in 0..num_blocks as u32 {
+            m.push_free_tail(id);
+        }
+        m
+    }
+
+    pub fn block_size(&self) -> usize {
+        self.block_size
+    }
+    pub fn num_blocks(&self) -> usize {
+        self.blocks.len()
+    }
+    /// Blocks with no owner (cached-but-free blocks count as free: they can be evicted).
+    pub fn num_free_blocks(&self) -> usize {
+        self.num_free
+    }
+    pub fn num_used_blocks(&self) -> usize {
+        self.blocks.len() - self.num_free
+    }
+    pub fn num_cached_blocks(&self) -> usize {
+        self.cached.len()
+    }
+    pub fn caching_enabled(&self) -> bool {
+        self.enable_caching
+    }
+    pub fn stats(&self) -> PrefixCacheStats {
+        self.stats
+    }
+    pub fn ref_count(&self, id: BlockId) -> u32 {
+        self.blocks[id as usize].ref_count
+    }
+
+    /// Blocks needed to hold `num_tokens` tokens.
+    pub fn blocks_for(&self, num_tokens: usize) -> usize {
+        num_tokens.div_ceil(self.block_size)
+    }
+
+    /// Hashes of the full blocks of `tokens`, extending `hashes` (which holds the
+    /// hashes of the first `hashes.len()` blocks already).
+    pub fn extend_hashes(&self, tokens: &[u32], hashes: &mut Vec<BlockHash>) {
+        let full = tokens.len() / self.block_size;
+        while hashes.len() < full {
+            let i = hashes.len();
+            let parent = if i == 0 { 0 } else { hashes[i - 1] };
+            let chunk = &tokens[i * self.block_size..(i + 1) * self.block_size];
+            hashes.push(hash_block(parent, chunk));
+        }
+    }
+
+    /// Longest run of cached blocks matching the start of `tokens` (given their
+    /// chained `hashes`), at most `max_blocks`. Does not take them.
+    pub fn find_cached_prefix(
+        &self,
+        tokens: &[u32],
+        hashes: &[BlockHash],
+        max_blocks: usize,
+    ) -> Vec<BlockId> {
+        let mut hits = Vec::new();
+        if !self.enable_caching {
+            return hits;
+        }
+        for (i, h) in hashes.iter().enumerate().take(max_blocks) {
+            let Some(&id) = self.cached.get(h) else { break };
+            let parent = if i == 0 { 0 } else { hashes[i - 1] };
+            let chunk = &tokens[i * self.block_size..(i + 1) * self.block_size];
+            match &self.blocks[id as usize].key {
+                Some((p, t)) if *p == parent && t.as_slice() == chunk => hits.push(id),
+                _ => break,
+            }
+        }
+        hits
+    }
+
+    /// Records a prefix-cache query of `queried` prompt tokens with `hit` served from cache.
+    pub fn record_query(&mut self, queried: usize, hit: usize) {
+        self.stats.queried_tokens += queried as u64;
+        self.stats.hit_tokens += hit as u64;
+    }
+
+    /// Takes a reference on blocks found by [`find_cached_prefix`](Self::find_cached_prefix).
+    pub fn take_cached(&mut self, hits: &[BlockId], table: &mut Vec<BlockId>) {
+        for &id in hits {
+            if self.blocks[id as usize].ref_count == 0 {
+                self.unlink_free(id);
+            }
+            self.blocks[id as usize].ref_count += 1;
+            table.push(id);
+        }
+    }
+
+    /// Number of new blocks a table needs to cover `num_tokens`.
+    pub fn blocks_needed(&self, table: &[BlockId], num_tokens: usize) -> usize {
+        self.blocks_for(num_tokens).saturating_sub(table.len())
+    }
+
+    /// Grows `table` to cover `num_tokens` tokens. Returns false (and changes
+    /// nothing) when the pool does not have enough free blocks.
+    pub fn allocate(&mut self, table: &mut Vec<BlockId>, num_tokens: usize) -> bool {
+        let need = self.blocks_needed(table, num_tokens);
+        if need > self.num_free {
+            return false;
+        }
+        for _ in 0..need {
+            let id = self.pop_free_head();
+            self.evict_hash(id);
+            self.blocks[id as usize].ref_count = 1;
+            table.push(id);
+        }
+        true
+    }
+
+    /// Drops blocks beyond those needed for `num_tokens` tokens (e.g. KV written for
+    /// rejected draft positions).
+    pub fn truncate(&mut self, table: &mut Vec<BlockId>, num_tokens: usize) {
+        let keep = self.blocks_for(num_tokens);
+        while table.len() > keep {
+            let id = table.pop().expect("len > keep");
+            self.release(id);
+        }
+    }
+
+    /// Releases every block of a table. Tail blocks go first so that, among free
+    /// cached blocks, the deeper ones of a prefix are evicted before the shallow
+    /// ones other requests are more likely to share.
+    pub fn free_all(&mut self, table: &mut Vec<BlockId>) {
+        while let Some(id) = table.pop() {
+            self.release(id);
+        }
+    }
+
+    /// Registers every full block of `table` lying inside the first `num_committed`
+    /// tokens in the prefix cache (`hashes` must hold their chained hashes). Blocks
+    /// `..already` were registered before. Returns the new `already`.
+    pub fn commit_full_blocks(
+        &mut self,
+        table: &[BlockId],
+        tokens: &[u32],
+        hashes: &[BlockHash],
+        already: usize,
+        num_committed: usize,
+    ) -> usize {
+        let full = (num_committed / self.block_size)
+            .min(table.len())
+            .min(hashes.len());
+        if !self.enable_caching {
+            return full.max(already);
+        }
+        for i in already..full {
+            let id = table[i];
+            let h = hashes[i];
+            if self.blocks[id as usize].hash.is_some() || self.cached.contains_key(&h) {
+                // Already cached (ours via a hit, or an identical block computed by
+                // another request at the same time): keep ours unhashed.
+                continue;
+            }
+            let parent = if i == 0 { 0 } else { hashes[i - 1] };
+            let chunk = tokens[i * self.block_size..(i + 1) * self.block_size].to_vec();
+            let b = &mut self.blocks[id as usize];
+            b.hash = Some(h);
+            b.key = Some((parent, chunk));
+            self.cached.insert(h, id);
+        }
+        full.max(already)
+    }
+
+    /// Drops every cached hash of a free block (admin reset); owned blocks keep theirs.
+    pub fn reset_prefix_cache(&mut self) {
+        let ids: Vec<BlockId> = self.cached.values().copied().collect();
+        for id in ids {
+            if self.blocks[id as usize].ref_count == 0 {
+                self.evict_hash(id);
+            }
+        }
+    }
+
+    fn release(&mut self, id: BlockId) {
+        let b = &mut self.blocks[id as usize];
+        assert!(b.ref_count > 0, "double free of KV block {id}");
+        b.ref_count -= 1;
+        if b.ref_count == 0 {
+            if b.hash.is_none() {
+                // Uncached blocks are worthless once free: put them first in line.
+                self.push_free_head(id);
+            } else {
+                self.push_free_tail(id);
+            }
+        }
+    }
+
+    fn evict_hash(&mut self, id: BlockId) {
+        let b = &mut self.blocks[id as usize];
+        if let Some(h) = b.hash.take() {
+            b.key = None;
+            if self.cached.get(&h) == Some(&id) {
+                self.cached.remove(&h);
+            }
+        }
+    }
+
+    fn push_free_tail(&mut self, id: BlockId) {
+        let tail = self.free_tail;
+        let b = &mut self.blocks[id as usize];
+        debug_assert!(!b.in_free_queue);
+        b.prev = tail;
+        b.next = NIL;
+        b.in_free_queue = true;
+        if tail == NIL {
+            self.free_head = id;
+        } else {
+            self.blocks[tail as usize].next = id;
+        }
+        self.free_tail = id;
+        self.num_free += 1;
+    }
+
+    fn push_free_head(&mut self, id: BlockId) {
+        let head = self.free_head;
+        let b = &mut self.blocks[id as usize];
+        debug_assert!(!b.in_free_queue);
+        b.prev = NIL;
+        b.next = head;
+        b.in_free_queue = true;
+        if head == NIL {
+            self.free_tail = id;
+        } else {
+            self.blocks[head as usize].prev = id;
+        }
+        self.free_head = id;
+        self.num_free += 1;
+    }
+
+    fn pop_free_head(&mut self) -> BlockId {
+        let id = self.free_head;
+        assert!(id != NIL, "free queue empty");
+        self.unlink_free(id);
+        id
+    }
+
+    fn unlink_free(&mut self, id: BlockId) {
+        let (prev, next) = {
+            let b = &mut self.blocks[id as usize];
+            assert!(b.in_free_queue, "block {id} is not free");
+            b.in_free_queue = false;
+            (b.prev, b.next)
+        };
+        if prev == NIL {
+            self.free_head = next;
+        } else {
+            self.blocks[prev as usize].next = next;
+        }
+        if next == NIL {
+            self.free_tail = prev;
+        } else {
+            self.blocks[next as usize].prev = prev;
+        }
+        self.num_free -= 1;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn toks(n: usize, base: u32) -> Vec<u32> {
+        (0..n as u32).map(|i| base + i).collect()
+    }
+
+    #[test]
+    fn allocate_and_free_return_blocks_to_the_pool() {
+        let mut m = BlockManager::new(8, 4, true);
+        let mut t = Vec::new();
+        assert!(m.allocate(&mut t, 9));
+        assert_eq!(t.len(), 3);
+        assert_eq!(m.num_free_blocks(), 5);
+        assert!(!m.allocate(&mut t, 40), "over capacity must fail");
+        assert_eq!(t.len(), 3, "a failed allocation changes nothing");
+        m.free_all(&mut t);
+        assert_eq!(m.num_free_blocks(), 8);
+        assert!(t.is_empty());
+    }
+
+    #[test]
+    fn truncate_frees_blocks_past_the_length() {
+        let mut m = BlockManager::new(8, 4, false);
+        let mut t = Vec::new();
+        assert!(m.allocate(&mut t, 16));
+        m.truncate(&mut t, 5);
+        assert_eq!(t.len(), 2);
+        assert_eq!(m.num_free_blocks(), 6);
+    }
+
+    #[test]
+    fn prefix_hit_shares_blocks_with_refcounts() {
+        let mut m = BlockManager::new(16, 4, true);
+        let a = toks(10, 100);
+        let mut ha = Vec::new();
+        m.extend_hashes(&a, &mut ha);
+        assert_eq!(ha.len(), 2);
+        let mut ta = Vec::new();
+        assert!(m.allocate(&mut ta, a.len()));
+        let done = m.commit_full_blocks(&ta, &a, &ha, 0, a.len());
+        assert_eq!(done, 2);
+        assert_eq!(m.num_cached_blocks(), 2);
+
+        // Same first 8 tokens, different tail.
+        let mut b = a[..8].to_vec();
+        b.extend([1, 2, 3]);
+        let mut hb = Vec::new();
+        m.extend_hashes(&b, &mut hb);
+        let hits = m.find_cached_prefix(&b, &hb, 2);
+        assert_eq!(hits, ta[..2].to_vec());
+        let mut tb = Vec::new();
+        m.take_cached(&hits, &mut tb);
+        assert_eq!(m.ref_count(ta[0]), 2);
+
+        // A different first block misses entirely.
+        let c = toks(8, 5);
+        let mut hc = Vec::new();
+        m.extend_hashes(&c, &mut hc);
+        assert!(m.find_cached_prefix(&c, &hc, 2).is_empty());
+
+        m.free_all(&mut ta);
+        assert_eq!(m.ref_count(tb[0]), 1, "b still holds the shared block");
+        m.free_all(&mut tb);
+        assert_eq!(m.num_free_blocks(), 16);
+        assert_eq!(m.num_cached_blocks(), 2, "free blocks stay cached");
+        // A later request takes them back.
+        let hits = m.find_cached_prefix(&b, &hb, 2);
+        assert_eq!(hits.len(), 2);
+    }
+
+    #[test]
+    fn eviction_is_lru_and_prefers_uncached_blocks() {
+        let mut m = BlockManager::new(4, 2, true);
+        let a = toks(4, 0);
+        let mut ha = Vec::new();
+        m.extend_hashes(&a, &mut ha);
+        let mut ta = Vec::new();
+        assert!(m.allocate(&mut ta, 4));
+        m.commit_full_blocks(&ta, &a, &ha, 0, 4);
+        let mut scratch = Vec::new();
+        assert!(m.allocate(&mut scratch, 4)); // two uncached blocks
+        m.free_all(&mut ta); // cached, to the tail
+        m.free_all(&mut scratch); // uncached, to the head
+                                  // Allocating two blocks uses the uncached ones; the cache survives.
+        let mut t = Vec::new();
+        assert!(m.allocate(&mut t, 4));
+        assert_eq!(m.find_cached_prefix(&a, &ha, 2).len(), 2);
+        // One more block evicts the least recently freed cached block, which is the
+        // deeper one (tail blocks are freed first), so the first still hits.
+        assert!(m.allocate(&mut t, 6));
+        assert_eq!(m.num_cached_blocks(), 1);
+        assert_eq!(m.find_cached_prefix(&a, &ha, 2).len(), 1);
+    }
+
+    #[test]
+    fn duplicate_blocks_are_not_double_registered() {
+        let mut m = BlockManager::new(8, 2, true);
+        let a = toks(4, 7);
+        let mut h = Vec::new();
+        m.extend_hashes(&a, &mut h);
+        let (mut t1, mut t2) = (Vec::new(), Vec::new());
+        assert!(m.allocate(&mut t1, 4));
+        assert!(m.allocate(&mut t2, 4));
+        m.commit_full_blocks(&t1, &a, &h, 0, 4);
+        m.commit_full_blocks(&t2, &a, &h, 0, 4);
+        assert_eq!(m.num_cached_blocks(), 2);
+        assert_eq!(m.find_cached_prefix(&a, &h, 2), t1);
+        m.free_all(&mut t1);
+        m.free_all(&mut t2);
+        assert_eq!(m.num_free_blocks(), 8);
+    }
+
+    #[test]
+    fn commit_only_counts_committed_tokens() {
+        let mut m = BlockManager::new(8, 4, true);
+        let a = toks(12, 0);
+        let mut h = Vec::new();
+        m.extend_hashes(&a, &mut h);
+        let mut t = Vec::new();
+        assert!(m.allocate(&mut t, 12));
+        assert_eq!(m.commit_full_blocks(&t, &a, &h, 0, 7), 1);
+        assert_eq!(m.num_cached_blocks(), 1);
+        assert_eq!(m.commit_full_blocks(&t, &a, &h, 1, 12), 3);
+        assert_eq!(m.num_cached_blocks(), 3);
+    }
+
+    #[test]
+    fn disabled_cache_never_hits() {
+        let mut m = BlockManager::new(8, 2, false);
+        let a = toks(4, 0);
+        let mut h = Vec::new();
+        m.extend_hashes(&a, &mut h);
+        let mut t = Vec::new();
+        assert!(m.allocate(&mut t, 4));
+        m.commit_full_blocks(&t, &a, &h, 0, 4);
+        assert!(m.find_cached_prefix(&a, &h, 2).is_empty());
+    }
+}
