@@ -1,0 +1,166 @@
+//! Helpers for the engine's tests on the real default model.
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use serde_json::Value;
+use wring_engine::{
+    Engine, EngineConfig, EngineEvent, EngineHandle, EngineInfo, FinishReason, GenerateRequest,
+    RequestHandle, SpecConfig, Usage,
+};
+use wring_model::{LoadedModel, ModelSpec, RunnerOptions};
+
+/// `$WRING_SHARED`, else `<workspace>/../shared`.
+pub fn shared_dir() -> PathBuf {
+    std::env::var_os("WRING_SHARED")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared"))
+}
+
+pub fn load_default() -> LoadedModel {
+    wring_model::load_model(&ModelSpec::default()).expect("default model loads (run `wring pull`)")
+}
+
+pub fn runner_opts(kv_mib: usize, max_model_len: usize) -> RunnerOptions {
+    RunnerOptions {
+        kv_cache_bytes: kv_mib << 20,
+        max_model_len,
+        ..RunnerOptions::default()
+    }
+}
+
+pub fn start(cfg: EngineConfig) -> (EngineHandle, EngineInfo) {
+    start_with(cfg, runner_opts(512, 2048))
+}
+
+pub fn start_with(cfg: EngineConfig, opts: RunnerOptions) -> (EngineHandle, EngineInfo) {
+    Engine::start(load_default(), opts, cfg).expect("engine starts")
+}
+
+pub fn config(max_num_seqs: usize, spec: SpecConfig) -> EngineConfig {
+    EngineConfig {
+        max_num_seqs,
+        max_model_len: 2048,
+        spec,
+        ..EngineConfig::default()
+    }
+}
+
+pub fn greedy(prompt: &[u32], max_tokens: u32) -> GenerateRequest {
+    GenerateRequest {
+        request_id: "test".into(),
+        prompt_ids: prompt.to_vec(),
+        max_tokens,
+        ..Default::default()
+    }
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct Outcome {
+    pub ids: Vec<u32>,
+    pub text: String,
+    pub reason: Option<FinishReason>,
+    pub usage: Usage,
+    pub error: Option<String>,
+    pub events: usize,
+}
+
+pub fn collect(mut h: RequestHandle) -> Outcome {
+    let mut o = Outcome::default();
+    while let Some(ev) = h.events.blocking_recv() {
+        o.events += 1;
+        match ev {
+            EngineEvent::Tokens { ids, text, .. } => {
+                o.ids.extend(ids);
+                o.text.push_str(&text);
+            }
+            EngineEvent::Finished { reason, usage } => {
+                o.reason = Some(reason);
+                o.usage = usage;
+                break;
+            }
+            EngineEvent::Error { message } => {
+                o.error = Some(message);
+                break;
+            }
+        }
+    }
+    o
+}
+
+/// Submits every request at once (so they batch), then collects each.
+pub fn run_all(engine: &EngineHandle, reqs: Vec<GenerateRequest>) -> Vec<Outcome> {
+    let handles: Vec<RequestHandle> = reqs
+        .into_iter()
+        .map(|r| engine.submit(r).expect("request accepted"))
+        .collect();
+    handles.into_iter().map(collect).collect()
+}
+
+/// Submits with at most `concurrency` requests in flight.
+pub fn run_with_concurrency(
+    engine: &EngineHandle,
+    reqs: Vec<GenerateRequest>,
+    concurrency: usize,
+) -> Vec<Outcome> {
+    let mut out = Vec::new();
+    for chunk in reqs.chunks(concurrency.max(1)) {
+        out.extend(run_all(engine, chunk.to_vec()));
+    }
+    out
+}
+
+pub fn stop(engine: EngineHandle) {
+    engine.shutdown(Duration::from_secs(5));
+}
+
+/// A real request trace (see ../shared/traces/README.md).
+#[derive(Debug, Clone)]
+pub struct TracePrompt {
+    pub corpus: String,
+    pub prompt_ids: Vec<u32>,
+}
+
+/// The prompts of the llama.cpp trace: real prompts from every corpus, rendered
+/// through the default model's chat template and tokenised.
+pub fn trace_prompts() -> &'static [TracePrompt] {
+    static P: OnceLock<Vec<TracePrompt>> = OnceLock::new();
+    P.get_or_init(|| {
+        let path = shared_dir().join("traces/smollm2_llamacpp_greedy_96.jsonl");
+        let text = std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+        text.lines()
+            .map(|l| {
+                let v: Value = serde_json::from_str(l).expect("trace line is JSON");
+                TracePrompt {
+                    corpus: v["corpus"].as_str().expect("corpus").to_string(),
+                    prompt_ids: v["prompt_ids"]
+                        .as_array()
+                        .expect("prompt_ids")
+                        .iter()
+                        .map(|x| x.as_u64().expect("id") as u32)
+                        .collect(),
+                }
+            })
+            .collect()
+    })
+}
+
+/// The `n` shortest prompts of each corpus (bounded by `max_len` tokens).
+pub fn short_prompts_per_corpus(n: usize, max_len: usize) -> Vec<TracePrompt> {
+    let all = trace_prompts();
+    let mut corpora: Vec<&str> = all.iter().map(|p| p.corpus.as_str()).collect();
+    corpora.dedup();
+    let mut out = Vec::new();
+    for c in corpora {
+        let mut ps: Vec<&TracePrompt> = all
+            .iter()
+            .filter(|p| p.corpus == c && p.prompt_ids.len() <= max_len)
+            .collect();
+        ps.sort_by_key(|p| p.prompt_ids.len());
+        out.extend(ps.into_iter().take(n).cloned());
+    }
+    out
+}
