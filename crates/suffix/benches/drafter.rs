@@ -37,11 +37,15 @@ fn benches(c: &mut Criterion) {
     for (j, r) in probes.iter().enumerate() {
         let id = 1000 + j as u64;
         d.start_request(id, &r.prompt_ids).unwrap();
-        d.append(id, &r.output_ids[..r.output_ids.len() / 2]).unwrap();
+        d.append(id, &r.output_ids[..r.output_ids.len() / 2])
+            .unwrap();
         ids.push(id);
     }
     let mut group = c.benchmark_group("drafter");
-    for (name, mode) in [("speculate_path_k8", DraftMode::Path), ("speculate_tree_k8", DraftMode::Tree)] {
+    for (name, mode) in [
+        ("speculate_path_k8", DraftMode::Path),
+        ("speculate_tree_k8", DraftMode::Tree),
+    ] {
         group.bench_function(name, |b| {
             let mut i = 0;
             b.iter(|| {

@@ -7,7 +7,10 @@ mod drafter_eval;
 use clap::Parser;
 
 #[derive(Parser)]
-#[command(name = "drafter-eval", about = "Replay token traces through the suffix drafter")]
+#[command(
+    name = "drafter-eval",
+    about = "Replay token traces through the suffix drafter"
+)]
 struct Cli {
     #[command(flatten)]
     args: drafter_eval::Args,

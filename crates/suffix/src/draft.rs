@@ -36,8 +36,8 @@ impl Draft {
         let mut at: i32 = -1;
         let mut accepted = 0;
         for &want in actual {
-            let next = (0..self.tokens.len())
-                .find(|&i| self.parents[i] == at && self.tokens[i] == want);
+            let next =
+                (0..self.tokens.len()).find(|&i| self.parents[i] == at && self.tokens[i] == want);
             match next {
                 Some(i) => {
                     at = i as i32;

@@ -218,7 +218,10 @@ impl SuffixDrafter {
         max_k: usize,
         mode: DraftMode,
     ) -> Result<Draft, DrafterError> {
-        let req = self.active.get(&id).ok_or(DrafterError::UnknownRequest(id))?;
+        let req = self
+            .active
+            .get(&id)
+            .ok_or(DrafterError::UnknownRequest(id))?;
         let params = SpecParams {
             max_k,
             max_spec_factor: self.cfg.max_spec_factor,
@@ -233,7 +236,11 @@ impl SuffixDrafter {
         }
         let response = self.cached_by_id.get(&id).map(|&(_, seq)| seq);
         let global = self.global.speculate_after(context, response, &params);
-        Ok(if own.score >= global.score { own } else { global })
+        Ok(if own.score >= global.score {
+            own
+        } else {
+            global
+        })
     }
 
     /// Path-mode drafts for a whole batch of `(request id, max_k)`, in parallel.
@@ -308,7 +315,9 @@ impl SuffixDrafter {
 
     /// Checks every tree's invariants and the cache bookkeeping.
     pub fn check_integrity(&self) -> Result<(), String> {
-        self.global.check_integrity().map_err(|e| format!("global tree: {e}"))?;
+        self.global
+            .check_integrity()
+            .map_err(|e| format!("global tree: {e}"))?;
         for (id, req) in &self.active {
             req.tree
                 .check_integrity()
@@ -321,12 +330,18 @@ impl SuffixDrafter {
         }
         if let Some(limit) = self.cfg.max_cached_requests {
             if self.cached.len() > limit.max(1) {
-                return Err(format!("{} cached responses over the limit {limit}", self.cached.len()));
+                return Err(format!(
+                    "{} cached responses over the limit {limit}",
+                    self.cached.len()
+                ));
             }
         }
         if let Some(budget) = self.cfg.max_cached_tokens {
             if self.global.num_tokens() > budget {
-                return Err(format!("{} cached tokens over the budget {budget}", self.global.num_tokens()));
+                return Err(format!(
+                    "{} cached tokens over the budget {budget}",
+                    self.global.num_tokens()
+                ));
             }
         }
         Ok(())

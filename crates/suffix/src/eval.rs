@@ -172,46 +172,19 @@ pub fn evaluate(
     // Warm orders end with everything cached; cold runs report their largest tree.
     (all.memory_bytes, all.cached_tokens) = match order {
         Order::Cold => peak,
-        _ => (drafter.global_memory_bytes(), drafter.global_cached_tokens()),
+        _ => (
+            drafter.global_memory_bytes(),
+            drafter.global_cached_tokens(),
+        ),
     };
     rows.push(all.row(order, k, mode, "all"));
     Ok(rows)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn req(corpus: &str, prompt: &[u32], out: &[u32]) -> TraceRequest {
-        TraceRequest {
-            idx: 0,
-            corpus: corpus.into(),
-            prompt_ids: prompt.to_vec(),
-            output_ids: out.to_vec(),
-        }
-    }
-
-    #[test]
-    fn counts_steps_and_acceptance() {
-        // The second request repeats the first one's output: drafted from the global tree.
-        let out = [5, 6, 7, 8, 9, 10];
-        let trace = vec![req("a", &[1, 2], &out), req("b", &[1, 2], &out)];
-        let cfg = SuffixConfig { max_tree_depth: 8, max_spec_factor: 4.0, ..SuffixConfig::default() };
-        let warm = evaluate(&trace, &cfg, 4, DraftMode::Path, Order::Corpus).unwrap();
-        let cold = evaluate(&trace, &cfg, 4, DraftMode::Path, Order::Cold).unwrap();
-        assert_eq!(warm.len(), 3);
-        assert_eq!(warm[0].steps, 6); // nothing to draft from: one token per step
-        assert_eq!(warm[0].tokens_per_step, 1.0);
-        assert!(warm[1].tokens_per_step > 1.5, "{:?}", warm[1]);
-        assert_eq!(cold[1].steps, 6); // cold cache: request b learns nothing from a
-        assert_eq!(warm[2].requests, 2);
-        assert!(warm[2].global_cached_tokens == 12 && warm[2].global_memory_bytes > 0);
-    }
-}
-
 /// Plain-text table of rows (one line per row, fixed columns).
 pub fn format_table(rows: &[Row]) -> String {
-    let mut s = format!(
+    let mut s =
+        format!(
         "{:<8} {:>2} {:<4} {:<14} {:>4} {:>5} {:>7} {:>6} {:>6} {:>6} {:>13} {:>13} {:>9} {:>7}\n",
         "order", "K", "mode", "corpus", "reqs", "steps", "tok/stp", "accept", "empty", "dlen",
         "spec µs p50/99", "app µs p50/99", "mem KiB", "B/tok"
@@ -242,4 +215,39 @@ pub fn format_table(rows: &[Row]) -> String {
         );
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req(corpus: &str, prompt: &[u32], out: &[u32]) -> TraceRequest {
+        TraceRequest {
+            idx: 0,
+            corpus: corpus.into(),
+            prompt_ids: prompt.to_vec(),
+            output_ids: out.to_vec(),
+        }
+    }
+
+    #[test]
+    fn counts_steps_and_acceptance() {
+        // The second request repeats the first one's output: drafted from the global tree.
+        let out = [5, 6, 7, 8, 9, 10];
+        let trace = vec![req("a", &[1, 2], &out), req("b", &[1, 2], &out)];
+        let cfg = SuffixConfig {
+            max_tree_depth: 8,
+            max_spec_factor: 4.0,
+            ..SuffixConfig::default()
+        };
+        let warm = evaluate(&trace, &cfg, 4, DraftMode::Path, Order::Corpus).unwrap();
+        let cold = evaluate(&trace, &cfg, 4, DraftMode::Path, Order::Cold).unwrap();
+        assert_eq!(warm.len(), 3);
+        assert_eq!(warm[0].steps, 6); // nothing to draft from: one token per step
+        assert_eq!(warm[0].tokens_per_step, 1.0);
+        assert!(warm[1].tokens_per_step > 1.5, "{:?}", warm[1]);
+        assert_eq!(cold[1].steps, 6); // cold cache: request b learns nothing from a
+        assert_eq!(warm[2].requests, 2);
+        assert!(warm[2].global_cached_tokens == 12 && warm[2].global_memory_bytes > 0);
+    }
 }

@@ -159,7 +159,8 @@ impl Mt19937 {
         }
         for _ in 0..623 {
             let prev = s[i - 1];
-            s[i] = (s[i] ^ (prev ^ (prev >> 30)).wrapping_mul(1_566_083_941)).wrapping_sub(i as u32);
+            s[i] =
+                (s[i] ^ (prev ^ (prev >> 30)).wrapping_mul(1_566_083_941)).wrapping_sub(i as u32);
             i += 1;
             if i >= 624 {
                 s[0] = s[623];
@@ -221,7 +222,10 @@ mod tests {
             other => panic!("expected a line-2 error, got {other:?}"),
         }
         let empty_prompt = r#"{"corpus":"a","prompt_ids":[],"output_ids":[3]}"#;
-        assert!(matches!(parse_trace(empty_prompt), Err(TraceError::Malformed { line: 1, .. })));
+        assert!(matches!(
+            parse_trace(empty_prompt),
+            Err(TraceError::Malformed { line: 1, .. })
+        ));
         assert!(matches!(parse_trace("\n\n"), Err(TraceError::Empty)));
         assert_eq!(parse_trace(good).unwrap().len(), 1);
     }

@@ -28,7 +28,13 @@ fn reference_config() -> SuffixConfig {
 }
 
 /// Whether some tie-breaking makes the drafter return a draft with exactly these tokens.
-fn tokens_reachable(own: &Naive, global: &Naive, cfg: &SuffixConfig, ctx: &[u32], tokens: &[u32]) -> bool {
+fn tokens_reachable(
+    own: &Naive,
+    global: &Naive,
+    cfg: &SuffixConfig,
+    ctx: &[u32],
+    tokens: &[u32],
+) -> bool {
     for naive in [own, global] {
         for m in common::matched_lengths(naive, ctx) {
             let c = &ctx[ctx.len().saturating_sub(naive.depth)..];
@@ -48,7 +54,8 @@ fn tokens_reachable(own: &Naive, global: &Naive, cfg: &SuffixConfig, ctx: &[u32]
 fn drafts_equal_arcticinference_on_the_fixed_trace() {
     let dir = shared_dir().join("traces");
     let trace = load_trace(&dir.join("smollm2_llamacpp_greedy_96.jsonl")).expect("trace");
-    let text = std::fs::read_to_string(dir.join("arctic_steps_corpus_K8.jsonl")).expect("reference");
+    let text =
+        std::fs::read_to_string(dir.join("arctic_steps_corpus_K8.jsonl")).expect("reference");
     let reference: Vec<RefRequest> = text
         .lines()
         .map(|l| serde_json::from_str(l).expect("reference line"))
@@ -76,7 +83,10 @@ fn drafts_equal_arcticinference_on_the_fixed_trace() {
                 assert_eq!(ours.accepted_prefix(&out[pos..]), *ref_accepted);
             } else {
                 let ctx = drafter.request_tokens(id).unwrap().to_vec();
-                let own = Naive { seqs: vec![&ctx], depth: cfg.max_tree_depth };
+                let own = Naive {
+                    seqs: vec![&ctx],
+                    depth: cfg.max_tree_depth,
+                };
                 let global = Naive {
                     seqs: responses.iter().map(Vec::as_slice).collect(),
                     depth: cfg.max_tree_depth,
@@ -95,7 +105,10 @@ fn drafts_equal_arcticinference_on_the_fixed_trace() {
             // Follow the reference's emission so that one tie cannot shift later steps.
             let n = (ref_accepted + 1).min(out.len() - pos);
             drafter.append(id, &out[pos..pos + n]).unwrap();
-            responses.last_mut().unwrap().extend_from_slice(&out[pos..pos + n]);
+            responses
+                .last_mut()
+                .unwrap()
+                .extend_from_slice(&out[pos..pos + n]);
             emitted += n;
             pos += n;
         }
@@ -108,7 +121,14 @@ fn drafts_equal_arcticinference_on_the_fixed_trace() {
         unexplained.len(),
         emitted as f64 / steps as f64
     );
-    assert!(unexplained.is_empty(), "unexplained differences:\n{}", unexplained.join("\n"));
+    assert!(
+        unexplained.is_empty(),
+        "unexplained differences:\n{}",
+        unexplained.join("\n")
+    );
     // Reproducing the reference exactly is the expected outcome of identical tie order.
-    assert_eq!(ties, 0, "tie-break differences appeared; sibling order drifted from arctic");
+    assert_eq!(
+        ties, 0,
+        "tie-break differences appeared; sibling order drifted from arctic"
+    );
 }

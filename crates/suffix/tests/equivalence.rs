@@ -82,7 +82,9 @@ impl Model {
                 true
             }
             Op::Append(id, toks) => {
-                let Some(seq) = self.active.get_mut(id) else { return false };
+                let Some(seq) = self.active.get_mut(id) else {
+                    return false;
+                };
                 seq.extend_from_slice(toks);
                 if let Some(entry) = self.cached.iter_mut().find(|(i, _)| i == id) {
                     entry.1.extend_from_slice(toks);
@@ -131,7 +133,12 @@ fn run(cfg: SuffixConfig, ops: Vec<Op>) -> Result<(), TestCaseError> {
             let s = fresh.add_sequence();
             fresh.extend(s, r);
         }
-        prop_assert_eq!(drafter.global_tree().path_counts(), fresh.path_counts(), "after {:?}", op);
+        prop_assert_eq!(
+            drafter.global_tree().path_counts(),
+            fresh.path_counts(),
+            "after {:?}",
+            op
+        );
         prop_assert_eq!(drafter.global_cached_tokens(), fresh.num_tokens());
         prop_assert_eq!(drafter.num_active(), model.active.len());
     }
@@ -163,15 +170,22 @@ fn check_speculation(
     );
     let own_t = tree_outcome(&own, cfg, ctx, k);
     let global_t = tree_outcome(&global, cfg, ctx, k);
-    let (naive, want) = if own_t.2 >= global_t.2 { (&own, own_t) } else { (&global, global_t) };
+    let (naive, want) = if own_t.2 >= global_t.2 {
+        (&own, own_t)
+    } else {
+        (&global, global_t)
+    };
     if let Err(e) = tree_draft_valid(naive, ctx, &want, &tree) {
-        panic!("tree draft {tree:?}: {e} (ctx {ctx:?}, cached {:?})", model.cached);
+        panic!(
+            "tree draft {tree:?}: {e} (ctx {ctx:?}, cached {:?})",
+            model.cached
+        );
     }
     Ok(())
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 1000, ..ProptestConfig::default() })]
 
     #[test]
     fn drafter_matches_naive_reference(

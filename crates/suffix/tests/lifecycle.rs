@@ -24,11 +24,18 @@ fn bad_requests_get_errors_and_change_nothing() {
     assert_eq!(d.start_request(1, &[]), Err(DrafterError::EmptyPrompt(1)));
     assert!(matches!(
         d.start_request(1, &[5, 100]),
-        Err(DrafterError::OutOfVocabulary { token: 100, position: 1, .. })
+        Err(DrafterError::OutOfVocabulary {
+            token: 100,
+            position: 1,
+            ..
+        })
     ));
     assert_eq!(d.num_active(), 0);
     d.start_request(1, &[1, 2, 3]).unwrap();
-    assert_eq!(d.start_request(1, &[1]), Err(DrafterError::AlreadyActive(1)));
+    assert_eq!(
+        d.start_request(1, &[1]),
+        Err(DrafterError::AlreadyActive(1))
+    );
     assert!(matches!(
         d.append(1, &[4, 4000]),
         Err(DrafterError::OutOfVocabulary { token: 4000, .. })
@@ -43,12 +50,27 @@ fn bad_requests_get_errors_and_change_nothing() {
 #[test]
 fn invalid_config_is_rejected_or_clamped() {
     for bad in [
-        SuffixConfig { max_tree_depth: 0, ..SuffixConfig::default() },
-        SuffixConfig { max_spec_factor: f32::NAN, ..SuffixConfig::default() },
-        SuffixConfig { max_spec_factor: -1.0, ..SuffixConfig::default() },
-        SuffixConfig { vocab_size: Some(0), ..SuffixConfig::default() },
+        SuffixConfig {
+            max_tree_depth: 0,
+            ..SuffixConfig::default()
+        },
+        SuffixConfig {
+            max_spec_factor: f32::NAN,
+            ..SuffixConfig::default()
+        },
+        SuffixConfig {
+            max_spec_factor: -1.0,
+            ..SuffixConfig::default()
+        },
+        SuffixConfig {
+            vocab_size: Some(0),
+            ..SuffixConfig::default()
+        },
     ] {
-        assert!(matches!(SuffixDrafter::try_new(bad.clone()), Err(DrafterError::InvalidConfig(_))));
+        assert!(matches!(
+            SuffixDrafter::try_new(bad.clone()),
+            Err(DrafterError::InvalidConfig(_))
+        ));
         let d = SuffixDrafter::new(bad);
         d.config().validate().unwrap();
     }
@@ -88,7 +110,10 @@ fn eviction_by_request_count_is_fifo() {
     assert_eq!(d.global_cached_requests(), 2);
     assert_eq!(d.global_cached_tokens(), 8);
     let seqs: Vec<Vec<u32>> = d.global_tree().sequences().map(<[u32]>::to_vec).collect();
-    assert!(!seqs.contains(&vec![100; 4]), "oldest response survived: {seqs:?}");
+    assert!(
+        !seqs.contains(&vec![100; 4]),
+        "oldest response survived: {seqs:?}"
+    );
     d.check_integrity().unwrap();
 }
 
@@ -106,7 +131,9 @@ fn eviction_by_token_budget_bounds_memory() {
         d.start_request(id, &[1, 2, 3]).unwrap();
         let out: Vec<u32> = (0..97)
             .map(|_| {
-                state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                state = state
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
                 (state >> 59) as u32
             })
             .collect();
@@ -118,7 +145,10 @@ fn eviction_by_token_budget_bounds_memory() {
     d.check_integrity().unwrap();
     assert!(d.global_cached_tokens() > budget - 97);
     // Memory stays bounded: arenas are reused after eviction, not grown.
-    assert!(peak < 400 * budget, "peak {peak} bytes for a {budget}-token budget");
+    assert!(
+        peak < 400 * budget,
+        "peak {peak} bytes for a {budget}-token budget"
+    );
     // A single response larger than the whole budget is not cached at all.
     d.start_request(99, &[1]).unwrap();
     d.append(99, &vec![7; budget + 1]).unwrap();

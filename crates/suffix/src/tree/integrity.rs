@@ -53,8 +53,15 @@ impl SuffixTree {
         for (i, slot) in self.seqs.iter().enumerate() {
             let Some(slot) = slot else { continue };
             let want = refs.get(&(i as u32)).copied().unwrap_or(0);
-            ensure!(slot.refs == want, "slot {i}: refs {} but {want} nodes", slot.refs);
-            ensure!(slot.live || slot.refs > 0, "slot {i}: removed and unreferenced");
+            ensure!(
+                slot.refs == want,
+                "slot {i}: refs {} but {want} nodes",
+                slot.refs
+            );
+            ensure!(
+                slot.live || slot.refs > 0,
+                "slot {i}: removed and unreferenced"
+            );
             if slot.live {
                 live_seqs += 1;
                 live_tokens += slot.tokens.len();
@@ -67,19 +74,35 @@ impl SuffixTree {
 
     fn check_node(&self, n: u32, path: &[u32]) -> Result<(), String> {
         let node = self.node(n);
-        ensure!(path.len() <= self.max_depth, "node {n}: depth {} over cap", path.len());
+        ensure!(
+            path.len() <= self.max_depth,
+            "node {n}: depth {} over cap",
+            path.len()
+        );
         if n == ROOT {
             ensure!(node.parent == NIL && node.len == 0, "root shape");
         } else {
-            ensure!(node.len > 0 && node.count > 0, "node {n}: empty or zero count");
-            let slot = self.seqs.get(node.ref_seq as usize).and_then(Option::as_ref);
+            ensure!(
+                node.len > 0 && node.count > 0,
+                "node {n}: empty or zero count"
+            );
+            let slot = self
+                .seqs
+                .get(node.ref_seq as usize)
+                .and_then(Option::as_ref);
             ensure!(slot.is_some(), "node {n}: reference to a freed slot");
             let tokens = &slot.unwrap().tokens;
             let (start, end) = (node.ref_idx as usize, (node.ref_idx + node.len) as usize);
             ensure!(end <= tokens.len(), "node {n}: label past its sequence");
-            ensure!(node.token == tokens[start], "node {n}: first token mismatch");
+            ensure!(
+                node.token == tokens[start],
+                "node {n}: first token mismatch"
+            );
             // The referenced occurrence must be preceded by the whole path above it.
-            ensure!(end >= path.len(), "node {n}: occurrence shorter than its path");
+            ensure!(
+                end >= path.len(),
+                "node {n}: occurrence shorter than its path"
+            );
             ensure!(
                 tokens[end - path.len()..end] == *path,
                 "node {n}: referenced occurrence does not spell its path"
@@ -98,10 +121,16 @@ impl SuffixTree {
             ensure!(child.group != NIL, "node {c}: no group");
             let g = &self.groups[child.group as usize];
             if n != ROOT {
-                ensure!(child.count < node.count, "node {c}: count not below parent's");
+                ensure!(
+                    child.count < node.count,
+                    "node {c}: count not below parent's"
+                );
             }
             if prev == NIL {
-                ensure!(g.head == c && g.prev == NIL, "node {c}: first child heads no run");
+                ensure!(
+                    g.head == c && g.prev == NIL,
+                    "node {c}: first child heads no run"
+                );
             } else {
                 let p = self.node(prev);
                 ensure!(child.count <= p.count, "node {c}: siblings out of order");
@@ -110,7 +139,10 @@ impl SuffixTree {
                 } else {
                     ensure!(g.head == c, "node {c}: run head");
                     ensure!(g.prev == p.group, "node {c}: run prev link");
-                    ensure!(self.groups[p.group as usize].next == child.group, "run next link");
+                    ensure!(
+                        self.groups[p.group as usize].next == child.group,
+                        "run next link"
+                    );
                 }
             }
             if child.next_sib == NIL || self.node(child.next_sib).count != child.count {
@@ -127,10 +159,16 @@ impl SuffixTree {
             c = child.next_sib;
         }
         ensure!(node.last_child == prev, "node {n}: wrong last child");
-        ensure!(sum <= u64::from(node.count), "node {n}: children outnumber it");
+        ensure!(
+            sum <= u64::from(node.count),
+            "node {n}: children outnumber it"
+        );
         if n != ROOT && kids == 1 {
             let only = self.node(node.first_child);
-            ensure!(only.count < node.count, "node {n}: uncompressed single child");
+            ensure!(
+                only.count < node.count,
+                "node {n}: uncompressed single child"
+            );
         }
         Ok(())
     }
@@ -144,18 +182,27 @@ impl SuffixTree {
             }
         }
         for (&g, &m) in &members {
-            ensure!(self.groups[g as usize].members == m, "group {g}: member count");
+            ensure!(
+                self.groups[g as usize].members == m,
+                "group {g}: member count"
+            );
         }
         let got = self.path_counts();
         for slot in self.seqs.iter().flatten().filter(|s| s.live) {
             let t = &slot.tokens;
             for start in 0..t.len() {
                 let end = (start + self.max_depth).min(t.len());
-                ensure!(got.contains_key(&t[start..end]), "suffix at {start} does not end at a node");
+                ensure!(
+                    got.contains_key(&t[start..end]),
+                    "suffix at {start} does not end at a node"
+                );
             }
         }
         let want = self.expected_counts();
-        ensure!(want == got, "node counts differ from a recount of the sequences");
+        ensure!(
+            want == got,
+            "node counts differ from a recount of the sequences"
+        );
         Ok(())
     }
 
@@ -195,5 +242,4 @@ impl SuffixTree {
         }
         out
     }
-
 }

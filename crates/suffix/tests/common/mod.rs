@@ -60,7 +60,7 @@ impl Naive<'_> {
                 (t, self.count(&q))
             })
             .collect();
-        out.sort_by(|a, b| b.1.cmp(&a.1));
+        out.sort_by_key(|&(_, c)| std::cmp::Reverse(c));
         out
     }
 
@@ -213,7 +213,13 @@ pub fn min_path_score(naive: &Naive, cfg: &SuffixConfig, context: &[u32], k: usi
 }
 
 /// Whether `d` is what one tree's path speculation returns under some tie-breaking.
-pub fn path_valid_for(naive: &Naive, cfg: &SuffixConfig, context: &[u32], k: usize, d: &Draft) -> bool {
+pub fn path_valid_for(
+    naive: &Naive,
+    cfg: &SuffixConfig,
+    context: &[u32],
+    k: usize,
+    d: &Draft,
+) -> bool {
     let lens = matched_lengths(naive, context);
     if lens.is_empty() {
         return d.tokens.is_empty() && d.match_len == 0;
@@ -223,9 +229,9 @@ pub fn path_valid_for(naive: &Naive, cfg: &SuffixConfig, context: &[u32], k: usi
     }
     let pat = ctx_suffix(naive, context, d.match_len);
     let drafts = naive.path_drafts(&pat, max_tokens(cfg, d.match_len, k), cfg.min_token_prob);
-    let found = drafts
-        .iter()
-        .any(|x| x.tokens == d.tokens && x.probs == d.probs && x.score == d.score && x.parents == d.parents);
+    let found = drafts.iter().any(|x| {
+        x.tokens == d.tokens && x.probs == d.probs && x.score == d.score && x.parents == d.parents
+    });
     if !found {
         return false;
     }
@@ -246,13 +252,25 @@ pub fn path_valid_for(naive: &Naive, cfg: &SuffixConfig, context: &[u32], k: usi
 
 /// Whether `d` is what the drafter (own tree vs global tree, ties to its own) returns in path
 /// mode under some tie-breaking.
-pub fn drafter_path_valid(own: &Naive, global: &Naive, cfg: &SuffixConfig, ctx: &[u32], k: usize, d: &Draft) -> bool {
+pub fn drafter_path_valid(
+    own: &Naive,
+    global: &Naive,
+    cfg: &SuffixConfig,
+    ctx: &[u32],
+    k: usize,
+    d: &Draft,
+) -> bool {
     (path_valid_for(own, cfg, ctx, k, d) && min_path_score(global, cfg, ctx, k) <= d.score)
         || (path_valid_for(global, cfg, ctx, k, d) && min_path_score(own, cfg, ctx, k) < d.score)
 }
 
 /// Tree-mode outcome of one tree: (match_len, emitted probs, score); tie-independent.
-pub fn tree_outcome(naive: &Naive, cfg: &SuffixConfig, context: &[u32], k: usize) -> (usize, Vec<f32>, f32) {
+pub fn tree_outcome(
+    naive: &Naive,
+    cfg: &SuffixConfig,
+    context: &[u32],
+    k: usize,
+) -> (usize, Vec<f32>, f32) {
     let mut best = (0, Vec::new(), 0.0f32);
     for m in matched_lengths(naive, context) {
         let pat = ctx_suffix(naive, context, m);
@@ -265,21 +283,34 @@ pub fn tree_outcome(naive: &Naive, cfg: &SuffixConfig, context: &[u32], k: usize
 }
 
 /// Checks a tree-mode draft against the naive outcome of the winning tree.
-pub fn tree_draft_valid(naive: &Naive, context: &[u32], want: &(usize, Vec<f32>, f32), d: &Draft) -> Result<(), String> {
+pub fn tree_draft_valid(
+    naive: &Naive,
+    context: &[u32],
+    want: &(usize, Vec<f32>, f32),
+    d: &Draft,
+) -> Result<(), String> {
     if d.match_len != want.0 || d.probs != want.1 || d.score != want.2 {
         return Err(format!(
             "tree draft (m {}, probs {:?}, score {}) != naive (m {}, probs {:?}, score {})",
             d.match_len, d.probs, d.score, want.0, want.1, want.2
         ));
     }
-    let pat = ctx_suffix(naive, context, d.match_len.max(1).min(context.len().saturating_sub(1)));
+    let pat = ctx_suffix(
+        naive,
+        context,
+        d.match_len.max(1).min(context.len().saturating_sub(1)),
+    );
     let mut paths: Vec<Vec<u32>> = Vec::new();
     for i in 0..d.tokens.len() {
         let p = d.parents[i];
         if p >= i as i32 || p < -1 {
             return Err(format!("token {i}: bad parent {p}"));
         }
-        let mut tail = if p < 0 { Vec::new() } else { paths[p as usize].clone() };
+        let mut tail = if p < 0 {
+            Vec::new()
+        } else {
+            paths[p as usize].clone()
+        };
         tail.push(d.tokens[i]);
         if paths.contains(&tail) {
             return Err(format!("token {i}: duplicate path"));
