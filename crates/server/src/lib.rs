@@ -1,6 +1,70 @@
+//! wring's OpenAI-compatible HTTP API over the engine (axum + tokio).
+//!
+//! - `routes`: endpoints and the API-key check; `body` + `params`: turning a request
+//!   body into an engine request, with an OpenAI-shaped 4xx for every kind of bad input.
+//! - `generate`: one request's life: submit, then a JSON body or an SSE stream. The
+//!   engine's `RequestHandle` is owned by the response, so a client that goes away
+//!   aborts its request (and frees its KV blocks) when hyper drops the body.
+//! - `metrics`: `/metrics` in Prometheus text with vLLM's names; `stats`: the
+//!   periodic throughput log line.
+//! - `serve`: run until a shutdown signal, then drain the engine within a timeout.
+
 pub mod body;
 pub mod error;
+pub mod generate;
+pub mod logprobs;
+pub mod metrics;
 pub mod params;
 pub mod prom;
 pub mod protocol;
+pub mod routes;
+pub mod state;
+pub mod stats;
+
+use std::future::{Future, IntoFuture};
+use std::sync::Arc;
+use std::time::Duration;
+
 pub use error::ApiError;
+pub use routes::router;
+pub use state::{AppState, ServerConfig};
+
+/// Extra time after the engine has drained for responses to reach their clients.
+const FLUSH_GRACE: Duration = Duration::from_secs(5);
+
+/// Serves `state` on `listener` until `shutdown` resolves; then stops accepting
+/// connections, lets running requests finish for up to the drain timeout, aborts
+/// the rest and stops the engine.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    state: Arc<AppState>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let (signalled_tx, signalled_rx) = tokio::sync::oneshot::channel::<()>();
+    let graceful = async move {
+        shutdown.await;
+        let _ = signalled_tx.send(());
+    };
+    let server = tokio::spawn(
+        axum::serve(listener, router(state.clone()))
+            .with_graceful_shutdown(graceful)
+            .into_future(),
+    );
+    let stats = stats::spawn(state.clone());
+
+    // Resolves on the signal, or early if the server itself failed.
+    let _ = signalled_rx.await;
+    let drain = state.config.drain_timeout;
+    tracing::info!("shutting down: running requests get up to {drain:?} to finish");
+    let engine = state.engine.clone();
+    tokio::task::spawn_blocking(move || engine.shutdown(drain)).await?;
+    stats.abort();
+    match tokio::time::timeout(FLUSH_GRACE, server).await {
+        Ok(joined) => joined??,
+        Err(_) => {
+            tracing::warn!("connections still open {FLUSH_GRACE:?} after the drain; closing them")
+        }
+    }
+    tracing::info!("server stopped");
+    Ok(())
+}

@@ -1,0 +1,90 @@
+//! What every handler shares: the engine, what we know about the model, and the
+//! server's own settings.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use wring_engine::{EngineHandle, EngineInfo};
+
+/// Settings of the HTTP layer (the engine has its own `EngineConfig`).
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    /// Names clients may use in `model`; the first is the one we report. Empty = the model's own name.
+    pub served_model_names: Vec<String>,
+    /// When set, `/v1/*` and `/admin/*` need `Authorization: Bearer <key>`.
+    pub api_key: Option<String>,
+    /// Largest request body accepted (413 beyond).
+    pub max_body_bytes: usize,
+    /// `Retry-After` seconds sent with 429.
+    pub retry_after_s: u64,
+    /// How long running requests may finish after SIGTERM/SIGINT before they are aborted.
+    pub drain_timeout: Duration,
+    /// Period of the throughput log line (zero = off).
+    pub stats_interval: Duration,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        Self {
+            served_model_names: Vec::new(),
+            api_key: None,
+            max_body_bytes: 8 << 20,
+            retry_after_s: 1,
+            drain_timeout: Duration::from_secs(30),
+            stats_interval: Duration::from_secs(10),
+        }
+    }
+}
+
+pub struct AppState {
+    pub engine: EngineHandle,
+    pub info: EngineInfo,
+    pub config: ServerConfig,
+    /// Unix seconds at start-up (the `created` of `/v1/models`).
+    pub started_unix: u64,
+    id_prefix: u32,
+    next_id: AtomicU64,
+}
+
+impl AppState {
+    pub fn new(engine: EngineHandle, info: EngineInfo, mut config: ServerConfig) -> Arc<Self> {
+        if config.served_model_names.is_empty() {
+            config.served_model_names.push(info.model_name.clone());
+        }
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default();
+        Arc::new(Self {
+            engine,
+            info,
+            config,
+            started_unix: now.as_secs(),
+            // Distinguishes ids across restarts without a random source.
+            id_prefix: now.subsec_nanos() ^ (now.as_secs() as u32).rotate_left(16),
+            next_id: AtomicU64::new(1),
+        })
+    }
+
+    /// The name responses report.
+    pub fn model_name(&self) -> &str {
+        &self.config.served_model_names[0]
+    }
+
+    pub fn knows_model(&self, name: &str) -> bool {
+        self.config.served_model_names.iter().any(|n| n == name)
+    }
+
+    /// A fresh id such as `chatcmpl-5f3a09c1000000000000002a`.
+    pub fn new_request_id(&self, prefix: &str) -> String {
+        let n = self.next_id.fetch_add(1, Ordering::Relaxed);
+        format!("{prefix}-{:08x}{n:016x}", self.id_prefix)
+    }
+}
+
+pub fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}

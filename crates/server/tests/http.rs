@@ -1,0 +1,407 @@
+//! The server over a real engine with the default model, on loopback, driven over
+//! HTTP: streaming shape and exact usage, admission (429), disconnects that free
+//! every KV block, the body limit, and graceful shutdown with and without a drain.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use serde_json::{json, Value};
+use wring_engine::{Engine, EngineConfig, EngineHandle, EngineInfo};
+use wring_model::{Device, LoadFormat, ModelSpec, RunnerOptions};
+use wring_server::{AppState, ServerConfig};
+
+const KEY: &str = "k3y";
+
+fn start_engine(max_num_seqs: usize, max_waiting: usize) -> (EngineHandle, EngineInfo) {
+    let model = wring_model::load_model(&ModelSpec {
+        model: None,
+        load_format: LoadFormat::Auto,
+        model_shape: None,
+    })
+    .expect("the default model loads (run `wring pull` first)");
+    let opts = RunnerOptions {
+        device: Device::Cpu,
+        kv_cache_bytes: 128 << 20,
+        block_size: 16,
+        max_num_seqs,
+        max_model_len: 2048,
+    };
+    let cfg = EngineConfig {
+        max_num_seqs,
+        max_waiting,
+        max_model_len: 2048,
+        ..EngineConfig::default()
+    };
+    Engine::start(model, opts, cfg).expect("engine starts")
+}
+
+struct TestServer {
+    base: String,
+    http: reqwest::Client,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    served: tokio::task::JoinHandle<anyhow::Result<()>>,
+}
+
+async fn serve(engine: (EngineHandle, EngineInfo), config: ServerConfig) -> TestServer {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let state = AppState::new(engine.0, engine.1, config);
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    // Only an explicit `shutdown()` stops the server (a dropped sender must not
+    // shut down the engine the other tests share).
+    let served = tokio::spawn(wring_server::serve(listener, state, async move {
+        if rx.await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    }));
+    TestServer {
+        base,
+        http: reqwest::Client::new(),
+        stop: Some(tx),
+        served,
+    }
+}
+
+fn config() -> ServerConfig {
+    ServerConfig {
+        api_key: Some(KEY.into()),
+        served_model_names: vec!["smol".into()],
+        ..ServerConfig::default()
+    }
+}
+
+impl TestServer {
+    fn post(&self, path: &str, body: &Value) -> reqwest::RequestBuilder {
+        self.http
+            .post(format!("{}{path}", self.base))
+            .bearer_auth(KEY)
+            .json(body)
+    }
+
+    async fn metric(&self, name: &str) -> f64 {
+        let text = self
+            .http
+            .get(format!("{}/metrics", self.base))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        text.lines()
+            .find(|l| l.starts_with(&format!("{name}{{")) || l.starts_with(&format!("{name} ")))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("{name} not in /metrics"))
+    }
+
+    /// Waits until nothing runs or waits and no KV block is held.
+    async fn wait_idle(&self) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let (running, waiting, used) = (
+                self.metric("vllm:num_requests_running").await,
+                self.metric("vllm:num_requests_waiting").await,
+                self.metric("wring:kv_blocks_used").await,
+            );
+            if running == 0.0 && waiting == 0.0 && used == 0.0 {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "not idle: running {running} waiting {waiting} kv used {used}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    async fn shutdown(mut self) -> anyhow::Result<()> {
+        let _ = self.stop.take().unwrap().send(());
+        tokio::time::timeout(Duration::from_secs(60), self.served)
+            .await
+            .expect("serve returns after shutdown")
+            .unwrap()
+    }
+}
+
+/// Reads an SSE response into its `data:` payloads.
+async fn sse_payloads(resp: reqwest::Response) -> Vec<String> {
+    assert_eq!(resp.status(), 200);
+    assert!(resp.headers()["content-type"]
+        .to_str()
+        .unwrap()
+        .starts_with("text/event-stream"));
+    let body = resp.text().await.unwrap();
+    body.split("\n\n")
+        .filter_map(|event| event.lines().find_map(|l| l.strip_prefix("data: ")))
+        .map(str::to_string)
+        .collect()
+}
+
+fn chat_body(content: &str, max_tokens: u32) -> Value {
+    json!({"model": "smol", "messages": [{"role": "user", "content": content}],
+           "max_tokens": max_tokens, "temperature": 0})
+}
+
+/// Shared by the tests that leave the engine running and idle.
+fn shared_engine() -> (EngineHandle, EngineInfo) {
+    static ENGINE: std::sync::OnceLock<(EngineHandle, EngineInfo)> = std::sync::OnceLock::new();
+    ENGINE.get_or_init(|| start_engine(8, 64)).clone()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stream_chunks_concatenate_to_the_full_answer_with_exact_usage() {
+    let srv = serve(shared_engine(), config()).await;
+    let full: Value = srv
+        .post("/v1/chat/completions", &chat_body("Name a fruit.", 12))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let mut body = chat_body("Name a fruit.", 12);
+    body["stream"] = json!(true);
+    body["stream_options"] = json!({"include_usage": true});
+    let payloads = sse_payloads(
+        srv.post("/v1/chat/completions", &body)
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+
+    assert_eq!(payloads.last().map(String::as_str), Some("[DONE]"));
+    let chunks: Vec<Value> = payloads[..payloads.len() - 1]
+        .iter()
+        .map(|p| serde_json::from_str(p).unwrap())
+        .collect();
+    assert_eq!(chunks[0]["choices"][0]["delta"]["role"], "assistant");
+    let text: String = chunks
+        .iter()
+        .filter_map(|c| c["choices"][0]["delta"]["content"].as_str())
+        .collect();
+    assert_eq!(
+        text,
+        full["choices"][0]["message"]["content"].as_str().unwrap()
+    );
+    // The chunk before the usage chunk carries the finish reason; nothing after it has choices.
+    let usage_chunk = chunks.last().unwrap();
+    assert_eq!(usage_chunk["choices"], json!([]));
+    for field in ["prompt_tokens", "completion_tokens", "total_tokens"] {
+        assert_eq!(usage_chunk["usage"][field], full["usage"][field], "{field}");
+    }
+    let finish = &chunks[chunks.len() - 2]["choices"][0]["finish_reason"];
+    assert_eq!(finish, &full["choices"][0]["finish_reason"]);
+    let finishes = chunks
+        .iter()
+        .filter(|c| !c["choices"][0]["finish_reason"].is_null())
+        .count();
+    assert_eq!(finishes, 1);
+    let u = &full["usage"];
+    assert_eq!(
+        u["total_tokens"].as_u64().unwrap(),
+        u["prompt_tokens"].as_u64().unwrap() + u["completion_tokens"].as_u64().unwrap()
+    );
+    srv.wait_idle().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn completions_stream_reports_length_and_exact_token_count() {
+    let srv = serve(shared_engine(), config()).await;
+    let body = json!({"model": "smol", "prompt": "Once upon a time", "max_tokens": 9, "temperature": 0,
+                      "ignore_eos": true, "stream": true, "stream_options": {"include_usage": true}, "logprobs": 1});
+    let payloads = sse_payloads(srv.post("/v1/completions", &body).send().await.unwrap()).await;
+    let chunks: Vec<Value> = payloads[..payloads.len() - 1]
+        .iter()
+        .map(|p| serde_json::from_str(p).unwrap())
+        .collect();
+    let tokens: usize = chunks
+        .iter()
+        .filter_map(|c| c["choices"][0]["logprobs"]["tokens"].as_array())
+        .map(Vec::len)
+        .sum();
+    assert_eq!(tokens, 9);
+    assert_eq!(chunks.last().unwrap()["usage"]["completion_tokens"], 9);
+    assert_eq!(
+        chunks[chunks.len() - 2]["choices"][0]["finish_reason"],
+        "length"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn disconnects_free_every_kv_block_and_the_server_keeps_answering() {
+    let srv = serve(shared_engine(), config()).await;
+    let mut long = chat_body("Write a long poem about the sea.", 500);
+    long["ignore_eos"] = json!(true);
+    long["stream"] = json!(true);
+    for _ in 0..3 {
+        let resp = srv
+            .post("/v1/chat/completions", &long)
+            .send()
+            .await
+            .unwrap();
+        let mut bytes = resp.bytes_stream();
+        let mut seen = 0;
+        while let Some(chunk) = bytes.next().await {
+            seen += String::from_utf8_lossy(&chunk.unwrap())
+                .matches("data: ")
+                .count();
+            if seen >= 4 {
+                break;
+            }
+        }
+        assert!(srv.metric("wring:kv_blocks_used").await > 0.0 || seen >= 4);
+        // Dropping the body closes the connection mid-stream.
+    }
+    // A non-streaming client that gives up.
+    long["stream"] = json!(false);
+    let gave_up = srv
+        .post("/v1/chat/completions", &long)
+        .timeout(Duration::from_millis(500))
+        .send()
+        .await;
+    assert!(gave_up.is_err());
+    srv.wait_idle().await;
+    let ok = srv
+        .post("/v1/chat/completions", &chat_body("Hi", 2))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(ok.status(), 200);
+    srv.wait_idle().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn body_limit_and_auth_apply_before_any_work() {
+    let cfg = ServerConfig {
+        max_body_bytes: 1024,
+        ..config()
+    };
+    let srv = serve(shared_engine(), cfg).await;
+    let big = chat_body(&"x".repeat(4096), 2);
+    let resp = srv.post("/v1/chat/completions", &big).send().await.unwrap();
+    assert_eq!(resp.status(), 413);
+    let err: Value = resp.json().await.unwrap();
+    assert_eq!(err["error"]["type"], "invalid_request_error");
+    let resp = srv
+        .http
+        .post(format!("{}/v1/completions", srv.base))
+        .json(&json!({"prompt": "x"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 401);
+    // Health and metrics stay open without the key.
+    let resp = srv
+        .http
+        .get(format!("{}/health", srv.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_queue_answers_429_with_retry_after() {
+    let srv = serve(start_engine(1, 1), config()).await;
+    let mut long = chat_body("Count to one thousand.", 300);
+    long["ignore_eos"] = json!(true);
+    long["stream"] = json!(true);
+    // A occupies the only running slot…
+    let a = srv
+        .post("/v1/chat/completions", &long)
+        .send()
+        .await
+        .unwrap();
+    let mut a_body = a.bytes_stream();
+    a_body.next().await.unwrap().unwrap();
+    // …B takes the only waiting slot…
+    let b = srv.post("/v1/chat/completions", &long).send();
+    let b = tokio::spawn(b);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while srv.metric("vllm:num_requests_waiting").await < 1.0 {
+        assert!(Instant::now() < deadline, "B never waited");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // …so C is refused.
+    let c = srv
+        .post("/v1/chat/completions", &chat_body("Hi", 2))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(c.status(), 429);
+    assert_eq!(c.headers()["retry-after"], "1");
+    let err: Value = c.json().await.unwrap();
+    assert_eq!(err["error"]["code"], "rate_limit_exceeded");
+    drop(a_body);
+    drop(b.await.unwrap().unwrap());
+    srv.wait_idle().await;
+    srv.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_drains_running_requests_then_refuses_connections() {
+    let srv = serve(start_engine(4, 16), config()).await;
+    let mut body = chat_body("Tell me about cats.", 24);
+    body["stream"] = json!(true);
+    body["ignore_eos"] = json!(true);
+    let resp = srv
+        .post("/v1/chat/completions", &body)
+        .send()
+        .await
+        .unwrap();
+    let base = srv.base.clone();
+    let http = srv.http.clone();
+    let stopped = tokio::spawn(srv.shutdown());
+    let payloads = sse_payloads(resp).await;
+    let finish: Value = serde_json::from_str(&payloads[payloads.len() - 2]).unwrap();
+    assert_eq!(
+        finish["choices"][0]["finish_reason"], "length",
+        "drained request completes"
+    );
+    stopped.await.unwrap().unwrap();
+    assert!(http.get(format!("{base}/health")).send().await.is_err());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn past_the_drain_timeout_requests_end_with_an_error_event() {
+    let cfg = ServerConfig {
+        drain_timeout: Duration::from_millis(200),
+        ..config()
+    };
+    let srv = serve(start_engine(4, 16), cfg).await;
+    let mut body = chat_body("Tell me about dogs.", 1500);
+    body["stream"] = json!(true);
+    body["ignore_eos"] = json!(true);
+    let resp = srv
+        .post("/v1/chat/completions", &body)
+        .send()
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let stopped = tokio::spawn(srv.shutdown());
+    let payloads = sse_payloads(resp).await;
+    let err: Value = serde_json::from_str(&payloads[payloads.len() - 2]).unwrap();
+    assert!(
+        err["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("shutting down"),
+        "{err}"
+    );
+    stopped.await.unwrap().unwrap();
+    assert!(started.elapsed() < Duration::from_secs(20));
+}
+
+#[test]
+fn state_ids_are_unique() {
+    let (engine, info) = shared_engine();
+    let state: Arc<AppState> = AppState::new(engine, info, ServerConfig::default());
+    let a = state.new_request_id("chatcmpl");
+    let b = state.new_request_id("chatcmpl");
+    assert_ne!(a, b);
+    assert!(a.starts_with("chatcmpl-"));
+    assert_eq!(state.model_name(), wring_model::DEFAULT_MODEL_NAME);
+}

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Runs the OpenAI-client test suite against a real `wring serve`.
+# Installs `openai` + pytest into a venv under target/ (reused across runs) and
+# builds the wring binary unless WRING_BIN names one.
+#   tests/openai/run.sh [pytest args...]
+set -euo pipefail
+repo="$(cd "$(dirname "$0")/../.." && pwd)"
+venv="${WRING_OPENAI_VENV:-$repo/target/openai-venv}"
+if [ ! -x "$venv/bin/python" ]; then
+    python3 -m venv "$venv"
+fi
+if ! "$venv/bin/python" -c "import openai, pytest, httpx" 2>/dev/null; then
+    "$venv/bin/pip" install --quiet "openai>=1.40" "pytest>=8" httpx
+fi
+if [ -z "${WRING_BIN:-}" ]; then
+    profile="${WRING_PROFILE:-release}"
+    (cd "$repo" && cargo build --quiet -p wring --profile "$profile")
+    dir="$profile"; [ "$profile" = dev ] && dir=debug
+    export WRING_BIN="$repo/target/$dir/wring"
+fi
+export WRING_SHARED="${WRING_SHARED:-$repo/../shared}"
+cd "$repo/tests/openai"
+exec "$venv/bin/python" -m pytest -q "$@"
