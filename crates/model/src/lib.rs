@@ -15,6 +15,7 @@ pub use chat::{ChatMessage, ChatTemplate};
 pub use config::{ModelConfig, RopeScaling};
 pub use runner::{Logits, ModelRunner, SeqInput, StepInput};
 pub use tokenizer::{IncrementalDecoder, Tokenizer};
+pub use wring_backend::cpu::CpuWeights;
 
 use anyhow::{anyhow, bail, Context, Result};
 use serde_json::Value;
@@ -150,7 +151,7 @@ impl LoadedModel {
         }
         match opts.device {
             Device::Cpu => {
-                let backend = wring_backend::cpu::CpuBackend::new();
+                let backend = wring_backend::cpu::CpuBackend::new(opts.cpu_weights);
                 Ok(Box::new(llama::LlamaRunner::new(
                     backend,
                     self.config,

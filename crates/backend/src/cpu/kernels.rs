@@ -113,6 +113,57 @@ pub fn matmul_t(x: &[f32], t_rows: usize, w: &[f32], w_rows: usize, cols: usize)
     out
 }
 
+/// Like [`matmul_t`] over 8-bit weights; each activation row is quantised on its own.
+pub fn matmul_q8(x: &[f32], t_rows: usize, w: &super::q8::Q8Matrix) -> Vec<f32> {
+    use super::q8::{dot_q8, quantize_row, QK};
+    let cols = w.cols;
+    let nb = cols / QK;
+    let mut xq = vec![0i8; t_rows * cols];
+    let mut xs = vec![0f32; t_rows * nb];
+    xq.par_chunks_mut(cols)
+        .zip(xs.par_chunks_mut(nb))
+        .zip(x.par_chunks(cols))
+        .for_each(|((q, s), xr)| quantize_row(xr, q, s));
+    transpose_blocks(t_rows, w.rows, |r| {
+        let (wq, ws) = w.row(r);
+        (0..t_rows)
+            .map(|t| {
+                dot_q8(
+                    &xq[t * cols..(t + 1) * cols],
+                    &xs[t * nb..(t + 1) * nb],
+                    wq,
+                    ws,
+                )
+            })
+            .collect()
+    })
+}
+
+/// Runs `row_fn(r)` (the values of output column `r` for every token) in parallel
+/// over blocks of rows and lays the results out as `[t_rows][w_rows]`.
+fn transpose_blocks(
+    t_rows: usize,
+    w_rows: usize,
+    row_fn: impl Fn(usize) -> Vec<f32> + Sync,
+) -> Vec<f32> {
+    const ROWS_PER_TASK: usize = 32;
+    let blocks: Vec<Vec<Vec<f32>>> = (0..w_rows.div_ceil(ROWS_PER_TASK))
+        .into_par_iter()
+        .map(|b| {
+            (b * ROWS_PER_TASK..((b + 1) * ROWS_PER_TASK).min(w_rows))
+                .map(&row_fn)
+                .collect()
+        })
+        .collect();
+    let mut out = vec![0.0f32; t_rows * w_rows];
+    for (r, col) in blocks.into_iter().flatten().enumerate() {
+        for (t, v) in col.into_iter().enumerate() {
+            out[t * w_rows + r] = v;
+        }
+    }
+    out
+}
+
 pub fn rms_norm_inplace(row: &mut [f32], w: &[f32], eps: f32) {
     let ss = dot(row, row) / row.len() as f32;
     let scale = 1.0 / (ss + eps).sqrt();

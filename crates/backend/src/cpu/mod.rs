@@ -7,6 +7,7 @@
 //! only splits *which* values a thread computes, never how one value is summed.
 
 mod kernels;
+pub mod q8;
 
 use crate::{AttnShape, Backend, HostMatrix, KvSpec, RopeSpec, StepInput};
 use anyhow::{ensure, Result};
@@ -23,10 +24,43 @@ pub struct CpuTensor {
 }
 
 /// A weight matrix `[rows=out][cols=in]`.
-pub struct CpuMatrix {
-    rows: usize,
-    cols: usize,
-    data: Vec<f32>,
+pub enum CpuMatrix {
+    F32 {
+        rows: usize,
+        cols: usize,
+        data: Vec<f32>,
+    },
+    Q8(q8::Q8Matrix),
+}
+
+impl CpuMatrix {
+    fn shape(&self) -> (usize, usize) {
+        match self {
+            CpuMatrix::F32 { rows, cols, .. } => (*rows, *cols),
+            CpuMatrix::Q8(m) => (m.rows, m.cols),
+        }
+    }
+}
+
+/// How the CPU backend stores weight matrices.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CpuWeights {
+    /// f32: the bit-exact reference (matches the golden outputs).
+    #[default]
+    F32,
+    /// 8-bit blocks with f32 scales, activations quantised per row: ~4x less memory traffic.
+    Q8,
+}
+
+impl std::str::FromStr for CpuWeights {
+    type Err = anyhow::Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "f32" => Ok(Self::F32),
+            "q8" => Ok(Self::Q8),
+            _ => anyhow::bail!("unknown CPU weight format {s:?} (f32, q8)"),
+        }
+    }
 }
 
 pub struct CpuVector(Vec<f32>);
@@ -42,11 +76,15 @@ struct KvPool {
 pub struct CpuBackend {
     kv: Option<KvPool>,
     step: StepInput,
+    weights: CpuWeights,
 }
 
 impl CpuBackend {
-    pub fn new() -> Self {
-        Self::default()
+    pub fn new(weights: CpuWeights) -> Self {
+        Self {
+            weights,
+            ..Self::default()
+        }
     }
 }
 
@@ -99,11 +137,19 @@ impl Backend for CpuBackend {
     }
 
     fn embed(&mut self, table: &CpuMatrix) -> CpuTensor {
-        let cols = table.cols;
+        let cols = table.shape().1;
         let mut data = Vec::with_capacity(self.step.tokens.len() * cols);
         for &t in &self.step.tokens {
             let t = t as usize;
-            data.extend_from_slice(&table.data[t * cols..(t + 1) * cols]);
+            match table {
+                CpuMatrix::F32 { data: d, .. } => {
+                    data.extend_from_slice(&d[t * cols..(t + 1) * cols])
+                }
+                CpuMatrix::Q8(m) => {
+                    let (q, s) = m.row(t);
+                    data.extend(q.iter().enumerate().map(|(i, &v)| v as f32 * s[i / q8::QK]));
+                }
+            }
         }
         CpuTensor {
             rows: self.step.tokens.len(),

@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# The whole test suite: Rust unit/integration tests (including the golden-output,
+# lossless-speculation and server tests), then the OpenAI-client tests against a live
+# `wring serve`. Needs the default model (fetched on first use) and ../shared.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+cargo test --workspace --no-fail-fast
+if [ -x tests/openai/run.sh ]; then
+  tests/openai/run.sh
+fi
