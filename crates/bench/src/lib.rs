@@ -3,13 +3,16 @@
 //! drives wring, vLLM and llama.cpp servers alike and never links engine internals.
 
 pub mod bench;
+pub mod configs;
 pub mod corpus;
 pub mod fetch;
 pub mod json_stream;
 pub mod machine;
 pub mod prom;
 pub mod replay;
+pub mod report;
 pub mod result;
 pub mod server_probe;
 pub mod sse;
 pub mod stats;
+pub mod tune;

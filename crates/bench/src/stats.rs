@@ -43,7 +43,11 @@ pub fn mad(values: &[f64]) -> Option<f64> {
 
 /// Geometric mean of positive values; `None` when empty or any value is not positive.
 pub fn geomean(values: &[f64]) -> Option<f64> {
-    if values.is_empty() || values.iter().any(|v| v.is_nan() || *v <= 0.0 || v.is_infinite()) {
+    if values.is_empty()
+        || values
+            .iter()
+            .any(|v| v.is_nan() || *v <= 0.0 || v.is_infinite())
+    {
         return None;
     }
     Some((values.iter().map(|v| v.ln()).sum::<f64>() / values.len() as f64).exp())
