@@ -23,6 +23,14 @@ impl Draft {
         self.tokens.is_empty()
     }
 
+    pub(crate) fn clear(&mut self) {
+        self.tokens.clear();
+        self.probs.clear();
+        self.parents.clear();
+        self.score = 0.0;
+        self.match_len = 0;
+    }
+
     pub(crate) fn push(&mut self, token: u32, parent: i32, prob: f32) {
         self.tokens.push(token);
         self.parents.push(parent);

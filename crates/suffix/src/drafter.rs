@@ -1,11 +1,15 @@
 //! The drafter the engine talks to: request lifecycle, the global tree and its eviction.
 
 use std::collections::{BTreeMap, HashMap};
+use std::hash::BuildHasherDefault;
 
 use rayon::prelude::*;
 
 use crate::config::MAX_TREE_DEPTH_LIMIT;
-use crate::tree::{SeqId, SpecParams, SuffixTree};
+use crate::tree::{EdgeHasher, SeqId, SpecParams, SuffixTree};
+
+/// Request-id maps: ids are engine-chosen integers, no need for a DoS-resistant hash.
+type IdMap<V> = HashMap<u64, V, BuildHasherDefault<EdgeHasher>>;
 use crate::{Draft, DrafterError, SuffixConfig};
 
 /// Shape of a draft.
@@ -16,6 +20,9 @@ pub enum DraftMode {
     /// A token tree grown best-first by estimated probability (for tree verification).
     Tree,
 }
+
+/// Output length a request's own tree is sized for up front (it grows beyond if needed).
+const EXPECTED_OUTPUT_TOKENS: usize = 512;
 
 /// One in-flight request: a private tree over its prompt and everything emitted so far.
 #[derive(Debug)]
@@ -33,12 +40,12 @@ struct ActiveRequest {
 #[derive(Debug)]
 pub struct SuffixDrafter {
     cfg: SuffixConfig,
-    active: HashMap<u64, ActiveRequest>,
+    active: IdMap<ActiveRequest>,
     global: SuffixTree,
     /// Responses in the global tree, oldest first (key: admission order).
     cached: BTreeMap<u64, (u64, SeqId)>,
     /// Request id -> (admission order, sequence in the global tree).
-    cached_by_id: HashMap<u64, (u64, SeqId)>,
+    cached_by_id: IdMap<(u64, SeqId)>,
     next_admission: u64,
 }
 
@@ -59,9 +66,9 @@ impl SuffixDrafter {
         Self {
             global: SuffixTree::new(cfg.max_tree_depth),
             cfg,
-            active: HashMap::new(),
+            active: IdMap::default(),
             cached: BTreeMap::new(),
-            cached_by_id: HashMap::new(),
+            cached_by_id: IdMap::default(),
             next_admission: 0,
         }
     }
@@ -99,6 +106,7 @@ impl SuffixDrafter {
         }
         self.check_vocab(id, prompt)?;
         let mut tree = SuffixTree::new(self.cfg.max_tree_depth);
+        tree.reserve(prompt.len() + EXPECTED_OUTPUT_TOKENS);
         let seq = tree.add_sequence();
         if !tree.extend(seq, prompt) {
             return Err(DrafterError::TooLong(u64::from(u32::MAX)));

@@ -20,6 +20,7 @@ pub use speculate::SpecParams;
 
 use std::collections::VecDeque;
 
+pub(crate) use hash::EdgeHasher;
 use hash::{edge_key, EdgeMap};
 
 pub(crate) const NIL: u32 = u32::MAX;
@@ -274,7 +275,16 @@ impl SuffixTree {
         }
     }
 
+    /// Reserves room for `tokens` more indexed tokens (at most two nodes per token), so that
+    /// appends do not stall on a rehash or an arena copy.
+    pub fn reserve(&mut self, tokens: usize) {
+        self.nodes.reserve(2 * tokens);
+        self.edges.reserve(2 * tokens);
+        self.groups.reserve(tokens);
+    }
+
     /// Points a node's label at `seq[idx..]`, keeping the slots' reference counts right.
+    #[inline]
     fn set_ref(&mut self, n: u32, seq: u32, idx: u32) {
         let old = self.node(n).ref_seq;
         if old != seq {

@@ -78,31 +78,55 @@ impl SuffixTree {
                 None => break,
             }
         }
+        // Candidates are built in one scratch draft; only a new best is kept (swapped out).
         let mut best: Option<Draft> = None;
+        let mut scratch = Draft::default();
+        let mut heap = BinaryHeap::new();
         for (i, &(node, idx)) in matches.iter().enumerate().rev() {
             let match_len = i + 1;
             let max_tokens = p.max_tokens(match_len);
             if let Some(b) = &best {
                 if max_tokens as f32 <= b.score {
-                    break;
+                    break; // caps only shrink with shorter matches
+                }
+                // Nor can a draft run past the depth cap below the matched node.
+                let room = self.max_depth.saturating_sub(match_len);
+                if max_tokens.min(room) as f32 <= b.score {
+                    continue;
                 }
             }
-            let mut draft = if p.tree {
-                self.draft_tree(node, idx, max_tokens, p.min_token_prob)
+            scratch.clear();
+            if p.tree {
+                self.draft_tree(
+                    &mut scratch,
+                    &mut heap,
+                    node,
+                    idx,
+                    max_tokens,
+                    p.min_token_prob,
+                );
             } else {
-                self.draft_path(node, idx, max_tokens, p.min_token_prob)
-            };
-            draft.match_len = match_len;
-            if best.as_ref().is_none_or(|b| draft.score > b.score) {
-                best = Some(draft);
+                self.draft_path(&mut scratch, node, idx, max_tokens, p.min_token_prob);
+            }
+            scratch.match_len = match_len;
+            match &mut best {
+                Some(b) if scratch.score <= b.score => {}
+                Some(b) => std::mem::swap(b, &mut scratch),
+                None => best = Some(std::mem::take(&mut scratch)),
             }
         }
         best.unwrap_or_default()
     }
 
     /// Follows the most frequent continuation while the running probability holds up.
-    fn draft_path(&self, mut node: u32, mut idx: usize, max_tokens: usize, min_prob: f32) -> Draft {
-        let mut draft = Draft::default();
+    fn draft_path(
+        &self,
+        draft: &mut Draft,
+        mut node: u32,
+        mut idx: usize,
+        max_tokens: usize,
+        min_prob: f32,
+    ) {
         let mut prob = 1.0f32;
         let mut label = self.label(node);
         while draft.tokens.len() < max_tokens && prob >= min_prob {
@@ -121,14 +145,20 @@ impl SuffixTree {
                 idx = 0;
             }
         }
-        draft
     }
 
     /// Best-first expansion: repeatedly takes the most probable frontier token (ties: the one
     /// queued first), up to `max_tokens`.
-    fn draft_tree(&self, node: u32, idx: usize, max_tokens: usize, min_prob: f32) -> Draft {
-        let mut draft = Draft::default();
-        let mut heap = BinaryHeap::new();
+    fn draft_tree(
+        &self,
+        draft: &mut Draft,
+        heap: &mut BinaryHeap<Frontier>,
+        node: u32,
+        idx: usize,
+        max_tokens: usize,
+        min_prob: f32,
+    ) {
+        heap.clear();
         let mut order = 0u32;
         let mut push = |heap: &mut BinaryHeap<Frontier>, prob, node, idx, parent| {
             heap.push(Frontier {
@@ -140,14 +170,14 @@ impl SuffixTree {
             });
             order += 1;
         };
-        push(&mut heap, 1.0, node, idx, -1);
+        push(heap, 1.0, node, idx, -1);
         while draft.tokens.len() < max_tokens {
             let Some(it) = heap.pop() else { break };
             let label = self.label(it.node);
             if (it.idx as usize) < label.len() {
                 draft.push(label[it.idx as usize], it.parent, it.prob);
                 let me = draft.tokens.len() as i32 - 1;
-                push(&mut heap, it.prob, it.node, it.idx as usize + 1, me);
+                push(heap, it.prob, it.node, it.idx as usize + 1, me);
             } else {
                 let total = self.node(it.node).count as f32;
                 let mut child = self.node(it.node).first_child;
@@ -156,12 +186,11 @@ impl SuffixTree {
                     if prob < min_prob {
                         break;
                     }
-                    push(&mut heap, prob, child, 0, it.parent);
+                    push(heap, prob, child, 0, it.parent);
                     child = self.node(child).next_sib;
                 }
             }
         }
-        draft
     }
 }
 
