@@ -43,3 +43,8 @@ sed 's/from arctic_inference.suffix_decoding._C import/from arctic_suffix._C imp
 touch "$PY_OUT/__init__.py"
 "$VENV/bin/python" -c "import sys; sys.path.insert(0, '$ARCTIC_HOME/py'); from arctic_suffix.cache import SuffixDecodingCache; SuffixDecodingCache(8)"
 echo "built: $PY_OUT (python: $VENV/bin/python)"
+
+# A native (no Python) replay harness around the same C++ core, for binding-free timings.
+g++ -O3 -DNDEBUG -std=c++20 -I"$core" "$(dirname "$0")/native_replay.cc" "$core/suffix_tree.cc" \
+  -o "$ARCTIC_HOME/native_replay"
+echo "built: $ARCTIC_HOME/native_replay"

@@ -32,6 +32,20 @@ def run_wring(cmd, trace, order, ks, a, extra):
         return json.load(open(f.name))["rows"]
 
 
+NATIVE = os.path.join(arctic.ARCTIC_HOME, "native_replay")
+
+
+def run_native(trace_txt, k, a):
+    """Arctic's C++ core without Python (corpus order only), see native_replay.cc."""
+    with open(trace_txt) as f:
+        out = subprocess.run([NATIVE, str(k), str(a.max_tree_depth), str(a.max_spec_factor),
+                              str(a.max_spec_offset), str(a.min_token_prob)],
+                             stdin=f, check=True, capture_output=True, text=True).stdout
+    r = json.loads(out)
+    r.update(order="corpus", corpus="all")
+    return r
+
+
 def best(rows_by_round):
     """Per (order, k): deterministic fields from round 0, latencies = min over rounds."""
     out = {}
@@ -67,15 +81,24 @@ def main():
     ks = [int(x) for x in a.k.split(",")]
     with open(a.trace) as f:
         trace = [json.loads(l) for l in f if l.strip()]
-    ours, theirs = [], []
+    ours, theirs, native = [], [], []
+    have_native = os.path.exists(NATIVE) and "corpus" in a.orders.split(",")
+    trace_txt = tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False)
+    for r in trace:
+        trace_txt.write(f'{len(r["prompt_ids"])} {len(r["output_ids"])}\n')
+        trace_txt.write(" ".join(map(str, r["prompt_ids"] + r["output_ids"])) + "\n")
+    trace_txt.close()
     for _ in range(a.rounds):
+        if have_native:
+            native.append([run_native(trace_txt.name, k, a) for k in ks])
         for order in a.orders.split(","):
             rows = []
             for k in ks:
                 rows += arctic.replay(trace, k, order, a)
             theirs.append(rows)
             ours.append(run_wring(a.wring, a.trace, order, ks, a, a.wring_args))
-    o, t = best(ours), best(theirs)
+    os.unlink(trace_txt.name)
+    o, t, nat = best(ours), best(theirs), best(native)
     print("| order | K | tok/step arctic | tok/step wring | accept a / w | empty a / w "
           "| speculate µs p50 a / w | append µs p50 a / w | B per cached token a / w |")
     print("|---|---|---|---|---|---|---|---|---|")
@@ -87,9 +110,24 @@ def main():
               f'| {x["speculate_us_p50"]:.2f} / {y["speculate_us_p50"]:.2f} '
               f'| {x["append_us_p50"]:.2f} / {y["append_us_p50"]:.2f} '
               f'| {x["bytes_per_cached_token"]:.0f} / {y["bytes_per_cached_token"]:.0f} |')
+    if nat:
+        print()
+        print("Arctic's C++ core called directly (no Python), corpus order:")
+        print()
+        print("| K | tok/step arctic-native | tok/step wring | speculate µs p50 native / wring "
+              "| append µs p50 native / wring | speculate ratio | append ratio |")
+        print("|---|---|---|---|---|---|---|")
+        for key, x in nat.items():
+            y = o[key]
+            print(f'| {key[1]} | {x["tokens_per_step"]:.3f} | {y["tokens_per_step"]:.3f} '
+                  f'| {x["speculate_us_p50"]:.2f} / {y["speculate_us_p50"]:.2f} '
+                  f'| {x["append_us_p50"]:.2f} / {y["append_us_p50"]:.2f} '
+                  f'| {y["speculate_us_p50"] / x["speculate_us_p50"]:.2f} '
+                  f'| {y["append_us_p50"] / x["append_us_p50"]:.2f} |')
     if a.json:
         with open(a.json, "w") as f:
-            json.dump({"arctic": list(t.values()), "wring": list(o.values())}, f, indent=1)
+            json.dump({"arctic": list(t.values()), "wring": list(o.values()),
+                       "arctic_native": list(nat.values())}, f, indent=1)
 
 
 if __name__ == "__main__":
