@@ -94,6 +94,8 @@ pub struct RunnerOptions {
     pub block_size: usize,
     pub max_num_seqs: usize,
     pub max_model_len: usize,
+    /// Weight storage of the CPU backend (f32 reference or 8-bit).
+    pub cpu_weights: CpuWeights,
 }
 
 impl Default for RunnerOptions {
@@ -104,6 +106,7 @@ impl Default for RunnerOptions {
             block_size: 16,
             max_num_seqs: 64,
             max_model_len: 8192,
+            cpu_weights: CpuWeights::F32,
         }
     }
 }
@@ -160,11 +163,44 @@ impl LoadedModel {
                     opts.block_size,
                 )?))
             }
-            Device::Cuda(_) => {
-                bail!("--device cuda is not available in this build yet; use --device cpu")
-            }
+            Device::Cuda(ordinal) => cuda_runner(
+                ordinal,
+                self.config,
+                &self.weights,
+                num_blocks,
+                opts.block_size,
+            ),
         }
     }
+}
+
+/// A Llama runner on GPU `ordinal`; settings come from `WRING_CUDA_*` (see wring-cuda).
+#[cfg(feature = "cuda")]
+fn cuda_runner(
+    ordinal: usize,
+    config: ModelConfig,
+    weights: &WeightSource,
+    num_blocks: usize,
+    block_size: usize,
+) -> Result<Box<dyn ModelRunner>> {
+    let opts = wring_cuda::CudaOptions::from_env()?;
+    let backend = wring_cuda::CudaBackend::new(ordinal, opts)?;
+    Ok(Box::new(llama::LlamaRunner::new(
+        backend, config, weights, num_blocks, block_size,
+    )?))
+}
+
+#[cfg(not(feature = "cuda"))]
+fn cuda_runner(
+    _: usize,
+    _: ModelConfig,
+    _: &WeightSource,
+    _: usize,
+    _: usize,
+) -> Result<Box<dyn ModelRunner>> {
+    bail!(
+        "this build of wring has no CUDA support (feature `cuda` of wring-model); use --device cpu"
+    )
 }
 
 /// Resolves and loads a model (weights stay mapped until [`LoadedModel::into_runner`]).

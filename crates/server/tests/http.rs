@@ -26,6 +26,7 @@ fn start_engine(max_num_seqs: usize, max_waiting: usize) -> (EngineHandle, Engin
         block_size: 16,
         max_num_seqs,
         max_model_len: 2048,
+        ..RunnerOptions::default()
     };
     let cfg = EngineConfig {
         max_num_seqs,

@@ -105,7 +105,12 @@ impl Backend for CpuBackend {
             m.rows,
             m.cols
         );
-        Ok(CpuMatrix {
+        if self.weights == CpuWeights::Q8 && m.cols % q8::QK == 0 {
+            return Ok(CpuMatrix::Q8(q8::Q8Matrix::from_f32(
+                m.rows, m.cols, &m.data,
+            )));
+        }
+        Ok(CpuMatrix::F32 {
             rows: m.rows,
             cols: m.cols,
             data: m.data,
@@ -173,14 +178,18 @@ impl Backend for CpuBackend {
     }
 
     fn linear(&mut self, x: &CpuTensor, w: &CpuMatrix, bias: Option<&CpuVector>) -> CpuTensor {
+        let (rows, cols) = w.shape();
         assert_eq!(
-            x.cols, w.cols,
-            "linear: input has {} columns, weight expects {}",
-            x.cols, w.cols
+            x.cols, cols,
+            "linear: input has {} columns, weight expects {cols}",
+            x.cols
         );
-        let mut out = kernels::matmul_t(&x.data, x.rows, &w.data, w.rows, w.cols);
+        let mut out = match w {
+            CpuMatrix::F32 { data, .. } => kernels::matmul_t(&x.data, x.rows, data, rows, cols),
+            CpuMatrix::Q8(m) => kernels::matmul_q8(&x.data, x.rows, m),
+        };
         if let Some(b) = bias {
-            for row in out.chunks_mut(w.rows) {
+            for row in out.chunks_mut(rows) {
                 for (o, bv) in row.iter_mut().zip(&b.0) {
                     *o += bv;
                 }
@@ -188,7 +197,7 @@ impl Backend for CpuBackend {
         }
         CpuTensor {
             rows: x.rows,
-            cols: w.rows,
+            cols: rows,
             data: out,
         }
     }
