@@ -58,10 +58,12 @@ fn benches(c: &mut Criterion) {
         let reqs: Vec<(u64, usize)> = ids.iter().map(|&id| (id, 8)).collect();
         b.iter(|| d.speculate_batch(&reqs))
     });
+    // Appends the last request's output one token at a time, restarting it when done; the
+    // stream state lives outside the closure, which criterion calls more than once.
+    let stream = &trace[trace.len() - 1];
+    let (mut id, mut pos) = (5000u64, 0usize);
+    d.start_request(id, &stream.prompt_ids).unwrap();
     group.bench_function("append_1_token", |b| {
-        let stream = &trace[trace.len() - 1];
-        let (mut id, mut pos) = (5000u64, 0usize);
-        d.start_request(id, &stream.prompt_ids).unwrap();
         b.iter_custom(|iters| {
             let mut spent = Duration::ZERO;
             for _ in 0..iters {
