@@ -163,7 +163,7 @@ fn report_markdown_charts_and_decision_tree() {
 
 #[test]
 fn decision_tree_says_no_speculation_when_it_loses() {
-    let files = vec![
+    let files = [
         file("nospec", None, &[("sharegpt", 100.0), ("mbpp", 100.0)]),
         file("suffix-k4", Some(4), &[("sharegpt", 80.0), ("mbpp", 90.0)]),
     ];
