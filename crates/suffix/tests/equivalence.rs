@@ -190,8 +190,8 @@ proptest! {
     #[test]
     fn drafter_matches_naive_reference(
         cfg in config(),
-        alphabet in 2u32..6,
-        ops in prop::collection::vec(op(5), 1..60),
+        alphabet in 2u32..10,
+        ops in prop::collection::vec(op(12), 1..60),
     ) {
         let ops: Vec<Op> = ops
             .into_iter()

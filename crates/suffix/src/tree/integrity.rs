@@ -92,7 +92,18 @@ impl SuffixTree {
                 .and_then(Option::as_ref);
             ensure!(slot.is_some(), "node {n}: reference to a freed slot");
             let tokens = &slot.unwrap().tokens;
-            let (start, end) = (node.ref_idx as usize, (node.ref_idx + node.len) as usize);
+            let (start, end) = (node.ref_idx as usize, (node.ref_idx + self.len(n)) as usize);
+            if node.len == super::OPEN {
+                let owner = slot.unwrap();
+                ensure!(
+                    owner.live && !owner.sealed,
+                    "node {n}: open leaf of a finished sequence"
+                );
+                ensure!(
+                    node.count == 1 && node.first_child == NIL,
+                    "node {n}: open but shared"
+                );
+            }
             ensure!(end <= tokens.len(), "node {n}: label past its sequence");
             ensure!(
                 node.token == tokens[start],

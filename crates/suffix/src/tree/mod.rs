@@ -6,6 +6,11 @@
 //! siblings are kept in a doubly linked list ordered by decreasing count (with runs of equal
 //! counts grouped), so the most frequent continuation is always `first_child`.
 //!
+//! A leaf that only one growing suffix reaches is "open" (as in Ukkonen's algorithm): its
+//! label ends wherever its sequence currently ends, so appending a token costs nothing for
+//! it. It is closed (given a fixed length) when another suffix enters it, when its suffix
+//! reaches the depth cap, or when its sequence is sealed or removed.
+//!
 //! Removal never rewrites references: a removed sequence's tokens stay stored (but no longer
 //! counted as cached) while some node still names them, and are freed when the last such node
 //! goes. Nodes prefer to reference the most recently added sequence that passes through them, so
@@ -25,6 +30,12 @@ use hash::{edge_key, EdgeMap};
 
 pub(crate) const NIL: u32 = u32::MAX;
 const ROOT: u32 = 0;
+/// `Node::len` of an open leaf: its label runs to the current end of its sequence.
+const OPEN: u32 = u32::MAX;
+/// Window entries whose node is an open leaf carry this bit (node ids stay below it).
+const OPEN_ENTRY: u32 = 1 << 31;
+/// Most tokens one tree indexes (keeps node ids below `OPEN_ENTRY`).
+const MAX_TREE_TOKENS: usize = 1 << 29;
 
 /// Handle of a sequence inside one tree.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -36,7 +47,7 @@ pub(crate) struct Node {
     count: u32,
     /// First token of the edge label (the key under which the parent finds this node).
     token: u32,
-    /// Edge label length in tokens (0 only for the root).
+    /// Edge label length in tokens (0 only for the root), or `OPEN` for an open leaf.
     len: u32,
     /// The label is `seqs[ref_seq].tokens[ref_idx .. ref_idx + len]`.
     ref_seq: u32,
@@ -80,8 +91,12 @@ pub(crate) struct Group {
 #[derive(Debug, Default)]
 struct SeqSlot {
     tokens: Vec<u32>,
-    /// Nodes where this sequence's still-growing suffixes end (at most `max_depth`).
+    /// Nodes where this sequence's still-growing suffixes end (at most `max_depth`), oldest
+    /// first. Entries flagged `OPEN_ENTRY` end at open leaves: leaves only that suffix reaches,
+    /// whose label implicitly grows with the sequence, so appends skip them.
     window: VecDeque<u32>,
+    /// Open leaves of this sequence closed by other suffixes since its last append.
+    closed_since: u32,
     /// Still indexed in the tree (false once removed; storage may outlive it, see module docs).
     live: bool,
     /// No more appends expected: the window has been dropped.
@@ -194,6 +209,7 @@ impl SuffixTree {
 
     /// Where the growing suffixes of an unsealed sequence end, oldest (longest) first: entry
     /// `len - m` is the node at whose end the sequence's last `m` tokens end.
+    /// (Entries may carry the `OPEN_ENTRY` flag.)
     fn window(&self, seq: SeqId) -> Option<&VecDeque<u32>> {
         self.live_slot(seq).filter(|s| !s.sealed).map(|s| &s.window)
     }
@@ -201,13 +217,44 @@ impl SuffixTree {
     /// Marks a sequence as finished: it stays indexed but takes no more tokens, and its
     /// window of growing suffixes is released. Returns false for an unknown sequence.
     pub fn seal(&mut self, seq: SeqId) -> bool {
-        match self.seqs.get_mut(seq.0 as usize).and_then(Option::as_mut) {
-            Some(slot) if slot.live => {
-                slot.sealed = true;
-                slot.window = VecDeque::new();
-                true
+        if !matches!(self.live_slot(seq), Some(s) if !s.sealed) {
+            return self.contains(seq);
+        }
+        self.close_all_open(seq.0);
+        let slot = self.slot_mut(seq.0);
+        slot.sealed = true;
+        slot.window = VecDeque::new();
+        true
+    }
+
+    /// Gives every open leaf of `s` its current length.
+    fn close_all_open(&mut self, s: u32) {
+        let window = std::mem::take(&mut self.slot_mut(s).window);
+        for &e in &window {
+            if e & OPEN_ENTRY != 0 {
+                let n = e & !OPEN_ENTRY;
+                if self.node(n).len == OPEN {
+                    self.close_leaf(n);
+                }
             }
-            _ => false,
+        }
+        let slot = self.slot_mut(s);
+        slot.window = window.into_iter().map(|e| e & !OPEN_ENTRY).collect();
+        slot.closed_since = 0;
+    }
+
+    /// Fixes an open leaf's length at the current end of its sequence.
+    fn close_leaf(&mut self, n: u32) {
+        let len = self.len(n);
+        self.node_mut(n).len = len;
+    }
+
+    /// Closes `n` if it is open, telling its sequence (the only one reaching it) to look.
+    fn close_if_open(&mut self, n: u32) {
+        if self.node(n).len == OPEN {
+            self.close_leaf(n);
+            let owner = self.node(n).ref_seq;
+            self.slot_mut(owner).closed_since += 1;
         }
     }
 
@@ -215,7 +262,7 @@ impl SuffixTree {
     /// the sequence is unknown or sealed, or the tree would overflow its 32-bit counters.
     pub fn extend(&mut self, seq: SeqId, tokens: &[u32]) -> bool {
         let ok = matches!(self.live_slot(seq), Some(s) if !s.sealed);
-        let room = (u32::MAX as usize - 1).saturating_sub(self.nodes[ROOT as usize].count as usize);
+        let room = MAX_TREE_TOKENS.saturating_sub(self.nodes[ROOT as usize].count as usize);
         if !ok || tokens.len() > room {
             return false;
         }
@@ -254,12 +301,28 @@ impl SuffixTree {
             .expect("node references a freed sequence slot")
     }
 
+    /// Label length of a node (resolving open leaves).
+    #[inline]
+    fn len(&self, n: u32) -> u32 {
+        let node = self.node(n);
+        if node.len != OPEN {
+            node.len
+        } else {
+            self.slot(node.ref_seq).tokens.len() as u32 - node.ref_idx
+        }
+    }
+
     /// The tokens of a node's label.
     #[inline]
     fn label(&self, n: u32) -> &[u32] {
         let node = self.node(n);
         let start = node.ref_idx as usize;
-        &self.slot(node.ref_seq).tokens[start..start + node.len as usize]
+        let tokens = &self.slot(node.ref_seq).tokens;
+        if node.len == OPEN {
+            &tokens[start..]
+        } else {
+            &tokens[start..start + node.len as usize]
+        }
     }
 
     fn alloc_node(&mut self, node: Node) -> u32 {
@@ -333,17 +396,42 @@ impl SuffixTree {
         let s = seq.0;
         let slot = self.seqs[s as usize].as_mut().expect("checked by extend");
         let mut window = std::mem::take(&mut slot.window);
+        let rescan = std::mem::take(&mut slot.closed_since) > 0;
+        if rescan {
+            // Some open leaves were closed by other suffixes: their entries grow normally again.
+            for e in window.iter_mut() {
+                if *e & OPEN_ENTRY != 0 && self.nodes[(*e & !OPEN_ENTRY) as usize].len != OPEN {
+                    *e &= !OPEN_ENTRY;
+                }
+            }
+        }
+        if window.len() == self.max_depth {
+            // The oldest suffix has reached the depth cap: it stops growing.
+            let e = window.pop_front().expect("max_depth >= 1");
+            if e & OPEN_ENTRY != 0 {
+                self.close_leaf(e & !OPEN_ENTRY);
+            }
+        }
+        let slot = self.slot_mut(s);
         slot.tokens.push(token);
         let seq_len = slot.tokens.len() as u32;
         self.live_tokens += 1;
 
         window.push_back(ROOT);
         self.node_mut(ROOT).count += 1;
-        if window.len() > self.max_depth {
-            window.pop_front();
-        }
         for entry in window.iter_mut() {
-            *entry = self.extend_suffix(*entry, s, seq_len, token);
+            if *entry & OPEN_ENTRY != 0 {
+                continue; // open leaves grew with the push
+            }
+            let n = self.extend_suffix(*entry, s, seq_len, token);
+            let node = self.node(n);
+            *entry = if node.count == 1 && node.first_child == NIL {
+                // Only this suffix reaches the leaf `n` (and it references `s`): open it.
+                self.node_mut(n).len = OPEN;
+                n | OPEN_ENTRY
+            } else {
+                n
+            };
         }
         self.slot_mut(s).window = window;
     }
@@ -359,8 +447,8 @@ impl SuffixTree {
         };
         let Some(c) = child else {
             if n != ROOT && self.node(n).count == 1 {
-                // Only this suffix reaches the leaf `n`: grow its label in place.
-                let len = self.node(n).len + 1;
+                // Only this suffix reaches the (closed) leaf `n`: grow its label in place.
+                let len = self.len(n) + 1;
                 self.node_mut(n).len = len;
                 self.set_ref(n, s, seq_len - len);
                 return n;
@@ -373,13 +461,15 @@ impl SuffixTree {
         };
         if n != ROOT && self.node(n).count == self.node(c).count + 1 {
             // Every other suffix through `n` continues into `c`; ours ends at `n`.
-            return if self.node(c).len == 1 {
+            return if self.len(c) == 1 {
+                self.close_if_open(c);
                 self.fuse_into_child(n, c, s, seq_len)
             } else {
                 self.shift_edge_boundary(n, c, s, seq_len, token)
             };
         }
-        if self.node(c).len == 1 {
+        if self.len(c) == 1 {
+            self.close_if_open(c);
             self.increment(c);
             self.offer_ref(c, s, seq_len - 1);
             c
@@ -394,9 +484,9 @@ impl SuffixTree {
         let Node {
             parent,
             token: n_token,
-            len: n_len,
             ..
         } = *self.node(n);
+        let n_len = self.len(n);
         let c_token = self.node(c).token;
         {
             let child = self.node_mut(c);
@@ -415,7 +505,7 @@ impl SuffixTree {
 
     /// `n`'s label grows by one token taken from the front of its single child `c`.
     fn shift_edge_boundary(&mut self, n: u32, c: u32, s: u32, seq_len: u32, token: u32) -> u32 {
-        let len = self.node(n).len + 1;
+        let len = self.len(n) + 1;
         self.node_mut(n).len = len;
         self.set_ref(n, s, seq_len - len);
         self.drop_first_token(c);
@@ -453,7 +543,9 @@ impl SuffixTree {
 
     fn drop_first_token(&mut self, c: u32) {
         let node = self.node_mut(c);
-        node.len -= 1;
+        if node.len != OPEN {
+            node.len -= 1;
+        }
         node.ref_idx += 1;
         let first = self.label(c)[0];
         self.node_mut(c).token = first;
@@ -466,6 +558,7 @@ impl SuffixTree {
             return false;
         }
         let s = seq.0;
+        self.close_all_open(s);
         let tokens = std::mem::take(&mut self.slot_mut(s).tokens);
         for start in 0..tokens.len() {
             self.remove_suffix(&tokens[start..]);
@@ -499,7 +592,7 @@ impl SuffixTree {
                 self.remove_subtree(node, c);
                 break;
             }
-            idx += self.node(c).len as usize;
+            idx += self.len(c) as usize;
             node = c;
         }
         // The suffix ended at `node`; if it was the only difference between `node` and its
@@ -518,14 +611,16 @@ impl SuffixTree {
         let Node {
             parent,
             token: n_token,
-            len: n_len,
             ..
         } = *self.node(n);
+        let n_len = self.len(n);
         let c_token = self.node(c).token;
         {
             let child = self.node_mut(c);
             child.token = n_token;
-            child.len += n_len;
+            if child.len != OPEN {
+                child.len += n_len;
+            }
             child.ref_idx -= n_len;
             child.parent = parent;
         }

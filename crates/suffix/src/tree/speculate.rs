@@ -69,8 +69,8 @@ impl SuffixTree {
         let mut matches: Vec<(u32, usize)> = Vec::with_capacity(context.len());
         for match_len in 1..context.len() {
             if match_len <= known {
-                let node = window.unwrap()[known - match_len];
-                matches.push((node, self.node(node).len as usize));
+                let node = window.unwrap()[known - match_len] & !super::OPEN_ENTRY;
+                matches.push((node, self.len(node) as usize));
                 continue;
             }
             match self.find_path(&context[context.len() - match_len..]) {
