@@ -95,6 +95,12 @@ impl SuffixTree {
                     continue;
                 }
             }
+            if best.is_some()
+                && idx == self.len(node) as usize
+                && self.node(node).first_child == NIL
+            {
+                continue; // nothing follows this match: an empty draft never wins later
+            }
             scratch.clear();
             if p.tree {
                 self.draft_tree(
