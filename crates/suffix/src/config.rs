@@ -42,8 +42,9 @@ pub const MAX_TREE_DEPTH_LIMIT: usize = 4096;
 impl SuffixConfig {
     /// Parameters for fixed-shape (padded to K) verification, where a longer draft costs no
     /// extra verify work: no cap from the match length (a one-token match may draft up to K)
-    /// and a lower probability floor. On the fixed llama.cpp trace this gives 5.6-11.7 % more
-    /// tokens per step than the ArcticInference defaults at K 4-16 (BENCHMARKS-drafter.md).
+    /// and a lower probability floor. On the fixed llama.cpp trace this gives 5.2-12.1 % more
+    /// tokens per step than the ArcticInference defaults at K 4-16 in path mode, 7.4-19.8 % in
+    /// tree mode (BENCHMARKS-drafter.md).
     pub fn for_padded_k() -> Self {
         Self {
             max_tree_depth: 64,
