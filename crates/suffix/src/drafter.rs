@@ -6,7 +6,7 @@ use std::hash::BuildHasherDefault;
 use rayon::prelude::*;
 
 use crate::config::MAX_TREE_DEPTH_LIMIT;
-use crate::tree::{EdgeHasher, SeqId, SpecParams, SuffixTree};
+use crate::tree::{EdgeHasher, SeqId, SpecParams, SuffixTree, MAX_TREE_TOKENS};
 
 /// Request-id maps: ids are engine-chosen integers, no need for a DoS-resistant hash.
 type IdMap<V> = HashMap<u64, V, BuildHasherDefault<EdgeHasher>>;
@@ -109,7 +109,7 @@ impl SuffixDrafter {
         tree.reserve(prompt.len() + EXPECTED_OUTPUT_TOKENS);
         let seq = tree.add_sequence();
         if !tree.extend(seq, prompt) {
-            return Err(DrafterError::TooLong(u64::from(u32::MAX)));
+            return Err(DrafterError::TooLong(MAX_TREE_TOKENS as u64));
         }
         self.active.insert(id, ActiveRequest { tree, seq });
         self.evict_id(id);
@@ -176,7 +176,7 @@ impl SuffixDrafter {
             .get_mut(&id)
             .ok_or(DrafterError::UnknownRequest(id))?;
         if !req.tree.extend(req.seq, tokens) {
-            return Err(DrafterError::TooLong(u64::from(u32::MAX)));
+            return Err(DrafterError::TooLong(MAX_TREE_TOKENS as u64));
         }
         if let Some(&(_, seq)) = self.cached_by_id.get(&id) {
             if !self.global.extend(seq, tokens) {

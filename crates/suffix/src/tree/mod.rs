@@ -35,7 +35,7 @@ const OPEN: u32 = u32::MAX;
 /// Window entries whose node is an open leaf carry this bit (node ids stay below it).
 const OPEN_ENTRY: u32 = 1 << 31;
 /// Most tokens one tree indexes (keeps node ids below `OPEN_ENTRY`).
-const MAX_TREE_TOKENS: usize = 1 << 29;
+pub const MAX_TREE_TOKENS: usize = 1 << 29;
 
 /// Handle of a sequence inside one tree.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
