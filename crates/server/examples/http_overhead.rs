@@ -66,9 +66,13 @@ fn shared_dir() -> PathBuf {
 /// Chat prompts (user turns) and their token ids under the model's template.
 fn prompts(info: &EngineInfo, n: usize, max_tokens: usize) -> Result<Vec<(String, Vec<u32>)>> {
     let path = shared_dir().join("corpora/wildchat_users_100.json");
-    let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    let text =
+        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
     let records: Vec<serde_json::Value> = serde_json::from_str(&text)?;
-    let template = info.chat_template.as_ref().context("model has no chat template")?;
+    let template = info
+        .chat_template
+        .as_ref()
+        .context("model has no chat template")?;
     let mut out = Vec::new();
     for r in records.iter().cycle().take(records.len() * 4) {
         if out.len() == n {
@@ -141,7 +145,11 @@ where
     })
 }
 
-async fn in_process(engine: EngineHandle, prompts: Arc<Vec<(String, Vec<u32>)>>, o: &Opts) -> Result<Measured> {
+async fn in_process(
+    engine: EngineHandle,
+    prompts: Arc<Vec<(String, Vec<u32>)>>,
+    o: &Opts,
+) -> Result<Measured> {
     let max_tokens = o.max_tokens;
     closed_loop(o.requests, o.concurrency, move |i| {
         let engine = engine.clone();
@@ -160,7 +168,9 @@ async fn in_process(engine: EngineHandle, prompts: Arc<Vec<(String, Vec<u32>)>>,
             while let Some(ev) = handle.events.recv().await {
                 match ev {
                     EngineEvent::Tokens { text: t, .. } => text.push_str(&t),
-                    EngineEvent::Finished { usage, .. } => return Ok(usage.completion_tokens as usize),
+                    EngineEvent::Finished { usage, .. } => {
+                        return Ok(usage.completion_tokens as usize)
+                    }
                     EngineEvent::Error { message } => bail!(message),
                 }
             }
@@ -170,8 +180,14 @@ async fn in_process(engine: EngineHandle, prompts: Arc<Vec<(String, Vec<u32>)>>,
     .await
 }
 
-async fn over_http(base: String, prompts: Arc<Vec<(String, Vec<u32>)>>, o: &Opts) -> Result<Measured> {
-    let client = reqwest::Client::builder().pool_max_idle_per_host(o.concurrency).build()?;
+async fn over_http(
+    base: String,
+    prompts: Arc<Vec<(String, Vec<u32>)>>,
+    o: &Opts,
+) -> Result<Measured> {
+    let client = reqwest::Client::builder()
+        .pool_max_idle_per_host(o.concurrency)
+        .build()?;
     let max_tokens = o.max_tokens;
     closed_loop(o.requests, o.concurrency, move |i| {
         let client = client.clone();
@@ -195,7 +211,8 @@ async fn over_http(base: String, prompts: Arc<Vec<(String, Vec<u32>)>>, o: &Opts
                 buf.extend_from_slice(&chunk?);
                 while let Some(end) = buf.windows(2).position(|w| w == b"\n\n") {
                     let event: Vec<u8> = buf.drain(..end + 2).collect();
-                    let Some(data) = std::str::from_utf8(&event)?.trim().strip_prefix("data: ") else {
+                    let Some(data) = std::str::from_utf8(&event)?.trim().strip_prefix("data: ")
+                    else {
                         continue;
                     };
                     if data == "[DONE]" {
@@ -245,7 +262,9 @@ fn main() -> Result<()> {
     let o = parse_opts()?;
     let (engine, info) = start_engine(&o)?;
     let prompts = Arc::new(prompts(&info, o.requests.min(100), o.max_prompt_tokens)?);
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
     rt.block_on(async {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let base = format!("http://{}", listener.local_addr()?);
@@ -266,7 +285,10 @@ fn main() -> Result<()> {
             info.model_name, info.device, o.requests, o.concurrency, o.max_tokens, o.rounds
         );
         // Warm-up: touch every code path once.
-        let warm = Opts { requests: o.concurrency, ..o };
+        let warm = Opts {
+            requests: o.concurrency,
+            ..o
+        };
         in_process(engine.clone(), prompts.clone(), &warm).await?;
         over_http(base.clone(), prompts.clone(), &warm).await?;
 
@@ -292,9 +314,22 @@ fn main() -> Result<()> {
         let (a, b) = (sum(&inproc), sum(&http));
         println!("| path | requests/s | output tok/s | wall s |");
         println!("|---|---|---|---|");
-        println!("| in-process engine | {:.2} | {:.1} | {:.1} |", a.rps(), a.tps(), a.secs);
-        println!("| HTTP (SSE, loopback) | {:.2} | {:.1} | {:.1} |", b.rps(), b.tps(), b.secs);
-        println!("HTTP overhead: {:.2} % of output tokens/s", 100.0 * (1.0 - b.tps() / a.tps()));
+        println!(
+            "| in-process engine | {:.2} | {:.1} | {:.1} |",
+            a.rps(),
+            a.tps(),
+            a.secs
+        );
+        println!(
+            "| HTTP (SSE, loopback) | {:.2} | {:.1} | {:.1} |",
+            b.rps(),
+            b.tps(),
+            b.secs
+        );
+        println!(
+            "HTTP overhead: {:.2} % of output tokens/s",
+            100.0 * (1.0 - b.tps() / a.tps())
+        );
         let _ = stop_tx.send(());
         server.await??;
         Ok(())
