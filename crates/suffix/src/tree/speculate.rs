@@ -95,11 +95,10 @@ impl SuffixTree {
                     continue;
                 }
             }
-            if best.is_some()
-                && idx == self.len(node) as usize
-                && self.node(node).first_child == NIL
-            {
-                continue; // nothing follows this match: an empty draft never wins later
+            if let Some(b) = &best {
+                if self.score_bound(node, idx, max_tokens) <= b.score {
+                    continue;
+                }
             }
             scratch.clear();
             if p.tree {
@@ -122,6 +121,30 @@ impl SuffixTree {
             }
         }
         best.unwrap_or_default()
+    }
+
+    /// An upper bound on the score of any draft of at most `max_tokens` from (`node`, `idx`):
+    /// the rest of the current edge has probability 1, every later token at most the best
+    /// child's share. Summed in the same f32 order as a draft, so rounding cannot beat it.
+    fn score_bound(&self, node: u32, idx: usize, max_tokens: usize) -> f32 {
+        let on_edge = (self.len(node) as usize - idx).min(max_tokens);
+        let first = self.node(node).first_child;
+        let share = if first == NIL {
+            0.0
+        } else {
+            self.node(first).count as f32 / self.node(node).count as f32
+        };
+        let mut bound = 0.0f32;
+        for i in 0..max_tokens {
+            if i < on_edge {
+                bound += 1.0;
+            } else if share > 0.0 {
+                bound += share;
+            } else {
+                break;
+            }
+        }
+        bound
     }
 
     /// Follows the most frequent continuation while the running probability holds up.
