@@ -163,20 +163,27 @@ fn eviction_by_token_budget_bounds_memory() {
 #[test]
 fn batch_equals_one_by_one() {
     let mut d = drafter(SuffixConfig::default());
-    for id in 0..16u64 {
+    for id in 0..40u64 {
         let prompt: Vec<u32> = (0..40).map(|i| ((i * (id + 3)) % 11) as u32).collect();
         d.start_request(id, &prompt).unwrap();
     }
-    let mut reqs: Vec<(u64, usize)> = (0..16u64).map(|id| (id, 2 + id as usize % 7)).collect();
-    reqs.push((999, 4));
+    // 16 requests (one thread) and 40 (split across rayon tasks).
+    for n in [16u64, 40] {
+        let mut reqs: Vec<(u64, usize)> = (0..n).map(|id| (id, 2 + id as usize % 7)).collect();
+        reqs.insert(3, (999, 4));
+        check_batch(&d, &reqs);
+    }
+}
+
+fn check_batch(d: &SuffixDrafter, reqs: &[(u64, usize)]) {
     for mode in [DraftMode::Path, DraftMode::Tree] {
-        let batch = d.speculate_batch_mode(&reqs, mode);
+        let batch = d.speculate_batch_mode(reqs, mode);
         assert_eq!(batch.len(), reqs.len());
         for (&(id, k), got) in reqs.iter().zip(&batch) {
             assert_eq!(got, &d.speculate_mode(id, k, mode));
         }
-        assert_eq!(batch[16], Err(DrafterError::UnknownRequest(999)));
-        assert!(batch[..16].iter().any(|r| !r.as_ref().unwrap().is_empty()));
+        assert_eq!(batch[3], Err(DrafterError::UnknownRequest(999)));
+        assert!(batch.iter().flatten().any(|r| !r.is_empty()));
     }
 }
 
