@@ -8,7 +8,7 @@ use wring_bench::bench::{run_bench, summary_table, BenchConfig};
 use wring_bench::configs::parse_config_list;
 use wring_bench::corpus::{parse_corpus_list, CorpusSource};
 use wring_bench::replay::RequestConfig;
-use wring_bench::tune::{discover_model, run_tune, TuneConfig};
+use wring_bench::tune::{self, discover_model, TuneConfig};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -227,7 +227,7 @@ pub fn run_tune(args: TuneArgs) -> Result<()> {
         startup_timeout: Duration::from_secs(args.startup_timeout_s),
         baseline: args.baseline,
     };
-    let outcome = run_tune(&config)?;
+    let outcome = tune::run_tune(&config)?;
     for path in &outcome.result_files {
         println!("result: {}", path.display());
     }
