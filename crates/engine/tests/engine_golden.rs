@@ -16,7 +16,11 @@ fn golden() -> Vec<Golden> {
     let path = shared_dir().join("golden/smollm2_q41_f32_greedy.jsonl");
     let text = std::fs::read_to_string(&path).expect("golden file");
     let ids = |v: &Value| -> Vec<u32> {
-        v.as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect()
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_u64().unwrap() as u32)
+            .collect()
     };
     text.lines()
         .map(|l| {
@@ -37,7 +41,11 @@ fn check(cfg: EngineConfig, what: &str) {
     for (i, (o, x)) in outs.iter().zip(&g).enumerate() {
         assert_eq!(o.error, None);
         assert_eq!(o.ids, x.greedy_ids, "{what}: prompt {i}");
-        let want = if x.greedy_ids.len() < 24 { FinishReason::Stop } else { FinishReason::Length };
+        let want = if x.greedy_ids.len() < 24 {
+            FinishReason::Stop
+        } else {
+            FinishReason::Length
+        };
         assert_eq!(o.reason, Some(want), "{what}: prompt {i}");
         assert_eq!(o.usage.completion_tokens as usize, o.ids.len());
     }

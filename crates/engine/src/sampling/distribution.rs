@@ -61,10 +61,13 @@ impl Distribution {
                 .filter(|(_, &x)| x > 0.0 && x >= floor)
                 .map(|(i, &x)| (i as u32, x))
                 .collect();
-            cand.sort_unstable_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
-            if p.top_k > 0 {
+            let by_prob = |a: &(u32, f32), b: &(u32, f32)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
+            if p.top_k > 0 && (p.top_k as usize) < cand.len() {
+                // Linear-time selection, then sort only the k survivors.
+                cand.select_nth_unstable_by(p.top_k as usize - 1, by_prob);
                 cand.truncate(p.top_k as usize);
             }
+            cand.sort_unstable_by(by_prob);
             if p.top_p < 1.0 {
                 // Over the top-k set when one is set (renormalised), else over all
                 // tokens (whose mass is 1, including any below the floor).
