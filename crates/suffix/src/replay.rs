@@ -18,7 +18,7 @@ pub struct TraceRequest {
 
 #[derive(Debug, thiserror::Error)]
 pub enum TraceError {
-    #[error("cannot read trace {path}: {source}")]
+    #[error("cannot read trace {path}")]
     Io {
         path: String,
         source: std::io::Error,
