@@ -103,4 +103,44 @@ pub trait Backend: Send {
     /// The step's `logit_rows` of `x`.
     fn gather_logit_rows(&mut self, x: &Self::Tensor) -> Self::Tensor;
     fn to_host(&mut self, x: &Self::Tensor) -> Vec<f32>;
+
+    // Hooks with defaults: a backend that fuses ops or replays CUDA graphs overrides
+    // them; the defaults keep every other backend's behaviour exactly as it was.
+
+    /// `x += y`, then `rms_norm(x)`, in one pass where the backend can.
+    fn add_rms_norm(
+        &mut self,
+        x: &mut Self::Tensor,
+        y: &Self::Tensor,
+        w: &Self::Vector,
+        eps: f32,
+    ) -> Self::Tensor {
+        self.add_assign(x, y);
+        self.rms_norm(x, w, eps)
+    }
+    /// Called after `begin_step`: when a graph captured for this step's shape exists,
+    /// replays it and returns the step's logits tensor (as `compute` would have).
+    fn replay(&mut self) -> anyhow::Result<Option<Self::Tensor>> {
+        Ok(None)
+    }
+    /// Index of the largest value of each row of `logits` (first on ties), computed
+    /// where the logits live so only ids travel; None when the backend has no such op.
+    fn argmax_rows(&mut self, _logits: &Self::Tensor) -> Option<Vec<u32>> {
+        None
+    }
+    /// Called when `replay` returned None: true when the backend starts capturing the
+    /// ops that follow (nothing runs until `end_capture`).
+    fn begin_capture(&mut self) -> bool {
+        false
+    }
+    /// Ends a capture begun by `begin_capture` with `out` as the step's output and runs
+    /// the graph once. False when capturing failed (the backend logs why): the caller
+    /// must then run the step's ops again, eagerly.
+    fn end_capture(&mut self, _out: &Self::Tensor) -> bool {
+        true
+    }
+    /// Reports any error an op hit during the step (ops themselves cannot fail).
+    fn finish_step(&mut self) -> anyhow::Result<()> {
+        Ok(())
+    }
 }

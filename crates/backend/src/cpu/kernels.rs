@@ -83,34 +83,10 @@ unsafe fn dot_avx2(a: &[f32], b: &[f32]) -> f32 {
 }
 
 /// `out[t][o] = dot(x[t], w[o])` for `x: [t_rows][cols]`, `w: [w_rows][cols]`.
-/// Work is split over blocks of weight rows; each value is one `dot`.
 pub fn matmul_t(x: &[f32], t_rows: usize, w: &[f32], w_rows: usize, cols: usize) -> Vec<f32> {
-    const ROWS_PER_TASK: usize = 32;
-    let mut out = vec![0.0f32; t_rows * w_rows];
-    let blocks: Vec<Vec<f32>> = w
-        .par_chunks(ROWS_PER_TASK * cols)
-        .map(|wb| {
-            let nrows = wb.len() / cols;
-            let mut res = vec![0.0f32; nrows * t_rows];
-            for t in 0..t_rows {
-                let xr = &x[t * cols..(t + 1) * cols];
-                for r in 0..nrows {
-                    res[r * t_rows + t] = dot(xr, &wb[r * cols..(r + 1) * cols]);
-                }
-            }
-            res
-        })
-        .collect();
-    for (bi, res) in blocks.iter().enumerate() {
-        let r0 = bi * ROWS_PER_TASK;
-        let nrows = res.len() / t_rows.max(1);
-        for r in 0..nrows {
-            for t in 0..t_rows {
-                out[t * w_rows + r0 + r] = res[r * t_rows + t];
-            }
-        }
-    }
-    out
+    tiled(t_rows, w_rows, |t, r| {
+        dot(&x[t * cols..(t + 1) * cols], &w[r * cols..(r + 1) * cols])
+    })
 }
 
 /// Like [`matmul_t`] over 8-bit weights; each activation row is quantised on its own.
@@ -124,41 +100,46 @@ pub fn matmul_q8(x: &[f32], t_rows: usize, w: &super::q8::Q8Matrix) -> Vec<f32> 
         .zip(xs.par_chunks_mut(nb))
         .zip(x.par_chunks(cols))
         .for_each(|((q, s), xr)| quantize_row(xr, q, s));
-    transpose_blocks(t_rows, w.rows, |r| {
+    tiled(t_rows, w.rows, |t, r| {
         let (wq, ws) = w.row(r);
-        (0..t_rows)
-            .map(|t| {
-                dot_q8(
-                    &xq[t * cols..(t + 1) * cols],
-                    &xs[t * nb..(t + 1) * nb],
-                    wq,
-                    ws,
-                )
-            })
-            .collect()
+        dot_q8(
+            &xq[t * cols..(t + 1) * cols],
+            &xs[t * nb..(t + 1) * nb],
+            wq,
+            ws,
+        )
     })
 }
 
-/// Runs `row_fn(r)` (the values of output column `r` for every token) in parallel
-/// over blocks of rows and lays the results out as `[t_rows][w_rows]`.
-fn transpose_blocks(
-    t_rows: usize,
-    w_rows: usize,
-    row_fn: impl Fn(usize) -> Vec<f32> + Sync,
-) -> Vec<f32> {
-    const ROWS_PER_TASK: usize = 32;
-    let blocks: Vec<Vec<Vec<f32>>> = (0..w_rows.div_ceil(ROWS_PER_TASK))
+/// `out[t][r] = value(t, r)` laid out `[t_rows][w_rows]`. Parallel over blocks of weight
+/// rows; inside a block, tokens are walked in tiles so the block's weights and a tile of
+/// activations stay in cache together. Tiling only orders *which* values are computed:
+/// each value is one call, so results do not depend on `t_rows` (batch invariance).
+fn tiled(t_rows: usize, w_rows: usize, value: impl Fn(usize, usize) -> f32 + Sync) -> Vec<f32> {
+    const ROWS: usize = 16;
+    const TOKENS: usize = 32;
+    let blocks: Vec<Vec<f32>> = (0..w_rows.div_ceil(ROWS))
         .into_par_iter()
         .map(|b| {
-            (b * ROWS_PER_TASK..((b + 1) * ROWS_PER_TASK).min(w_rows))
-                .map(&row_fn)
-                .collect()
+            let (r0, r1) = (b * ROWS, ((b + 1) * ROWS).min(w_rows));
+            let nr = r1 - r0;
+            let mut res = vec![0.0f32; t_rows * nr];
+            for t0 in (0..t_rows).step_by(TOKENS) {
+                for r in r0..r1 {
+                    for t in t0..(t0 + TOKENS).min(t_rows) {
+                        res[t * nr + r - r0] = value(t, r);
+                    }
+                }
+            }
+            res
         })
         .collect();
     let mut out = vec![0.0f32; t_rows * w_rows];
-    for (r, col) in blocks.into_iter().flatten().enumerate() {
-        for (t, v) in col.into_iter().enumerate() {
-            out[t * w_rows + r] = v;
+    for (b, res) in blocks.iter().enumerate() {
+        let nr = res.len() / t_rows.max(1);
+        for t in 0..t_rows {
+            out[t * w_rows + b * ROWS..t * w_rows + b * ROWS + nr]
+                .copy_from_slice(&res[t * nr..(t + 1) * nr]);
         }
     }
     out

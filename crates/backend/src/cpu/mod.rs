@@ -13,7 +13,7 @@ use crate::{AttnShape, Backend, HostMatrix, KvSpec, RopeSpec, StepInput};
 use anyhow::{ensure, Result};
 use rayon::prelude::*;
 
-pub use kernels::dot;
+pub use kernels::{dot, matmul_q8, matmul_t};
 
 /// Activations: row-major `[rows][cols]` f32.
 #[derive(Debug, Clone)]
