@@ -126,11 +126,12 @@ impl<B: Backend> LlamaRunner<B> {
     }
 }
 
-impl<B: Backend> ModelRunner for LlamaRunner<B> {
-    fn forward(&mut self, step: &StepInput) -> Result<Logits> {
+impl<B: Backend> LlamaRunner<B> {
+    /// The ops of one step, from the staged metadata to the logits tensor. The residual
+    /// add that ends a layer is fused with the norm that starts the next one.
+    fn compute(&mut self) -> B::Tensor {
         let b = &mut self.backend;
         let c = &self.cfg;
-        b.begin_step(step)?;
         let shape = AttnShape {
             n_heads: c.num_heads,
             n_kv_heads: c.num_kv_heads,
@@ -138,8 +139,12 @@ impl<B: Backend> ModelRunner for LlamaRunner<B> {
         };
         let eps = c.rms_norm_eps;
         let mut x = b.embed(&self.embed);
+        let mut pending: Option<B::Tensor> = None;
         for (l, w) in self.layers.iter().enumerate() {
-            let h = b.rms_norm(&x, &w.attn_norm, eps);
+            let h = match pending.take() {
+                None => b.rms_norm(&x, &w.attn_norm, eps),
+                Some(d) => b.add_rms_norm(&mut x, &d, &w.attn_norm, eps),
+            };
             let mut q = b.linear(&h, &w.q, w.q_bias.as_ref());
             let mut k = b.linear(&h, &w.k, w.k_bias.as_ref());
             let v = b.linear(&h, &w.v, w.v_bias.as_ref());
@@ -147,23 +152,90 @@ impl<B: Backend> ModelRunner for LlamaRunner<B> {
             b.rope(&mut k, c.num_kv_heads, c.head_dim, &self.rope);
             let a = b.attention(l, &q, &k, &v, shape);
             let o = b.linear(&a, &w.o, None);
-            b.add_assign(&mut x, &o);
-            let h = b.rms_norm(&x, &w.ffn_norm, eps);
+            let h = b.add_rms_norm(&mut x, &o, &w.ffn_norm, eps);
             let g = b.linear(&h, &w.gate, None);
             let u = b.linear(&h, &w.up, None);
             let m = b.silu_mul(&g, &u);
-            let d = b.linear(&m, &w.down, None);
+            pending = Some(b.linear(&m, &w.down, None));
+        }
+        if let Some(d) = pending {
             b.add_assign(&mut x, &d);
         }
         let x = b.gather_logit_rows(&x);
         let x = b.rms_norm(&x, &self.norm, eps);
-        let logits = b.linear(&x, self.lm_head.as_ref().unwrap_or(&self.embed), None);
-        let data = b.to_host(&logits);
+        b.linear(&x, self.lm_head.as_ref().unwrap_or(&self.embed), None)
+    }
+}
+
+impl<B: Backend> LlamaRunner<B> {
+    /// Stages the step and produces its logits tensor: replayed from a captured graph
+    /// when the backend has one for this shape, otherwise by running the ops (captured
+    /// first when the backend asks for it, eagerly again if the capture fails).
+    fn step_logits(&mut self, step: &StepInput) -> Result<B::Tensor> {
+        self.backend.begin_step(step)?;
+        if let Some(t) = self.backend.replay()? {
+            return Ok(t);
+        }
+        let capturing = self.backend.begin_capture();
+        let logits = self.compute();
+        if capturing && !self.backend.end_capture(&logits) {
+            drop(logits);
+            return Ok(self.compute());
+        }
+        Ok(logits)
+    }
+
+    /// Greedy next-token ids of the step's logit rows; the argmax runs on the device
+    /// when the backend can, so only the ids are copied back.
+    pub fn forward_greedy(&mut self, step: &StepInput) -> Result<Vec<u32>> {
+        let logits = self.step_logits(step)?;
+        let ids = match self.backend.argmax_rows(&logits) {
+            Some(ids) => ids,
+            None => {
+                let v = self.cfg.vocab_size;
+                let data = self.backend.to_host(&logits);
+                data.chunks(v.max(1)).map(host_argmax).collect()
+            }
+        };
+        drop(logits);
+        self.backend.finish_step()?;
+        Ok(ids)
+    }
+
+    pub fn backend(&self) -> &B {
+        &self.backend
+    }
+
+    pub fn backend_mut(&mut self) -> &mut B {
+        &mut self.backend
+    }
+}
+
+fn host_argmax(row: &[f32]) -> u32 {
+    let mut best = 0;
+    for (i, &x) in row.iter().enumerate() {
+        if x > row[best] {
+            best = i;
+        }
+    }
+    best as u32
+}
+
+impl<B: Backend> ModelRunner for LlamaRunner<B> {
+    fn forward(&mut self, step: &StepInput) -> Result<Logits> {
+        let logits = self.step_logits(step)?;
+        let data = self.backend.to_host(&logits);
+        drop(logits);
+        self.backend.finish_step()?;
         Ok(Logits {
             rows: step.logit_rows.len(),
-            vocab: c.vocab_size,
+            vocab: self.cfg.vocab_size,
             data,
         })
+    }
+
+    fn forward_greedy(&mut self, step: &StepInput) -> Result<Option<Vec<u32>>> {
+        LlamaRunner::forward_greedy(self, step).map(Some)
     }
 
     fn block_size(&self) -> usize {

@@ -16,4 +16,10 @@ pub trait ModelRunner: Send {
     fn vocab_size(&self) -> usize;
     /// Human-readable device name ("cpu", "cuda:0").
     fn device_name(&self) -> String;
+    /// Greedy next-token ids of the step's logit rows without copying the logits back
+    /// (the argmax runs on the device where the backend can). None: not supported, use
+    /// `forward`.
+    fn forward_greedy(&mut self, _step: &StepInput) -> anyhow::Result<Option<Vec<u32>>> {
+        Ok(None)
+    }
 }

@@ -1,0 +1,98 @@
+// Paged attention over a block pool laid out per layer as [block][slot][kv_head][head_dim]
+// (bf16). One kernel serves prefill (any query length), decode and verify (1+K queries):
+// every query token attends causally to positions 0..=its own position of its sequence,
+// so queries inside a draft see the draft tokens before them and nothing after.
+// Per-step metadata comes from fixed device buffers written before launch:
+//   positions[t], token_seq[t], seq_bt_off[s] (offset of sequence s in block_tables).
+
+#define ATTN_TILE 128
+#define ATTN_MAX_HEAD_DIM 256
+
+__device__ __forceinline__ u32 kv_slot(const u32* block_tables, u32 bt_off, u32 pos, int block_size) {
+    return block_tables[bt_off + pos / block_size] * block_size + pos % block_size;
+}
+
+// Writes this step's K and V rows (f32) into the pool as bf16; one block per token.
+extern "C" __global__ void kv_store(const float* __restrict__ k, const float* __restrict__ v,
+                                    bf16_t* __restrict__ k_pool, bf16_t* __restrict__ v_pool,
+                                    const u32* __restrict__ positions, const u32* __restrict__ token_seq,
+                                    const u32* __restrict__ seq_bt_off, const u32* __restrict__ block_tables,
+                                    int kv_width, int block_size) {
+    const int t = blockIdx.x;
+    const u32 slot = kv_slot(block_tables, seq_bt_off[token_seq[t]], positions[t], block_size);
+    for (int i = threadIdx.x; i < kv_width; i += blockDim.x) {
+        k_pool[(size_t)slot * kv_width + i] = f2bf(k[(size_t)t * kv_width + i]);
+        v_pool[(size_t)slot * kv_width + i] = f2bf(v[(size_t)t * kv_width + i]);
+    }
+}
+
+// One block of ATTN_TILE threads per (query token, query head). Keys are visited in
+// tiles of ATTN_TILE positions with an online softmax; each thread scores one key of a
+// tile, then threads switch to owning output dimensions to accumulate V.
+// A row's result never depends on other rows (batch-invariant).
+extern "C" __global__ void __launch_bounds__(ATTN_TILE)
+paged_attention(const float* __restrict__ q, bf16_t* __restrict__ out,
+                const bf16_t* __restrict__ k_pool, const bf16_t* __restrict__ v_pool,
+                const u32* __restrict__ positions, const u32* __restrict__ token_seq,
+                const u32* __restrict__ seq_bt_off, const u32* __restrict__ block_tables,
+                int n_heads, int n_kv_heads, int head_dim, int block_size, float scale) {
+    __shared__ float qs[ATTN_MAX_HEAD_DIM];
+    __shared__ float probs[ATTN_TILE];
+    __shared__ u32 slots[ATTN_TILE];
+    __shared__ float scratch[32];
+
+    const int t = blockIdx.x, h = blockIdx.y, tid = threadIdx.x;
+    const int kvh = h / (n_heads / n_kv_heads);
+    const int kv_width = n_kv_heads * head_dim;
+    const u32 last = positions[t];
+    const u32 bt_off = seq_bt_off[token_seq[t]];
+    const float* qrow = q + (size_t)t * n_heads * head_dim + (size_t)h * head_dim;
+    for (int d = tid; d < head_dim; d += ATTN_TILE) qs[d] = qrow[d];
+    __syncthreads();
+
+    // Each thread owns output dims tid and tid + ATTN_TILE (head_dim <= 256).
+    float acc0 = 0.0f, acc1 = 0.0f;
+    float m = (-WRING_INF), l = 0.0f;
+    for (u32 start = 0; start <= last; start += ATTN_TILE) {
+        const u32 pos = start + tid;
+        float score = (-WRING_INF);
+        if (pos <= last) {
+            const u32 slot = kv_slot(block_tables, bt_off, pos, block_size);
+            slots[tid] = slot;
+            const uint4* kr = (const uint4*)(k_pool + (size_t)slot * kv_width + (size_t)kvh * head_dim);
+            float dot = 0.0f;
+            for (int c = 0; c < head_dim / 8; ++c) {
+                const uint4 w = kr[c];
+                const u32 ws[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+                for (int j = 0; j < 4; ++j) {
+                    dot += qs[c * 8 + 2 * j] * __uint_as_float(ws[j] << 16);
+                    dot += qs[c * 8 + 2 * j + 1] * __uint_as_float(ws[j] & 0xffff0000u);
+                }
+            }
+            score = dot * scale;
+        }
+        const float new_m = fmaxf(m, block_max(score, scratch));
+        const float p = pos <= last ? __expf(score - new_m) : 0.0f;
+        probs[tid] = p;
+        const float tile_sum = block_sum(p, scratch);
+        const float corr = __expf(m - new_m);
+        l = l * corr + tile_sum;
+        m = new_m;
+        __syncthreads();
+        const int n = min((u32)ATTN_TILE, last + 1 - start);
+        acc0 *= corr;
+        acc1 *= corr;
+        for (int j = 0; j < n; ++j) {
+            const bf16_t* vr = v_pool + (size_t)slots[j] * kv_width + (size_t)kvh * head_dim;
+            const float pj = probs[j];
+            if (tid < head_dim) acc0 += pj * bf2f(vr[tid]);
+            if (tid + ATTN_TILE < head_dim) acc1 += pj * bf2f(vr[tid + ATTN_TILE]);
+        }
+        __syncthreads();
+    }
+    bf16_t* orow = out + (size_t)t * n_heads * head_dim + (size_t)h * head_dim;
+    const float inv_l = 1.0f / l;
+    if (tid < head_dim) orow[tid] = f2bf(acc0 * inv_l);
+    if (tid + ATTN_TILE < head_dim) orow[tid + ATTN_TILE] = f2bf(acc1 * inv_l);
+}

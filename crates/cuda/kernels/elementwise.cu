@@ -1,0 +1,30 @@
+// Small elementwise kernels: residual add, bias add, SiLU-gated product, row gather.
+
+extern "C" __global__ void add_f32(float* __restrict__ x, const float* __restrict__ y, long n) {
+    for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x)
+        x[i] += y[i];
+}
+
+// x[r][c] += b[c] for every row.
+extern "C" __global__ void add_bias_f32(float* __restrict__ x, const float* __restrict__ b,
+                                        int cols, long n) {
+    for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x)
+        x[i] += b[i % cols];
+}
+
+// silu(gate) * up, written as bf16 for the down projection.
+extern "C" __global__ void silu_mul(const float* __restrict__ gate, const float* __restrict__ up,
+                                    bf16_t* __restrict__ out, long n) {
+    for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x) {
+        const float g = gate[i];
+        out[i] = f2bf(g / (1.0f + __expf(-g)) * up[i]);
+    }
+}
+
+// out[i] = x[rows[i]], one block per output row.
+extern "C" __global__ void gather_rows(const float* __restrict__ x, const u32* __restrict__ rows,
+                                       float* __restrict__ out, int cols) {
+    const float* src = x + (size_t)rows[blockIdx.x] * cols;
+    float* dst = out + (size_t)blockIdx.x * cols;
+    for (int c = threadIdx.x; c < cols; c += blockDim.x) dst[c] = src[c];
+}

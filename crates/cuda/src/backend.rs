@@ -1,0 +1,920 @@
+//! [`CudaBackend`]: the op set of `wring_backend::Backend` on an NVIDIA GPU.
+//!
+//! Memory: weights in their own allocations (bf16 matrices, f32 vectors); one KV pool
+//! (bf16, `[layer][K|V][block][slot][kv_head][head_dim]`, plus scratch blocks for padded
+//! sequences); one activation arena (deterministic free list); one metadata buffer.
+//! Residual stream and GEMM outputs are f32; GEMM inputs (norm, attention and SiLU
+//! outputs) are bf16.
+//!
+//! Ops cannot return errors (the trait is infallible); the first failure is kept, later
+//! ops become no-ops, and `finish_step` reports it.
+
+use crate::arena::{Arena, Block};
+use crate::blas::Blas;
+use crate::device::{launch, Arg, DeviceBuffer, PinnedBuffer};
+use crate::graphs::{GraphKey, Graphs};
+use crate::kernels::Kernels;
+use crate::meta::{stage_step, Padding, StepLayout};
+use crate::options::{CudaOptions, GraphMode};
+use anyhow::{anyhow, bail, ensure, Context, Result};
+use cudarc::driver::{result, sys, CudaContext, CudaStream};
+use std::sync::Arc;
+use wring_backend::{AttnShape, Backend, HostMatrix, KvSpec, RopeSpec, StepInput};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DType {
+    F32,
+    Bf16,
+}
+
+impl DType {
+    fn size(self) -> usize {
+        match self {
+            DType::F32 => 4,
+            DType::Bf16 => 2,
+        }
+    }
+}
+
+/// An activation in the arena. `valid_rows` ≤ `rows`: padded rows are computed but
+/// never returned to the host.
+pub struct CudaTensor {
+    _block: Option<Block>,
+    ptr: u64,
+    rows: usize,
+    cols: usize,
+    valid_rows: usize,
+    dtype: DType,
+}
+
+impl CudaTensor {
+    fn empty() -> Self {
+        Self {
+            _block: None,
+            ptr: 0,
+            rows: 0,
+            cols: 0,
+            valid_rows: 0,
+            dtype: DType::F32,
+        }
+    }
+}
+
+/// A bf16 weight matrix `[rows=out][cols=in]`.
+pub struct CudaMatrix {
+    buf: DeviceBuffer,
+    rows: usize,
+    cols: usize,
+}
+
+/// An f32 weight vector (norm gains, biases).
+pub struct CudaVector {
+    buf: DeviceBuffer,
+    len: usize,
+}
+
+struct KvPool {
+    buf: DeviceBuffer,
+    spec: KvSpec,
+    /// Bytes of one layer's K (or V) part.
+    part_bytes: usize,
+    scratch_first_block: u32,
+}
+
+struct StepBuffers {
+    device: DeviceBuffer,
+    host: PinnedBuffer,
+    capacity: usize,
+}
+
+pub struct CudaBackend {
+    ctx: Arc<CudaContext>,
+    stream: Arc<CudaStream>,
+    kernels: Kernels,
+    blas: Blas,
+    opts: CudaOptions,
+    name: String,
+    kv: Option<KvPool>,
+    arena: Option<(DeviceBuffer, Arena)>,
+    meta: Option<StepBuffers>,
+    /// Argmax output, one id per logit row (outside the arena: graph outputs live there).
+    ids: Option<DeviceBuffer>,
+    layout: StepLayout,
+    key: Option<GraphKey>,
+    graphs: Graphs,
+    rope_freqs: Vec<(Vec<f32>, DeviceBuffer)>,
+    /// Largest dimension of any non-vocabulary matrix and the vocabulary (rows of the
+    /// tallest matrix): they size the activation arena.
+    widest: usize,
+    vocab: usize,
+    error: Option<anyhow::Error>,
+}
+
+impl CudaBackend {
+    /// Opens GPU `ordinal`, loads the kernels and cuBLAS. Errors (never panics) when the
+    /// CUDA libraries or the device are missing.
+    pub fn new(ordinal: usize, opts: CudaOptions) -> Result<Self> {
+        crate::loader::ensure_cuda_libraries()?;
+        let ctx = CudaContext::new(ordinal).map_err(|e| {
+            anyhow!("cannot open CUDA device {ordinal}: {e:?} (is there an NVIDIA GPU with a working driver?)")
+        })?;
+        // Allocations here are raw; cudarc's event tracking must not run inside captures.
+        // SAFETY: called before any cudarc allocation on this context.
+        unsafe { ctx.disable_event_tracking() };
+        let stream = ctx
+            .new_stream()
+            .map_err(|e| anyhow!("cannot create a CUDA stream: {e:?}"))?;
+        let arch = ctx
+            .compute_capability()
+            .map_err(|e| anyhow!("cannot read the compute capability: {e:?}"))?;
+        let kernels = Kernels::load(arch).context("loading the CUDA kernels")?;
+        let blas = Blas::new(stream.cu_stream())?;
+        let name = format!(
+            "cuda:{ordinal} ({}, sm_{}{})",
+            ctx.name().unwrap_or_else(|_| "unknown GPU".into()),
+            arch.0,
+            arch.1
+        );
+        Ok(Self {
+            ctx,
+            stream,
+            kernels,
+            blas,
+            opts,
+            name,
+            kv: None,
+            arena: None,
+            meta: None,
+            ids: None,
+            layout: StepLayout::default(),
+            key: None,
+            graphs: Graphs::default(),
+            rope_freqs: vec![],
+            widest: 0,
+            vocab: 0,
+            error: None,
+        })
+    }
+
+    pub fn options(&self) -> &CudaOptions {
+        &self.opts
+    }
+
+    /// Switches how uniform steps run; captured graphs are kept for when it is `On` again.
+    pub fn set_graph_mode(&mut self, mode: GraphMode) {
+        self.opts.graphs = mode;
+    }
+
+    /// (captured graphs, replays, captures that failed).
+    pub fn graph_stats(&self) -> (usize, u64, usize) {
+        self.graphs.stats()
+    }
+
+    /// Activation arena (bytes in use, peak bytes, capacity).
+    pub fn arena_usage(&self) -> Option<(usize, usize, usize)> {
+        self.arena.as_ref().map(|(_, a)| a.usage())
+    }
+
+    fn cu_stream(&self) -> sys::CUstream {
+        self.stream.cu_stream()
+    }
+
+    fn bind(&self) -> Result<()> {
+        self.ctx
+            .bind_to_thread()
+            .map_err(|e| anyhow!("cannot make the CUDA context current: {e:?}"))
+    }
+
+    fn fail(&mut self, e: anyhow::Error) {
+        if self.error.is_none() {
+            self.error = Some(e);
+        }
+    }
+
+    fn ok(&self) -> bool {
+        self.error.is_none()
+    }
+
+    /// A `[rows][cols]` activation; an empty tensor (and a kept error) when the arena is full.
+    fn alloc(&mut self, rows: usize, cols: usize, dtype: DType, valid_rows: usize) -> CudaTensor {
+        if !self.ok() {
+            return CudaTensor::empty();
+        }
+        let Some((_, arena)) = &self.arena else {
+            self.fail(anyhow!(
+                "CUDA backend: an op ran before the KV pool was allocated"
+            ));
+            return CudaTensor::empty();
+        };
+        match arena.alloc(rows * cols * dtype.size()) {
+            Some(block) => CudaTensor {
+                ptr: block.ptr,
+                _block: Some(block),
+                rows,
+                cols,
+                valid_rows,
+                dtype,
+            },
+            None => {
+                let (used, _, cap) = arena.usage();
+                self.fail(anyhow!(
+                    "the CUDA activation arena ({} MiB, {} MiB in use) cannot hold a {rows}x{cols} tensor; lower the step size or raise WRING_CUDA_MAX_TOKENS",
+                    cap >> 20,
+                    used >> 20
+                ));
+                CudaTensor::empty()
+            }
+        }
+    }
+
+    fn launch(
+        &mut self,
+        f: sys::CUfunction,
+        grid: (u32, u32, u32),
+        block: u32,
+        args: &[Arg],
+        what: &str,
+    ) {
+        if !self.ok() {
+            return;
+        }
+        if let Err(e) = launch(f, grid, block, self.cu_stream(), args) {
+            self.fail(anyhow!("launching {what} failed: {e:?}"));
+        }
+    }
+
+    fn expect(&mut self, t: &CudaTensor, dtype: DType, op: &str) -> bool {
+        if !self.ok() {
+            return false;
+        }
+        if t.dtype != dtype || t.ptr == 0 {
+            self.fail(anyhow!(
+                "CUDA backend: {op} got a {:?} tensor, expected {dtype:?}",
+                t.dtype
+            ));
+            return false;
+        }
+        true
+    }
+
+    fn meta_ptr(&self, off: usize) -> u64 {
+        self.meta
+            .as_ref()
+            .map_or(0, |m| m.device.ptr() + 4 * off as u64)
+    }
+
+    fn rope_freqs_ptr(&mut self, rope: &RopeSpec) -> Option<u64> {
+        if let Some((_, buf)) = self.rope_freqs.iter().find(|(f, _)| *f == rope.inv_freq) {
+            return Some(buf.ptr());
+        }
+        if self.graphs.capturing() {
+            self.fail(anyhow!(
+                "rope frequencies first seen inside a graph capture"
+            ));
+            return None;
+        }
+        match upload_f32(&rope.inv_freq, "rope frequencies") {
+            Ok(buf) => {
+                let p = buf.ptr();
+                self.rope_freqs.push((rope.inv_freq.clone(), buf));
+                Some(p)
+            }
+            Err(e) => {
+                self.fail(e);
+                None
+            }
+        }
+    }
+
+    /// Grid-stride launch size for `n` elements.
+    fn grid_for(n: usize) -> (u32, u32, u32) {
+        (n.div_ceil(256).clamp(1, 132 * 16) as u32, 1, 1)
+    }
+
+    fn sync(&self) -> Result<()> {
+        // SAFETY: the stream belongs to this backend.
+        unsafe { result::stream::synchronize(self.cu_stream()) }
+            .map_err(|e| anyhow!("CUDA stream synchronisation failed: {e:?}"))
+    }
+
+    /// The graph key of a step, when its shape is uniform and graphs are on.
+    fn graph_key(&self, step: &StepInput) -> Option<GraphKey> {
+        if self.opts.graphs == GraphMode::Off || step.seqs.is_empty() {
+            return None;
+        }
+        let q = step.seqs[0].query_len;
+        if !self.opts.query_lens.contains(&q) || step.seqs.iter().any(|s| s.query_len != q) {
+            return None;
+        }
+        let bucket = self.opts.bucket_for(step.seqs.len())?;
+        Some(GraphKey {
+            bucket,
+            query_len: q,
+        })
+    }
+
+    fn alloc_arena(&mut self) -> Result<()> {
+        // Peak live activations of one layer stay under ~48 f32 values per token per unit
+        // of the widest dimension; logits take vocab f32 per row.
+        let t = self.opts.max_tokens;
+        let bytes = t * 64 * self.widest.max(1) + t * self.vocab.max(1) * 4 + (64 << 20);
+        let buf = DeviceBuffer::alloc(bytes, "activations")?;
+        let arena = Arena::new(buf.ptr(), bytes);
+        self.arena = Some((buf, arena));
+        Ok(())
+    }
+}
+
+/// Device-to-device copy bandwidth (bytes read + written per second) over `bytes`.
+pub fn measure_copy_bandwidth(bytes: usize) -> Result<f64> {
+    crate::loader::ensure_cuda_libraries()?;
+    let ctx = CudaContext::new(0).map_err(|e| anyhow!("cannot open CUDA device 0: {e:?}"))?;
+    ctx.bind_to_thread().map_err(|e| anyhow!("{e:?}"))?;
+    let (a, b) = (
+        DeviceBuffer::alloc(bytes, "bandwidth test")?,
+        DeviceBuffer::alloc(bytes, "bandwidth test")?,
+    );
+    let copy = || -> Result<()> {
+        // SAFETY: both buffers hold `bytes`.
+        unsafe { result::memcpy_dtod_sync(b.ptr(), a.ptr(), bytes) }.map_err(|e| anyhow!("{e:?}"))
+    };
+    // SAFETY: a holds `bytes`; random-ish contents are irrelevant to a copy but zero pages
+    // are avoided by writing every byte once.
+    unsafe { result::memset_d8_sync(a.ptr(), 0x5a, bytes) }.map_err(|e| anyhow!("{e:?}"))?;
+    copy()?;
+    let mut times = vec![];
+    for _ in 0..10 {
+        let t0 = std::time::Instant::now();
+        copy()?;
+        result::ctx::synchronize().map_err(|e| anyhow!("{e:?}"))?;
+        times.push(t0.elapsed().as_secs_f64());
+    }
+    times.sort_by(|x, y| x.total_cmp(y));
+    Ok(2.0 * bytes as f64 / times[times.len() / 2])
+}
+
+fn upload_f32(v: &[f32], what: &str) -> Result<DeviceBuffer> {
+    let buf = DeviceBuffer::alloc(v.len() * 4, what)?;
+    // SAFETY: buf holds v.len() f32.
+    unsafe { result::memcpy_htod_sync(buf.ptr(), v) }
+        .map_err(|e| anyhow!("copying {what} to the GPU failed: {e:?}"))?;
+    Ok(buf)
+}
+
+fn to_bf16_bits(data: &[f32]) -> Vec<u16> {
+    use rayon::prelude::*;
+    data.par_iter()
+        .map(|&x| half::bf16::from_f32(x).to_bits())
+        .collect()
+}
+
+impl Backend for CudaBackend {
+    type Tensor = CudaTensor;
+    type Matrix = CudaMatrix;
+    type Vector = CudaVector;
+
+    fn name(&self) -> String {
+        self.name.clone()
+    }
+
+    fn upload_matrix(&mut self, m: HostMatrix) -> Result<CudaMatrix> {
+        ensure!(
+            m.data.len() == m.rows * m.cols,
+            "matrix data has {} values, expected {}x{}",
+            m.data.len(),
+            m.rows,
+            m.cols
+        );
+        self.bind()?;
+        let bits = to_bf16_bits(&m.data);
+        drop(m.data);
+        let buf = DeviceBuffer::alloc(bits.len() * 2, "weights")?;
+        // SAFETY: buf holds bits.len() u16.
+        unsafe { result::memcpy_htod_sync(buf.ptr(), &bits) }
+            .map_err(|e| anyhow!("copying weights to the GPU failed: {e:?}"))?;
+        // The tallest matrix is the vocabulary (embedding / lm head); others size activations.
+        if m.rows > self.vocab {
+            self.widest = self.widest.max(self.vocab);
+            self.vocab = m.rows;
+        } else {
+            self.widest = self.widest.max(m.rows);
+        }
+        self.widest = self.widest.max(m.cols);
+        Ok(CudaMatrix {
+            buf,
+            rows: m.rows,
+            cols: m.cols,
+        })
+    }
+
+    fn upload_vector(&mut self, v: &[f32]) -> Result<CudaVector> {
+        self.bind()?;
+        Ok(CudaVector {
+            buf: upload_f32(v, "weights")?,
+            len: v.len(),
+        })
+    }
+
+    fn alloc_kv(&mut self, spec: KvSpec) -> Result<()> {
+        self.bind()?;
+        ensure!(
+            spec.head_dim.is_multiple_of(8) && spec.head_dim <= 256,
+            "the CUDA attention kernel needs head_dim a multiple of 8 and at most 256 (got {})",
+            spec.head_dim
+        );
+        let scratch = self.opts.max_query_len().div_ceil(spec.block_size);
+        let total_blocks = spec.num_blocks + scratch;
+        let part_bytes = total_blocks * spec.block_size * spec.n_kv_heads * spec.head_dim * 2;
+        let buf = DeviceBuffer::alloc(2 * spec.layers * part_bytes, "the KV cache")?;
+        self.kv = Some(KvPool {
+            buf,
+            spec,
+            part_bytes,
+            scratch_first_block: spec.num_blocks as u32,
+        });
+        // Metadata: 4 arrays of up to max_tokens, seq offsets, and block tables.
+        let capacity = 5 * self.opts.max_tokens + 4 * total_blocks + (1 << 16);
+        self.meta = Some(StepBuffers {
+            device: DeviceBuffer::alloc(capacity * 4, "step metadata")?,
+            host: PinnedBuffer::alloc(capacity)?,
+            capacity,
+        });
+        self.ids = Some(DeviceBuffer::alloc(4 * self.opts.max_tokens, "token ids")?);
+        self.alloc_arena()
+    }
+
+    fn begin_step(&mut self, step: &StepInput) -> Result<()> {
+        self.bind()?;
+        self.error = None;
+        let (num_blocks, block_size, scratch) = match &self.kv {
+            Some(kv) => (
+                kv.spec.num_blocks,
+                kv.spec.block_size,
+                kv.scratch_first_block,
+            ),
+            None => bail!("KV pool not allocated"),
+        };
+        step.validate(num_blocks, block_size)?;
+        ensure!(
+            step.tokens.len() <= self.opts.max_tokens,
+            "a step of {} tokens exceeds the CUDA backend's limit of {} (WRING_CUDA_MAX_TOKENS)",
+            step.tokens.len(),
+            self.opts.max_tokens
+        );
+        let key = self.graph_key(step);
+        let pad = key.map(|k| Padding {
+            seqs: k.bucket,
+            query_len: k.query_len,
+            scratch_first_block: scratch,
+        });
+        if let Some(k) = key {
+            ensure!(
+                k.bucket * k.query_len <= self.opts.max_tokens,
+                "graph bucket {} x {} exceeds WRING_CUDA_MAX_TOKENS",
+                k.bucket,
+                k.query_len
+            );
+        }
+        let meta = self.meta.as_mut().expect("allocated with the KV pool");
+        let layout = stage_step(step, block_size, pad, meta.host.as_mut_slice())?;
+        debug_assert!(layout.len <= meta.capacity);
+        // SAFETY: host is pinned and not written again until this copy has completed
+        // (every step ends with a synchronising copy back).
+        unsafe {
+            result::memcpy_htod_async(
+                meta.device.ptr(),
+                &meta.host.as_slice()[..layout.len],
+                self.stream.cu_stream(),
+            )
+        }
+        .map_err(|e| anyhow!("copying step metadata to the GPU failed: {e:?}"))?;
+        self.layout = layout;
+        self.key = key;
+        Ok(())
+    }
+
+    fn embed(&mut self, table: &CudaMatrix) -> CudaTensor {
+        if let Some(&bad) = self
+            .layout
+            .host_tokens
+            .iter()
+            .find(|&&t| t as usize >= table.rows)
+        {
+            self.fail(anyhow!(
+                "token id {bad} is outside the vocabulary of {}",
+                table.rows
+            ));
+            return CudaTensor::empty();
+        }
+        let t = self.layout.tokens;
+        let out = self.alloc(t, table.cols, DType::F32, t);
+        let args = [
+            Arg::Ptr(self.meta_ptr(self.layout.off_tokens)),
+            Arg::Ptr(table.buf.ptr()),
+            Arg::Ptr(out.ptr),
+            Arg::I32(table.cols as i32),
+        ];
+        self.launch(
+            self.kernels.embed_rows,
+            (t as u32, 1, 1),
+            256,
+            &args,
+            "embed",
+        );
+        out
+    }
+
+    fn rms_norm(&mut self, x: &CudaTensor, w: &CudaVector, eps: f32) -> CudaTensor {
+        if !self.expect(x, DType::F32, "rms_norm") {
+            return CudaTensor::empty();
+        }
+        let out = self.alloc(x.rows, x.cols, DType::Bf16, x.valid_rows);
+        debug_assert_eq!(w.len, x.cols);
+        let args = [
+            Arg::Ptr(x.ptr),
+            Arg::Ptr(w.buf.ptr()),
+            Arg::Ptr(out.ptr),
+            Arg::I32(x.cols as i32),
+            Arg::F32(eps),
+        ];
+        self.launch(
+            self.kernels.rms_norm,
+            (x.rows as u32, 1, 1),
+            256,
+            &args,
+            "rms_norm",
+        );
+        out
+    }
+
+    fn add_rms_norm(
+        &mut self,
+        x: &mut CudaTensor,
+        y: &CudaTensor,
+        w: &CudaVector,
+        eps: f32,
+    ) -> CudaTensor {
+        if !self.expect(x, DType::F32, "add_rms_norm")
+            || !self.expect(y, DType::F32, "add_rms_norm")
+        {
+            return CudaTensor::empty();
+        }
+        let out = self.alloc(x.rows, x.cols, DType::Bf16, x.valid_rows);
+        let args = [
+            Arg::Ptr(x.ptr),
+            Arg::Ptr(y.ptr),
+            Arg::Ptr(w.buf.ptr()),
+            Arg::Ptr(out.ptr),
+            Arg::I32(x.cols as i32),
+            Arg::F32(eps),
+        ];
+        self.launch(
+            self.kernels.add_rms_norm,
+            (x.rows as u32, 1, 1),
+            256,
+            &args,
+            "add_rms_norm",
+        );
+        out
+    }
+
+    fn add_assign(&mut self, x: &mut CudaTensor, y: &CudaTensor) {
+        if !self.expect(x, DType::F32, "add_assign") || !self.expect(y, DType::F32, "add_assign") {
+            return;
+        }
+        let n = x.rows * x.cols;
+        let args = [Arg::Ptr(x.ptr), Arg::Ptr(y.ptr), Arg::I64(n as i64)];
+        self.launch(self.kernels.add_f32, Self::grid_for(n), 256, &args, "add");
+    }
+
+    fn linear(&mut self, x: &CudaTensor, w: &CudaMatrix, bias: Option<&CudaVector>) -> CudaTensor {
+        if !self.expect(x, DType::Bf16, "linear") {
+            return CudaTensor::empty();
+        }
+        if x.cols != w.cols {
+            self.fail(anyhow!(
+                "linear: input has {} columns, weight expects {}",
+                x.cols,
+                w.cols
+            ));
+            return CudaTensor::empty();
+        }
+        let out = self.alloc(x.rows, w.rows, DType::F32, x.valid_rows);
+        if !self.ok() {
+            return out;
+        }
+        if let Err(e) = self
+            .blas
+            .linear(x.ptr, w.buf.ptr(), out.ptr, x.rows, w.cols, w.rows)
+        {
+            self.fail(e);
+            return out;
+        }
+        if let Some(b) = bias {
+            let n = out.rows * out.cols;
+            let args = [
+                Arg::Ptr(out.ptr),
+                Arg::Ptr(b.buf.ptr()),
+                Arg::I32(out.cols as i32),
+                Arg::I64(n as i64),
+            ];
+            self.launch(
+                self.kernels.add_bias_f32,
+                Self::grid_for(n),
+                256,
+                &args,
+                "bias",
+            );
+        }
+        out
+    }
+
+    fn rope(&mut self, x: &mut CudaTensor, n_heads: usize, head_dim: usize, rope: &RopeSpec) {
+        if !self.expect(x, DType::F32, "rope") {
+            return;
+        }
+        let Some(freqs) = self.rope_freqs_ptr(rope) else {
+            return;
+        };
+        let args = [
+            Arg::Ptr(x.ptr),
+            Arg::Ptr(self.meta_ptr(self.layout.off_positions)),
+            Arg::Ptr(freqs),
+            Arg::I32(n_heads as i32),
+            Arg::I32(head_dim as i32),
+            Arg::I32(rope.interleaved as i32),
+        ];
+        self.launch(self.kernels.rope, (x.rows as u32, 1, 1), 256, &args, "rope");
+    }
+
+    fn attention(
+        &mut self,
+        layer: usize,
+        q: &CudaTensor,
+        k: &CudaTensor,
+        v: &CudaTensor,
+        shape: AttnShape,
+    ) -> CudaTensor {
+        for t in [q, k, v] {
+            if !self.expect(t, DType::F32, "attention") {
+                return CudaTensor::empty();
+            }
+        }
+        let Some(kv) = &self.kv else {
+            self.fail(anyhow!("KV pool not allocated"));
+            return CudaTensor::empty();
+        };
+        if shape.n_kv_heads == 0
+            || !shape.n_heads.is_multiple_of(shape.n_kv_heads)
+            || shape.head_dim != kv.spec.head_dim
+        {
+            self.fail(anyhow!(
+                "attention shape {shape:?} does not match the KV pool"
+            ));
+            return CudaTensor::empty();
+        }
+        let k_pool = kv.buf.ptr() + (2 * layer * kv.part_bytes) as u64;
+        let v_pool = k_pool + kv.part_bytes as u64;
+        let block_size = kv.spec.block_size as i32;
+        let kv_width = (shape.n_kv_heads * shape.head_dim) as i32;
+        let t = self.layout.tokens as u32;
+        let (pos, tseq, btoff, bt) = (
+            self.meta_ptr(self.layout.off_positions),
+            self.meta_ptr(self.layout.off_token_seq),
+            self.meta_ptr(self.layout.off_seq_bt_off),
+            self.meta_ptr(self.layout.off_block_tables),
+        );
+        let store = [
+            Arg::Ptr(k.ptr),
+            Arg::Ptr(v.ptr),
+            Arg::Ptr(k_pool),
+            Arg::Ptr(v_pool),
+            Arg::Ptr(pos),
+            Arg::Ptr(tseq),
+            Arg::Ptr(btoff),
+            Arg::Ptr(bt),
+            Arg::I32(kv_width),
+            Arg::I32(block_size),
+        ];
+        self.launch(self.kernels.kv_store, (t, 1, 1), 128, &store, "kv_store");
+        let out = self.alloc(
+            q.rows,
+            shape.n_heads * shape.head_dim,
+            DType::Bf16,
+            q.valid_rows,
+        );
+        let attn = [
+            Arg::Ptr(q.ptr),
+            Arg::Ptr(out.ptr),
+            Arg::Ptr(k_pool),
+            Arg::Ptr(v_pool),
+            Arg::Ptr(pos),
+            Arg::Ptr(tseq),
+            Arg::Ptr(btoff),
+            Arg::Ptr(bt),
+            Arg::I32(shape.n_heads as i32),
+            Arg::I32(shape.n_kv_heads as i32),
+            Arg::I32(shape.head_dim as i32),
+            Arg::I32(block_size),
+            Arg::F32(1.0 / (shape.head_dim as f32).sqrt()),
+        ];
+        self.launch(
+            self.kernels.paged_attention,
+            (t, shape.n_heads as u32, 1),
+            128,
+            &attn,
+            "paged_attention",
+        );
+        out
+    }
+
+    fn silu_mul(&mut self, gate: &CudaTensor, up: &CudaTensor) -> CudaTensor {
+        if !self.expect(gate, DType::F32, "silu_mul") || !self.expect(up, DType::F32, "silu_mul") {
+            return CudaTensor::empty();
+        }
+        let out = self.alloc(gate.rows, gate.cols, DType::Bf16, gate.valid_rows);
+        let n = gate.rows * gate.cols;
+        let args = [
+            Arg::Ptr(gate.ptr),
+            Arg::Ptr(up.ptr),
+            Arg::Ptr(out.ptr),
+            Arg::I64(n as i64),
+        ];
+        self.launch(
+            self.kernels.silu_mul,
+            Self::grid_for(n),
+            256,
+            &args,
+            "silu_mul",
+        );
+        out
+    }
+
+    fn gather_logit_rows(&mut self, x: &CudaTensor) -> CudaTensor {
+        if !self.expect(x, DType::F32, "gather_logit_rows") {
+            return CudaTensor::empty();
+        }
+        let l = self.layout.logit_rows;
+        let out = self.alloc(l, x.cols, DType::F32, self.layout.real_logit_rows);
+        if l == 0 {
+            return out;
+        }
+        let args = [
+            Arg::Ptr(x.ptr),
+            Arg::Ptr(self.meta_ptr(self.layout.off_logit_rows)),
+            Arg::Ptr(out.ptr),
+            Arg::I32(x.cols as i32),
+        ];
+        self.launch(
+            self.kernels.gather_rows,
+            (l as u32, 1, 1),
+            256,
+            &args,
+            "gather_rows",
+        );
+        out
+    }
+
+    fn to_host(&mut self, x: &CudaTensor) -> Vec<f32> {
+        if !self.ok() || x.ptr == 0 {
+            return vec![];
+        }
+        match copy_to_host(self.cu_stream(), x.ptr, x.valid_rows * x.cols, x.dtype) {
+            Ok(v) => v,
+            Err(e) => {
+                self.fail(e);
+                vec![]
+            }
+        }
+    }
+
+    fn replay(&mut self) -> Result<Option<CudaTensor>> {
+        let Some(key) = self.key.filter(|_| self.opts.graphs == GraphMode::On) else {
+            return Ok(None);
+        };
+        let Some(out) = self.graphs.launch(key)? else {
+            return Ok(None);
+        };
+        // A view of where the graph left the logits; the arena is otherwise empty now.
+        Ok(Some(CudaTensor {
+            _block: None,
+            ptr: out.ptr,
+            rows: self.layout.logit_rows,
+            cols: out.cols,
+            valid_rows: self.layout.real_logit_rows,
+            dtype: DType::F32,
+        }))
+    }
+
+    fn argmax_rows(&mut self, logits: &CudaTensor) -> Option<Vec<u32>> {
+        if !self.expect(logits, DType::F32, "argmax_rows") {
+            return Some(vec![]);
+        }
+        let rows = logits.valid_rows;
+        if rows == 0 {
+            return Some(vec![]);
+        }
+        let Some(ids) = &self.ids else {
+            self.fail(anyhow!("KV pool not allocated"));
+            return Some(vec![]);
+        };
+        let ids_ptr = ids.ptr();
+        let args = [
+            Arg::Ptr(logits.ptr),
+            Arg::I32(logits.cols as i32),
+            Arg::Ptr(ids_ptr),
+        ];
+        self.launch(
+            self.kernels.argmax_rows,
+            (rows as u32, 1, 1),
+            1024,
+            &args,
+            "argmax_rows",
+        );
+        if !self.ok() {
+            return Some(vec![]);
+        }
+        let mut out = vec![0u32; rows];
+        let stream = self.cu_stream();
+        // SAFETY: ids holds max_tokens u32 ≥ rows; synchronised before use.
+        let copied = unsafe {
+            result::memcpy_dtoh_async(&mut out, ids_ptr, stream)
+                .and_then(|_| result::stream::synchronize(stream))
+        };
+        if let Err(e) = copied {
+            self.fail(anyhow!("copying token ids from the GPU failed: {e:?}"));
+        }
+        Some(out)
+    }
+
+    fn begin_capture(&mut self) -> bool {
+        let Some(key) = self.key.filter(|_| self.opts.graphs == GraphMode::On) else {
+            return false;
+        };
+        if !self.ok() || !self.graphs.should_capture(key) {
+            return false;
+        }
+        // Everything queued so far (metadata copy) must land before capture starts.
+        if let Err(e) = self.sync() {
+            self.fail(e);
+            return false;
+        }
+        match self.graphs.begin(&self.stream, key) {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::warn!(
+                    "CUDA graph capture for {key:?} could not start: {e:#}; running eagerly"
+                );
+                false
+            }
+        }
+    }
+
+    fn end_capture(&mut self, out: &CudaTensor) -> bool {
+        let op_error = self.error.take();
+        let done = self.graphs.end(&self.stream, op_error, out.ptr, out.cols);
+        match done {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::warn!(
+                    "CUDA graph capture failed: {e:#}; this shape runs eagerly from now on"
+                );
+                false
+            }
+        }
+    }
+
+    fn finish_step(&mut self) -> Result<()> {
+        match self.error.take() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Synchronous copy of `n` values of `dtype` at `ptr` into host f32.
+fn copy_to_host(stream: sys::CUstream, ptr: u64, n: usize, dtype: DType) -> Result<Vec<f32>> {
+    let err = |e| anyhow!("copying results from the GPU failed: {e:?}");
+    match dtype {
+        DType::F32 => {
+            let mut v = vec![0f32; n];
+            // SAFETY: ptr holds at least n f32 (tensor shape); synchronised below.
+            unsafe {
+                result::memcpy_dtoh_async(&mut v, ptr, stream).map_err(err)?;
+                result::stream::synchronize(stream).map_err(err)?;
+            }
+            Ok(v)
+        }
+        DType::Bf16 => {
+            let mut v = vec![0u16; n];
+            // SAFETY: as above for u16.
+            unsafe {
+                result::memcpy_dtoh_async(&mut v, ptr, stream).map_err(err)?;
+                result::stream::synchronize(stream).map_err(err)?;
+            }
+            Ok(v.into_iter()
+                .map(|b| half::bf16::from_bits(b).to_f32())
+                .collect())
+        }
+    }
+}

@@ -1,0 +1,114 @@
+//! Raw device memory and kernel launches over cudarc's driver bindings. The backend
+//! works with plain device addresses so that a captured graph sees fixed pointers and
+//! no allocator or event bookkeeping runs inside a captured region.
+
+use anyhow::{Context, Result};
+use cudarc::driver::{result, sys};
+use std::ffi::c_void;
+
+/// One device allocation, freed on drop.
+pub struct DeviceBuffer {
+    ptr: sys::CUdeviceptr,
+}
+
+// SAFETY: a device address is plain data; every use goes through the owning backend.
+unsafe impl Send for DeviceBuffer {}
+unsafe impl Sync for DeviceBuffer {}
+
+impl DeviceBuffer {
+    pub fn alloc(bytes: usize, what: &str) -> Result<Self> {
+        // SAFETY: the context is current on this thread (CudaBackend binds it first).
+        let ptr = unsafe { result::malloc_sync(bytes.max(256)) }.with_context(|| {
+            format!("cannot allocate {} MiB on the GPU for {what}", bytes >> 20)
+        })?;
+        Ok(Self { ptr })
+    }
+
+    pub fn ptr(&self) -> u64 {
+        self.ptr
+    }
+}
+
+impl Drop for DeviceBuffer {
+    fn drop(&mut self) {
+        // SAFETY: allocated by malloc_sync and freed once.
+        unsafe {
+            let _ = result::free_sync(self.ptr);
+        }
+    }
+}
+
+/// Page-locked host memory for per-step metadata (fast async host→device copies).
+pub struct PinnedBuffer {
+    ptr: *mut u32,
+    len: usize,
+}
+
+// SAFETY: owned exclusively by one backend.
+unsafe impl Send for PinnedBuffer {}
+unsafe impl Sync for PinnedBuffer {}
+
+impl PinnedBuffer {
+    pub fn alloc(len: usize) -> Result<Self> {
+        // SAFETY: plain page-locked allocation of len u32s.
+        let ptr = unsafe { result::malloc_host(len * 4, 0) }
+            .context("cannot allocate page-locked host memory")? as *mut u32;
+        Ok(Self { ptr, len })
+    }
+
+    pub fn as_mut_slice(&mut self) -> &mut [u32] {
+        // SAFETY: ptr holds len u32s for the life of self.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
+    }
+
+    pub fn as_slice(&self) -> &[u32] {
+        // SAFETY: as above.
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
+}
+
+impl Drop for PinnedBuffer {
+    fn drop(&mut self) {
+        // SAFETY: allocated by malloc_host and freed once.
+        unsafe {
+            let _ = result::free_host(self.ptr as *mut c_void);
+        }
+    }
+}
+
+/// A kernel argument, passed by value.
+#[derive(Debug, Clone, Copy)]
+pub enum Arg {
+    Ptr(u64),
+    I32(i32),
+    I64(i64),
+    F32(f32),
+}
+
+/// Launches `f` on `stream` with `args` in order.
+pub fn launch(
+    f: sys::CUfunction,
+    grid: (u32, u32, u32),
+    block: u32,
+    stream: sys::CUstream,
+    args: &[Arg],
+) -> Result<(), result::DriverError> {
+    // Each argument lives in its own 8-byte slot; the driver reads the value's size
+    // from the slot's start (little-endian, so 4-byte values sit in the low bytes).
+    let mut slots: Vec<u64> = args
+        .iter()
+        .map(|a| match *a {
+            Arg::Ptr(p) => p,
+            Arg::I32(v) => v as u32 as u64,
+            Arg::I64(v) => v as u64,
+            Arg::F32(v) => v.to_bits() as u64,
+        })
+        .collect();
+    let mut params: Vec<*mut c_void> = slots
+        .iter_mut()
+        .map(|s| s as *mut u64 as *mut c_void)
+        .collect();
+    // SAFETY: params point at live slots matching the kernel's signature (checked by
+    // the typed wrappers in `ops`).
+    unsafe { result::launch_kernel(f, grid, (block, 1, 1), 0, stream, &mut params) }
+}

@@ -1,0 +1,117 @@
+//! CUDA graphs of whole forward steps, keyed by (batch bucket, query length). A key is
+//! captured the second time it is seen (the first eager run warms cuBLAS and the
+//! caches), then replayed; a key whose capture fails runs eagerly for good.
+
+use anyhow::{anyhow, Result};
+use cudarc::driver::{sys, CudaGraph, CudaStream};
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct GraphKey {
+    pub bucket: usize,
+    pub query_len: usize,
+}
+
+/// Where a replayed graph leaves the step's logits.
+#[derive(Debug, Clone, Copy)]
+pub struct GraphOutput {
+    pub ptr: u64,
+    pub cols: usize,
+}
+
+struct Entry {
+    graph: CudaGraph,
+    out: GraphOutput,
+}
+
+#[derive(Default)]
+pub struct Graphs {
+    entries: HashMap<GraphKey, Entry>,
+    seen: HashMap<GraphKey, u32>,
+    failed: HashSet<GraphKey>,
+    capturing: Option<GraphKey>,
+    replays: u64,
+}
+
+// SAFETY: graphs are used by the owning backend from one thread at a time.
+unsafe impl Send for Graphs {}
+
+impl Graphs {
+    pub fn capturing(&self) -> bool {
+        self.capturing.is_some()
+    }
+
+    /// (captured, replays, failed).
+    pub fn stats(&self) -> (usize, u64, usize) {
+        (self.entries.len(), self.replays, self.failed.len())
+    }
+
+    /// Counts a sighting of an uncaptured key; true from the second one on.
+    pub fn should_capture(&mut self, key: GraphKey) -> bool {
+        if self.entries.contains_key(&key) || self.failed.contains(&key) {
+            return false;
+        }
+        let n = self.seen.entry(key).or_insert(0);
+        *n += 1;
+        *n >= 2
+    }
+
+    pub fn begin(&mut self, stream: &Arc<CudaStream>, key: GraphKey) -> Result<()> {
+        stream
+            .begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+            .map_err(|e| {
+                self.failed.insert(key);
+                anyhow!("cuStreamBeginCapture: {e:?}")
+            })?;
+        self.capturing = Some(key);
+        Ok(())
+    }
+
+    /// Ends the capture; on success instantiates and launches the graph once so the
+    /// step's output exists. `op_error` is an error an op hit while capturing.
+    pub fn end(
+        &mut self,
+        stream: &Arc<CudaStream>,
+        op_error: Option<anyhow::Error>,
+        ptr: u64,
+        cols: usize,
+    ) -> Result<()> {
+        let key = self
+            .capturing
+            .take()
+            .ok_or_else(|| anyhow!("end_capture without begin_capture"))?;
+        // Always end the capture so the stream leaves capture mode, even after an error.
+        let ended = stream.end_capture(sys::CUgraphInstantiate_flags(0));
+        let result = match (op_error, ended) {
+            (Some(e), _) => Err(e.context("an op failed while capturing")),
+            (None, Err(e)) => Err(anyhow!("cuStreamEndCapture/instantiate: {e:?}")),
+            (None, Ok(None)) => Err(anyhow!("the capture recorded no graph")),
+            (None, Ok(Some(graph))) => match graph.launch() {
+                Ok(()) => {
+                    let out = GraphOutput { ptr, cols };
+                    self.entries.insert(key, Entry { graph, out });
+                    Ok(())
+                }
+                Err(e) => Err(anyhow!("first launch of the captured graph: {e:?}")),
+            },
+        };
+        if result.is_err() {
+            self.failed.insert(key);
+        }
+        result.map_err(|e| e.context(format!("graph {key:?}")))
+    }
+
+    /// Replays the graph of `key` if one was captured.
+    pub fn launch(&mut self, key: GraphKey) -> Result<Option<GraphOutput>> {
+        let Some(entry) = self.entries.get(&key) else {
+            return Ok(None);
+        };
+        entry
+            .graph
+            .launch()
+            .map_err(|e| anyhow!("replaying CUDA graph {key:?} failed: {e:?}"))?;
+        self.replays += 1;
+        Ok(Some(entry.out))
+    }
+}

@@ -1,0 +1,181 @@
+//! Kernel sources (crates/cuda/kernels/*.cu), compiled to PTX by NVRTC at run time and
+//! cached on disk under `$WRING_HOME/kernels`, keyed by a hash of source and target.
+
+use anyhow::{anyhow, Context, Result};
+use cudarc::driver::{result, sys};
+use cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions};
+use sha2::{Digest, Sha256};
+use std::ffi::CString;
+use std::path::PathBuf;
+
+const COMMON: &str = include_str!("../kernels/common.cuh");
+
+/// Every kernel source file, by name.
+pub const SOURCES: &[(&str, &str)] = &[
+    ("embed.cu", include_str!("../kernels/embed.cu")),
+    ("norm.cu", include_str!("../kernels/norm.cu")),
+    ("elementwise.cu", include_str!("../kernels/elementwise.cu")),
+    ("rope.cu", include_str!("../kernels/rope.cu")),
+    ("attention.cu", include_str!("../kernels/attention.cu")),
+    ("sampling.cu", include_str!("../kernels/sampling.cu")),
+];
+
+/// Compiles one source to PTX for `compute_{major}{minor}`, or errors with NVRTC's log.
+pub fn compile(name: &str, src: &str, arch: (i32, i32)) -> Result<String> {
+    let opts = CompileOptions {
+        name: Some(name.to_string()),
+        options: vec![
+            format!("--gpu-architecture=compute_{}{}", arch.0, arch.1),
+            "--std=c++17".into(),
+        ],
+        ..Default::default()
+    };
+    let full = format!("{COMMON}\n#line 1 \"{name}\"\n{src}");
+    let ptx = compile_ptx_with_opts(full, opts).map_err(|e| match e {
+        cudarc::nvrtc::CompileError::CompileError { log, .. } => {
+            anyhow!("NVRTC failed on {name}:\n{}", log.to_string_lossy())
+        }
+        other => anyhow!("NVRTC failed on {name}: {other:?}"),
+    })?;
+    Ok(ptx.to_src())
+}
+
+fn cache_dir() -> PathBuf {
+    let home = std::env::var_os("WRING_HOME")
+        .filter(|h| !h.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var_os("HOME").unwrap_or_else(|| ".".into()))
+                .join(".cache/wring")
+        });
+    home.join("kernels")
+}
+
+/// PTX for `src`, from the disk cache when present (a broken cache entry is rebuilt).
+fn cached_ptx(name: &str, src: &str, arch: (i32, i32)) -> Result<String> {
+    let mut h = Sha256::new();
+    h.update(COMMON.as_bytes());
+    h.update(src.as_bytes());
+    h.update(format!("{arch:?}").as_bytes());
+    let key: String = h
+        .finalize()
+        .iter()
+        .take(12)
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let path = cache_dir().join(format!(
+        "{}-sm{}{}-{key}.ptx",
+        name.trim_end_matches(".cu"),
+        arch.0,
+        arch.1
+    ));
+    if let Ok(ptx) = std::fs::read_to_string(&path) {
+        if ptx.contains(".entry") {
+            return Ok(ptx);
+        }
+    }
+    let ptx = compile(name, src, arch)?;
+    // The cache is an optimisation: failing to write it is not an error.
+    if std::fs::create_dir_all(cache_dir()).is_ok() {
+        let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+        if std::fs::write(&tmp, &ptx).is_ok() {
+            let _ = std::fs::rename(&tmp, &path);
+        }
+    }
+    Ok(ptx)
+}
+
+/// Handles of every kernel the backend launches.
+pub struct Kernels {
+    pub embed_rows: sys::CUfunction,
+    pub rms_norm: sys::CUfunction,
+    pub add_rms_norm: sys::CUfunction,
+    pub add_f32: sys::CUfunction,
+    pub add_bias_f32: sys::CUfunction,
+    pub silu_mul: sys::CUfunction,
+    pub gather_rows: sys::CUfunction,
+    pub rope: sys::CUfunction,
+    pub kv_store: sys::CUfunction,
+    pub paged_attention: sys::CUfunction,
+    pub argmax_rows: sys::CUfunction,
+    _modules: Vec<sys::CUmodule>,
+}
+
+// SAFETY: module and function handles are context-wide and used from one thread at a time.
+unsafe impl Send for Kernels {}
+
+impl Kernels {
+    /// Compiles (or reads from cache) and loads every module into the current context.
+    pub fn load(arch: (i32, i32)) -> Result<Self> {
+        let mut modules = vec![];
+        let mut funcs = std::collections::HashMap::new();
+        for (name, src) in SOURCES {
+            let ptx = cached_ptx(name, src, arch)?;
+            let c = CString::new(ptx).context("PTX contains a NUL byte")?;
+            // SAFETY: c is a NUL-terminated PTX image; the context is current.
+            let module = unsafe { result::module::load_data(c.as_ptr() as *const _) }
+                .with_context(|| format!("the driver rejected the PTX of {name}"))?;
+            modules.push(module);
+            for entry in entry_names(src) {
+                // SAFETY: module was just loaded.
+                let f =
+                    unsafe { result::module::get_function(module, CString::new(entry.clone())?) }
+                        .with_context(|| format!("kernel {entry} missing from {name}"))?;
+                funcs.insert(entry, f);
+            }
+        }
+        let mut get = |n: &str| {
+            funcs
+                .remove(n)
+                .ok_or_else(|| anyhow!("kernel {n} is not defined in any source"))
+        };
+        Ok(Self {
+            embed_rows: get("embed_rows")?,
+            rms_norm: get("rms_norm")?,
+            add_rms_norm: get("add_rms_norm")?,
+            add_f32: get("add_f32")?,
+            add_bias_f32: get("add_bias_f32")?,
+            silu_mul: get("silu_mul")?,
+            gather_rows: get("gather_rows")?,
+            rope: get("rope")?,
+            kv_store: get("kv_store")?,
+            paged_attention: get("paged_attention")?,
+            argmax_rows: get("argmax_rows")?,
+            _modules: modules,
+        })
+    }
+}
+
+/// Names of the `extern "C" __global__` functions defined in a source.
+pub fn entry_names(src: &str) -> Vec<String> {
+    let mut names = vec![];
+    let mut rest = src;
+    while let Some(i) = rest.find("__global__") {
+        rest = &rest[i + "__global__".len()..];
+        let mut head = rest.trim_start();
+        head = head.strip_prefix("void").unwrap_or(head).trim_start();
+        if let Some(after) = head.strip_prefix("__launch_bounds__") {
+            // Skip the bounds' parenthesised arguments.
+            head = after.find(')').map_or("", |p| after[p + 1..].trim_start());
+        }
+        let name: String = head
+            .chars()
+            .take_while(|c| c.is_alphanumeric() || *c == '_')
+            .collect();
+        if !name.is_empty() {
+            names.push(name);
+        }
+    }
+    names
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_kernel_names_including_launch_bounds() {
+        let src = "extern \"C\" __global__ void a(int x) {}\nextern \"C\" __global__ void __launch_bounds__(128)\nb(int y) {}";
+        assert_eq!(entry_names(src), ["a", "b"]);
+    }
+}

@@ -1,0 +1,22 @@
+//! The CUDA backend of wring for NVIDIA GPUs (tuned for Hopper): bf16 weights, an
+//! activation arena, a paged bf16 KV pool, kernels compiled at run time by NVRTC,
+//! cuBLAS GEMMs and CUDA graphs for uniform decode/verify steps.
+//!
+//! Everything CUDA is loaded at run time (cudarc `dynamic-loading`): this crate builds
+//! and links on machines without CUDA, and [`CudaBackend::new`] returns an error, not a
+//! panic, when the driver or libraries are missing.
+
+mod arena;
+mod backend;
+mod blas;
+mod device;
+mod graphs;
+pub mod kernels;
+mod loader;
+mod meta;
+mod options;
+
+pub use backend::{measure_copy_bandwidth, CudaBackend, CudaMatrix, CudaTensor, CudaVector};
+pub use graphs::GraphKey;
+pub use loader::{ensure_cuda_libraries, ensure_nvrtc};
+pub use options::{CudaOptions, GraphMode};

@@ -1,0 +1,114 @@
+//! Backend settings, read from the environment so that every caller of
+//! `--device cuda` (server, benchmarks, tests) gets them without new plumbing.
+
+use anyhow::{bail, Context, Result};
+
+/// How uniform steps (every sequence has the same query length) are run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GraphMode {
+    /// Every step eager, never padded.
+    Off,
+    /// Uniform steps padded to a bucket exactly as for graphs, but run eagerly
+    /// (the reference that graph replay must reproduce bit for bit).
+    PadOnly,
+    /// Uniform steps padded and replayed from captured CUDA graphs.
+    On,
+}
+
+#[derive(Debug, Clone)]
+pub struct CudaOptions {
+    pub graphs: GraphMode,
+    /// Batch sizes graphs are captured for, ascending; a batch is padded up to the next.
+    pub buckets: Vec<usize>,
+    /// Query lengths per sequence that count as uniform: 1 (decode) and 1+K (verify).
+    pub query_lens: Vec<usize>,
+    /// Most tokens one step may carry (sizes the activation arena).
+    pub max_tokens: usize,
+}
+
+impl Default for CudaOptions {
+    fn default() -> Self {
+        Self {
+            graphs: GraphMode::On,
+            buckets: vec![1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128],
+            query_lens: vec![1, 5, 7, 9, 13],
+            max_tokens: 8192,
+        }
+    }
+}
+
+fn list(name: &str, v: &str) -> Result<Vec<usize>> {
+    let mut out: Vec<usize> = v
+        .split(',')
+        .filter(|s| !s.trim().is_empty())
+        .map(|s| s.trim().parse::<usize>())
+        .collect::<Result<_, _>>()
+        .with_context(|| format!("{name}={v:?}: expected comma-separated integers"))?;
+    out.sort_unstable();
+    out.dedup();
+    if out.contains(&0) {
+        bail!("{name}={v:?}: zero is not allowed");
+    }
+    Ok(out)
+}
+
+impl CudaOptions {
+    /// `WRING_CUDA_GRAPHS` = on | off | pad-only, `WRING_CUDA_GRAPH_BUCKETS` = 1,2,4,...,
+    /// `WRING_CUDA_GRAPH_K` = 4,6,8,12 (verify lengths 1+K; decode is always included),
+    /// `WRING_CUDA_MAX_TOKENS` = 8192.
+    pub fn from_env() -> Result<Self> {
+        let mut o = Self::default();
+        let var = |n: &str| std::env::var(n).ok().filter(|v| !v.trim().is_empty());
+        if let Some(v) = var("WRING_CUDA_GRAPHS") {
+            o.graphs = match v.trim() {
+                "on" | "1" | "true" => GraphMode::On,
+                "off" | "0" | "false" => GraphMode::Off,
+                "pad-only" => GraphMode::PadOnly,
+                other => bail!("WRING_CUDA_GRAPHS={other:?}: expected on, off or pad-only"),
+            };
+        }
+        if let Some(v) = var("WRING_CUDA_GRAPH_BUCKETS") {
+            o.buckets = list("WRING_CUDA_GRAPH_BUCKETS", &v)?;
+        }
+        if let Some(v) = var("WRING_CUDA_GRAPH_K") {
+            let ks = list("WRING_CUDA_GRAPH_K", &v)?;
+            o.query_lens = std::iter::once(1).chain(ks.iter().map(|k| k + 1)).collect();
+        }
+        if let Some(v) = var("WRING_CUDA_MAX_TOKENS") {
+            o.max_tokens = v
+                .trim()
+                .parse()
+                .with_context(|| format!("WRING_CUDA_MAX_TOKENS={v:?}: expected an integer"))?;
+        }
+        if *o.query_lens.iter().max().unwrap_or(&1) > 64 {
+            bail!("WRING_CUDA_GRAPH_K: draft lengths above 63 are not supported");
+        }
+        Ok(o)
+    }
+
+    /// The captured batch size a uniform batch of `seqs` sequences is padded to.
+    pub fn bucket_for(&self, seqs: usize) -> Option<usize> {
+        self.buckets.iter().copied().find(|&b| b >= seqs)
+    }
+
+    pub fn max_query_len(&self) -> usize {
+        self.query_lens.iter().copied().max().unwrap_or(1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buckets_round_up_and_lists_parse() {
+        let o = CudaOptions::default();
+        assert_eq!(o.bucket_for(1), Some(1));
+        assert_eq!(o.bucket_for(3), Some(4));
+        assert_eq!(o.bucket_for(33), Some(48));
+        assert_eq!(o.bucket_for(129), None);
+        assert_eq!(list("X", "8, 4,4").unwrap(), vec![4, 8]);
+        assert!(list("X", "4,a").is_err());
+        assert!(list("X", "0").is_err());
+    }
+}
