@@ -26,10 +26,15 @@ extern "C" __global__ void kv_store(const float* __restrict__ k, const float* __
     }
 }
 
-// One block of ATTN_TILE threads per (query token, query head). Keys are visited in
-// tiles of ATTN_TILE positions with an online softmax; each thread scores one key of a
-// tile, then threads switch to owning output dimensions to accumulate V.
-// A row's result never depends on other rows (batch-invariant).
+// One block of ATTN_TILE threads (4 warps) per (query token, query head). Keys are
+// visited in tiles of ATTN_TILE positions with an online softmax: each thread scores
+// one key of the tile; then each warp accumulates V over every 4th position of the
+// tile, a lane owning head_dim/32 consecutive output dims, so four positions' V rows
+// are in flight per warp and loads stay coalesced. Warps are summed at the end.
+// head_dim must be 64, 128 or 256. A row's result never depends on other rows
+// (batch-invariant).
+#define ATTN_WARPS (ATTN_TILE / 32)
+#define ATTN_MAX_DPL (ATTN_MAX_HEAD_DIM / 32)
 extern "C" __global__ void __launch_bounds__(ATTN_TILE)
 paged_attention(const float* __restrict__ q, bf16_t* __restrict__ out,
                 const bf16_t* __restrict__ k_pool, const bf16_t* __restrict__ v_pool,
@@ -40,19 +45,24 @@ paged_attention(const float* __restrict__ q, bf16_t* __restrict__ out,
     __shared__ float probs[ATTN_TILE];
     __shared__ u32 slots[ATTN_TILE];
     __shared__ float scratch[32];
+    __shared__ float partial[ATTN_WARPS][ATTN_MAX_HEAD_DIM];
 
     const int t = blockIdx.x, h = blockIdx.y, tid = threadIdx.x;
+    const int lane = tid & 31, warp = tid >> 5;
     const int kvh = h / (n_heads / n_kv_heads);
     const int kv_width = n_kv_heads * head_dim;
+    const int dpl = head_dim / 32;  // output dims per lane: 2, 4 or 8
     const u32 last = positions[t];
     const u32 bt_off = seq_bt_off[token_seq[t]];
     const float* qrow = q + (size_t)t * n_heads * head_dim + (size_t)h * head_dim;
     for (int d = tid; d < head_dim; d += ATTN_TILE) qs[d] = qrow[d];
     __syncthreads();
 
-    // Each thread owns output dims tid and tid + ATTN_TILE (head_dim <= 256).
-    float acc0 = 0.0f, acc1 = 0.0f;
+    float acc[ATTN_MAX_DPL];
+#pragma unroll
+    for (int i = 0; i < ATTN_MAX_DPL; ++i) acc[i] = 0.0f;
     float m = (-WRING_INF), l = 0.0f;
+    const size_t head_off = (size_t)kvh * head_dim + (size_t)lane * dpl;
     for (u32 start = 0; start <= last; start += ATTN_TILE) {
         const u32 pos = start + tid;
         float score = (-WRING_INF);
@@ -61,6 +71,8 @@ paged_attention(const float* __restrict__ q, bf16_t* __restrict__ out,
             slots[tid] = slot;
             const uint4* kr = (const uint4*)(k_pool + (size_t)slot * kv_width + (size_t)kvh * head_dim);
             float dot = 0.0f;
+            // Unrolled so several 16-byte loads of the key row are in flight at once.
+#pragma unroll 8
             for (int c = 0; c < head_dim / 8; ++c) {
                 const uint4 w = kr[c];
                 const u32 ws[4] = {w.x, w.y, w.z, w.w};
@@ -81,18 +93,33 @@ paged_attention(const float* __restrict__ q, bf16_t* __restrict__ out,
         m = new_m;
         __syncthreads();
         const int n = min((u32)ATTN_TILE, last + 1 - start);
-        acc0 *= corr;
-        acc1 *= corr;
-        for (int j = 0; j < n; ++j) {
-            const bf16_t* vr = v_pool + (size_t)slots[j] * kv_width + (size_t)kvh * head_dim;
+#pragma unroll
+        for (int i = 0; i < ATTN_MAX_DPL; ++i) acc[i] *= corr;
+#pragma unroll 8
+        for (int j = warp; j < n; j += ATTN_WARPS) {
+            const u32* vr = (const u32*)(v_pool + (size_t)slots[j] * kv_width + head_off);
             const float pj = probs[j];
-            if (tid < head_dim) acc0 += pj * bf2f(vr[tid]);
-            if (tid + ATTN_TILE < head_dim) acc1 += pj * bf2f(vr[tid + ATTN_TILE]);
+#pragma unroll
+            for (int i = 0; i < ATTN_MAX_DPL / 2; ++i) {
+                if (2 * i < dpl) {
+                    const u32 w = vr[i];
+                    acc[2 * i] += pj * __uint_as_float(w << 16);
+                    acc[2 * i + 1] += pj * __uint_as_float(w & 0xffff0000u);
+                }
+            }
         }
         __syncthreads();
     }
+#pragma unroll
+    for (int i = 0; i < ATTN_MAX_DPL; ++i)
+        if (i < dpl) partial[warp][lane * dpl + i] = acc[i];
+    __syncthreads();
     bf16_t* orow = out + (size_t)t * n_heads * head_dim + (size_t)h * head_dim;
     const float inv_l = 1.0f / l;
-    if (tid < head_dim) orow[tid] = f2bf(acc0 * inv_l);
-    if (tid + ATTN_TILE < head_dim) orow[tid + ATTN_TILE] = f2bf(acc1 * inv_l);
+    for (int d = tid; d < head_dim; d += ATTN_TILE) {
+        float s = 0.0f;
+#pragma unroll
+        for (int w = 0; w < ATTN_WARPS; ++w) s += partial[w][d];
+        orow[d] = f2bf(s * inv_l);
+    }
 }

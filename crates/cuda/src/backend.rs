@@ -418,8 +418,8 @@ impl Backend for CudaBackend {
     fn alloc_kv(&mut self, spec: KvSpec) -> Result<()> {
         self.bind()?;
         ensure!(
-            spec.head_dim.is_multiple_of(8) && spec.head_dim <= 256,
-            "the CUDA attention kernel needs head_dim a multiple of 8 and at most 256 (got {})",
+            matches!(spec.head_dim, 64 | 128 | 256),
+            "the CUDA attention kernel supports head_dim 64, 128 or 256 (got {})",
             spec.head_dim
         );
         let scratch = self.opts.max_query_len().div_ceil(spec.block_size);
