@@ -25,14 +25,20 @@ pub struct Args {
     /// Longest indexed suffix (64 = the reference runs' setting).
     #[arg(long, default_value_t = 64)]
     max_tree_depth: usize,
+    /// Draft length cap per matched context token (100 = no cap below K; see
+    /// `SuffixConfig::for_padded_k`).
     #[arg(long, default_value_t = 1.0)]
     max_spec_factor: f32,
+    /// Added to the draft length cap.
     #[arg(long, default_value_t = 0.0, allow_hyphen_values = true)]
     max_spec_offset: f32,
+    /// Stop drafting when the running probability falls below this.
     #[arg(long, default_value_t = 0.1)]
     min_token_prob: f32,
+    /// Keep at most this many responses in the global tree (default: unlimited).
     #[arg(long)]
     max_cached_requests: Option<usize>,
+    /// Keep at most this many response tokens in the global tree (default: unlimited).
     #[arg(long)]
     max_cached_tokens: Option<usize>,
     /// Print only the all-corpora rows.
