@@ -140,6 +140,7 @@ fn report_markdown_charts_and_decision_tree() {
     let md = std::fs::read_to_string(md_path).unwrap();
     assert!(md.contains("| machine |"));
     assert!(md.contains("| cache policy | reset before each run |"));
+    assert!(md.contains("| cache state observed | reset |"), "{md}");
     assert!(md.contains("**150.0**"), "winner in bold:\n{md}");
     assert!(md.contains("130.0 (K8)"));
     assert!(md.contains("lmsys (Arena-Hard substitute)"));

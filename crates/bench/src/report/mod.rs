@@ -120,6 +120,10 @@ fn setup_section(table: &Table) -> String {
             distinct(metas.iter().map(|m| m.cache_policy.clone())),
         ),
         (
+            "cache state observed",
+            distinct(table.cache_states.iter().cloned()),
+        ),
+        (
             "concurrency",
             distinct(metas.iter().map(|m| m.max_concurrency)),
         ),

@@ -38,6 +38,8 @@ pub struct Table {
     pub cells: BTreeMap<(String, String), Cell>,
     /// Metadata of every file that fed the table.
     pub metas: Vec<BenchMeta>,
+    /// Cache states the runs actually observed (e.g. `reset`, `unknown (...)`).
+    pub cache_states: BTreeSet<String>,
 }
 
 impl Table {
@@ -49,11 +51,13 @@ impl Table {
         let mut cells = BTreeMap::new();
         let mut configs = BTreeSet::new();
         let mut corpora = BTreeSet::new();
+        let mut cache_states = BTreeSet::new();
         for file in &sorted {
             let config = file.meta.label.clone();
             configs.insert(config.clone());
             for r in &file.results {
                 corpora.insert(r.corpus.clone());
+                cache_states.extend(r.runs.iter().map(|run| run.cache_state.clone()));
                 let spec = r.median_run.spec.as_ref();
                 cells.insert(
                     (r.corpus.clone(), config.clone()),
@@ -86,6 +90,7 @@ impl Table {
             configs,
             cells,
             metas: files.iter().map(|f| f.meta.clone()).collect(),
+            cache_states,
         };
         table.add_best_k_pad();
         table
