@@ -297,6 +297,27 @@ fn graphs(model: &str) -> Result<()> {
     let (captured, replays, failed) = r.backend().graph_stats();
     println!("\nGraphs captured {captured}, replays {replays}, failed captures {failed}.");
 
+    // The grouped-query attention kernel must equal the one-block-per-head kernel.
+    r.backend_mut().set_graph_mode(GraphMode::PadOnly);
+    for q in [1usize, 13] {
+        let new: Vec<Vec<u32>> = (0..batch)
+            .map(|i| (0..q).map(|j| (900 + 5 * i + j) as u32).collect())
+            .collect();
+        let s = step(&new, &ctx, &tabs);
+        r.backend_mut().set_gqa_attention(false);
+        let per_head = r.forward(&s)?.data;
+        r.backend_mut().set_gqa_attention(true);
+        let grouped = r.forward(&s)?.data;
+        r.backend_mut().set_gqa_attention(false);
+        let ok = same(&per_head, &grouped);
+        all_same &= ok;
+        println!(
+            "\nGQA attention kernel vs per-head kernel, q {q}: {}",
+            if ok { "identical" } else { "DIFFERENT" }
+        );
+    }
+    r.backend_mut().set_graph_mode(GraphMode::On);
+
     // Greedy decode vs speculative verify (oracle drafts with one wrong token in three
     // drafts): does the verify path emit exactly the plain greedy tokens?
     let gen = 48;

@@ -160,6 +160,11 @@ impl CudaBackend {
         &self.opts
     }
 
+    /// Chooses the grouped-query attention kernel (true) or one block per head.
+    pub fn set_gqa_attention(&mut self, on: bool) {
+        self.opts.gqa_attention = on;
+    }
+
     /// Switches how uniform steps run; captured graphs are kept for when it is `On` again.
     pub fn set_graph_mode(&mut self, mode: GraphMode) {
         self.opts.graphs = mode;
@@ -718,13 +723,28 @@ impl Backend for CudaBackend {
             Arg::I32(block_size),
             Arg::F32(1.0 / (shape.head_dim as f32).sqrt()),
         ];
-        self.launch(
-            self.kernels.paged_attention,
-            (t, shape.n_heads as u32, 1),
-            128,
-            &attn,
-            "paged_attention",
-        );
+        // Heads sharing a KV head go in one block (each K/V row read once) when their
+        // accumulators fit the kernel's registers.
+        let group = shape.n_heads / shape.n_kv_heads;
+        if self.opts.gqa_attention && group > 1 && group <= 8 && group * shape.head_dim / 32 <= 32 {
+            let grid = (t, shape.n_kv_heads as u32, 1);
+            self.launch(
+                self.kernels.paged_attention_gqa,
+                grid,
+                128,
+                &attn,
+                "paged_attention_gqa",
+            );
+        } else {
+            let grid = (t, shape.n_heads as u32, 1);
+            self.launch(
+                self.kernels.paged_attention,
+                grid,
+                128,
+                &attn,
+                "paged_attention",
+            );
+        }
         out
     }
 

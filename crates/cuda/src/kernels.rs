@@ -97,6 +97,7 @@ pub struct Kernels {
     pub rope: sys::CUfunction,
     pub kv_store: sys::CUfunction,
     pub paged_attention: sys::CUfunction,
+    pub paged_attention_gqa: sys::CUfunction,
     pub argmax_rows: sys::CUfunction,
     _modules: Vec<sys::CUmodule>,
 }
@@ -140,6 +141,7 @@ impl Kernels {
             rope: get("rope")?,
             kv_store: get("kv_store")?,
             paged_attention: get("paged_attention")?,
+            paged_attention_gqa: get("paged_attention_gqa")?,
             argmax_rows: get("argmax_rows")?,
             _modules: modules,
         })

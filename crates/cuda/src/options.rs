@@ -24,6 +24,9 @@ pub struct CudaOptions {
     pub query_lens: Vec<usize>,
     /// Most tokens one step may carry (sizes the activation arena).
     pub max_tokens: usize,
+    /// One attention block per KV head serving its query-head group (else one per head).
+    /// Off by default: bitwise equal but slower on the H200 (scripts/gpu/results/run4).
+    pub gqa_attention: bool,
 }
 
 impl Default for CudaOptions {
@@ -33,6 +36,7 @@ impl Default for CudaOptions {
             buckets: vec![1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128],
             query_lens: vec![1, 5, 7, 9, 13],
             max_tokens: 8192,
+            gqa_attention: false,
         }
     }
 }
@@ -55,7 +59,7 @@ fn list(name: &str, v: &str) -> Result<Vec<usize>> {
 impl CudaOptions {
     /// `WRING_CUDA_GRAPHS` = on | off | pad-only, `WRING_CUDA_GRAPH_BUCKETS` = 1,2,4,...,
     /// `WRING_CUDA_GRAPH_K` = 4,6,8,12 (verify lengths 1+K; decode is always included),
-    /// `WRING_CUDA_MAX_TOKENS` = 8192.
+    /// `WRING_CUDA_MAX_TOKENS` = 8192, `WRING_CUDA_GQA_ATTENTION` = off | on.
     pub fn from_env() -> Result<Self> {
         let mut o = Self::default();
         let var = |n: &str| std::env::var(n).ok().filter(|v| !v.trim().is_empty());
@@ -73,6 +77,9 @@ impl CudaOptions {
         if let Some(v) = var("WRING_CUDA_GRAPH_K") {
             let ks = list("WRING_CUDA_GRAPH_K", &v)?;
             o.query_lens = std::iter::once(1).chain(ks.iter().map(|k| k + 1)).collect();
+        }
+        if let Some(v) = var("WRING_CUDA_GQA_ATTENTION") {
+            o.gqa_attention = !matches!(v.trim(), "0" | "off" | "false");
         }
         if let Some(v) = var("WRING_CUDA_MAX_TOKENS") {
             o.max_tokens = v
