@@ -4,13 +4,15 @@
 use crate::{AttnShape, RopeSpec, SeqInput};
 use rayon::prelude::*;
 
-/// Dot product with 8-lane × 4-accumulator structure (AVX2+FMA when present).
+/// Dot product: two 8-lane FMA chains over 16-element steps, then one fixed reduction
+/// tree (AVX2+FMA when present). [`dot4`] computes four of these with exactly the same
+/// operations per output, so a value never depends on how many rows were computed together.
 #[inline]
 pub fn dot(a: &[f32], b: &[f32]) -> f32 {
     debug_assert_eq!(a.len(), b.len());
     #[cfg(target_arch = "x86_64")]
     {
-        if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
+        if has_avx2() {
             // SAFETY: the features were detected at run time.
             return unsafe { dot_avx2(a, b) };
         }
@@ -18,17 +20,36 @@ pub fn dot(a: &[f32], b: &[f32]) -> f32 {
     dot_scalar(a, b)
 }
 
+/// `[dot(x[0], w), dot(x[1], w), dot(x[2], w), dot(x[3], w)]`, sharing the loads of `w`.
+#[inline]
+pub fn dot4(x: [&[f32]; 4], w: &[f32]) -> [f32; 4] {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if has_avx2() {
+            // SAFETY: the features were detected at run time.
+            return unsafe { dot4_avx2(x, w) };
+        }
+    }
+    x.map(|xi| dot_scalar(xi, w))
+}
+
+#[cfg(target_arch = "x86_64")]
+#[inline]
+fn has_avx2() -> bool {
+    std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma")
+}
+
 fn dot_scalar(a: &[f32], b: &[f32]) -> f32 {
-    let mut acc = [0.0f32; 32];
-    let n = a.len() / 32 * 32;
-    for i in (0..n).step_by(32) {
-        for l in 0..32 {
+    let mut acc = [0.0f32; 16];
+    let n = a.len() / 16 * 16;
+    for i in (0..n).step_by(16) {
+        for l in 0..16 {
             acc[l] = a[i + l].mul_add(b[i + l], acc[l]);
         }
     }
     let mut lanes = [0.0f32; 8];
     for (l, lane) in lanes.iter_mut().enumerate() {
-        *lane = (acc[l] + acc[8 + l]) + (acc[16 + l] + acc[24 + l]);
+        *lane = acc[l] + acc[8 + l];
     }
     let mut s = ((lanes[0] + lanes[4]) + (lanes[2] + lanes[6]))
         + ((lanes[1] + lanes[5]) + (lanes[3] + lanes[7]));
@@ -38,54 +59,91 @@ fn dot_scalar(a: &[f32], b: &[f32]) -> f32 {
     s
 }
 
+/// One output of [`dot4_avx2`], with the same operations.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn dot_avx2(a: &[f32], b: &[f32]) -> f32 {
+unsafe fn dot_avx2(a: &[f32], w: &[f32]) -> f32 {
     use std::arch::x86_64::*;
-    let n = a.len() / 32 * 32;
-    let (pa, pb) = (a.as_ptr(), b.as_ptr());
-    let mut acc0 = _mm256_setzero_ps();
-    let mut acc1 = _mm256_setzero_ps();
-    let mut acc2 = _mm256_setzero_ps();
-    let mut acc3 = _mm256_setzero_ps();
+    let len = w.len();
+    let n = len / 16 * 16;
+    let (pa, pw) = (a.as_ptr(), w.as_ptr());
+    let (mut a0, mut a1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
     let mut i = 0;
     while i < n {
-        acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(pa.add(i)), _mm256_loadu_ps(pb.add(i)), acc0);
-        acc1 = _mm256_fmadd_ps(
+        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(pa.add(i)), _mm256_loadu_ps(pw.add(i)), a0);
+        a1 = _mm256_fmadd_ps(
             _mm256_loadu_ps(pa.add(i + 8)),
-            _mm256_loadu_ps(pb.add(i + 8)),
-            acc1,
+            _mm256_loadu_ps(pw.add(i + 8)),
+            a1,
         );
-        acc2 = _mm256_fmadd_ps(
-            _mm256_loadu_ps(pa.add(i + 16)),
-            _mm256_loadu_ps(pb.add(i + 16)),
-            acc2,
-        );
-        acc3 = _mm256_fmadd_ps(
-            _mm256_loadu_ps(pa.add(i + 24)),
-            _mm256_loadu_ps(pb.add(i + 24)),
-            acc3,
-        );
-        i += 32;
+        i += 16;
     }
-    let sum = _mm256_add_ps(_mm256_add_ps(acc0, acc1), _mm256_add_ps(acc2, acc3));
-    // lanes (0+4, 1+5, 2+6, 3+7), then (0+2, 1+3), then (0+1): same tree as dot_scalar.
+    let mut s = hsum(_mm256_add_ps(a0, a1));
+    for j in n..len {
+        s = a[j].mul_add(w[j], s);
+    }
+    s
+}
+
+/// Lanes (0+4, 1+5, 2+6, 3+7), then (0+2, 1+3), then (0+1): the tree of `dot_scalar`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn hsum(sum: std::arch::x86_64::__m256) -> f32 {
+    use std::arch::x86_64::*;
     let lo = _mm256_castps256_ps128(sum);
     let hi = _mm256_extractf128_ps(sum, 1);
     let s4 = _mm_add_ps(lo, hi);
     let s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
     let s1 = _mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1));
-    let mut s = _mm_cvtss_f32(s1);
-    for j in n..a.len() {
-        s = a[j].mul_add(b[j], s);
+    _mm_cvtss_f32(s1)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn dot4_avx2(x: [&[f32]; 4], w: &[f32]) -> [f32; 4] {
+    use std::arch::x86_64::*;
+    let len = w.len();
+    let n = len / 16 * 16;
+    let pw = w.as_ptr();
+    let px = x.map(|r| r.as_ptr());
+    let mut a0 = [_mm256_setzero_ps(); 4];
+    let mut a1 = [_mm256_setzero_ps(); 4];
+    let mut i = 0;
+    while i < n {
+        let w0 = _mm256_loadu_ps(pw.add(i));
+        let w1 = _mm256_loadu_ps(pw.add(i + 8));
+        for k in 0..4 {
+            a0[k] = _mm256_fmadd_ps(_mm256_loadu_ps(px[k].add(i)), w0, a0[k]);
+            a1[k] = _mm256_fmadd_ps(_mm256_loadu_ps(px[k].add(i + 8)), w1, a1[k]);
+        }
+        i += 16;
     }
-    s
+    let mut out = [0.0f32; 4];
+    for k in 0..4 {
+        let mut s = hsum(_mm256_add_ps(a0[k], a1[k]));
+        for j in n..len {
+            s = x[k][j].mul_add(w[j], s);
+        }
+        out[k] = s;
+    }
+    out
 }
 
 /// `out[t][o] = dot(x[t], w[o])` for `x: [t_rows][cols]`, `w: [w_rows][cols]`.
 pub fn matmul_t(x: &[f32], t_rows: usize, w: &[f32], w_rows: usize, cols: usize) -> Vec<f32> {
-    tiled(t_rows, w_rows, |t, r| {
-        dot(&x[t * cols..(t + 1) * cols], &w[r * cols..(r + 1) * cols])
+    let xr = |t: usize| &x[t * cols..(t + 1) * cols];
+    tiled(t_rows, w_rows, |t0, r, out| {
+        let wr = &w[r * cols..(r + 1) * cols];
+        let mut chunks = out.chunks_exact_mut(4);
+        let mut t = t0;
+        for c in &mut chunks {
+            c.copy_from_slice(&dot4([xr(t), xr(t + 1), xr(t + 2), xr(t + 3)], wr));
+            t += 4;
+        }
+        for o in chunks.into_remainder() {
+            *o = dot(xr(t), wr);
+            t += 1;
+        }
     })
 }
 
@@ -100,35 +158,42 @@ pub fn matmul_q8(x: &[f32], t_rows: usize, w: &super::q8::Q8Matrix) -> Vec<f32> 
         .zip(xs.par_chunks_mut(nb))
         .zip(x.par_chunks(cols))
         .for_each(|((q, s), xr)| quantize_row(xr, q, s));
-    tiled(t_rows, w.rows, |t, r| {
+    tiled(t_rows, w.rows, |t0, r, out| {
         let (wq, ws) = w.row(r);
-        dot_q8(
-            &xq[t * cols..(t + 1) * cols],
-            &xs[t * nb..(t + 1) * nb],
-            wq,
-            ws,
-        )
+        for (i, o) in out.iter_mut().enumerate() {
+            let t = t0 + i;
+            *o = dot_q8(
+                &xq[t * cols..(t + 1) * cols],
+                &xs[t * nb..(t + 1) * nb],
+                wq,
+                ws,
+            );
+        }
     })
 }
 
-/// `out[t][r] = value(t, r)` laid out `[t_rows][w_rows]`. Parallel over blocks of weight
-/// rows; inside a block, tokens are walked in tiles so the block's weights and a tile of
-/// activations stay in cache together. Tiling only orders *which* values are computed:
-/// each value is one call, so results do not depend on `t_rows` (batch invariance).
-fn tiled(t_rows: usize, w_rows: usize, value: impl Fn(usize, usize) -> f32 + Sync) -> Vec<f32> {
+/// Fills `out[t][r]` (`[t_rows][w_rows]`) by calling `fill(t0, r, values)` for runs of
+/// tokens `t0..t0+values.len()` of one weight row. Parallel over blocks of weight rows;
+/// inside a block, tokens are walked in tiles so the block's weights and a tile of
+/// activations stay in cache together. Tiling only decides *which* values are computed
+/// together, never how one is summed, so results do not depend on `t_rows`.
+fn tiled(t_rows: usize, w_rows: usize, fill: impl Fn(usize, usize, &mut [f32]) + Sync) -> Vec<f32> {
     const ROWS: usize = 16;
     const TOKENS: usize = 32;
     let blocks: Vec<Vec<f32>> = (0..w_rows.div_ceil(ROWS))
         .into_par_iter()
         .map(|b| {
             let (r0, r1) = (b * ROWS, ((b + 1) * ROWS).min(w_rows));
-            let nr = r1 - r0;
-            let mut res = vec![0.0f32; t_rows * nr];
+            // [row - r0][t]
+            let mut res = vec![0.0f32; (r1 - r0) * t_rows];
             for t0 in (0..t_rows).step_by(TOKENS) {
+                let t1 = (t0 + TOKENS).min(t_rows);
                 for r in r0..r1 {
-                    for t in t0..(t0 + TOKENS).min(t_rows) {
-                        res[t * nr + r - r0] = value(t, r);
-                    }
+                    fill(
+                        t0,
+                        r,
+                        &mut res[(r - r0) * t_rows + t0..(r - r0) * t_rows + t1],
+                    );
                 }
             }
             res
@@ -136,10 +201,10 @@ fn tiled(t_rows: usize, w_rows: usize, value: impl Fn(usize, usize) -> f32 + Syn
         .collect();
     let mut out = vec![0.0f32; t_rows * w_rows];
     for (b, res) in blocks.iter().enumerate() {
-        let nr = res.len() / t_rows.max(1);
-        for t in 0..t_rows {
-            out[t * w_rows + b * ROWS..t * w_rows + b * ROWS + nr]
-                .copy_from_slice(&res[t * nr..(t + 1) * nr]);
+        for (i, row) in res.chunks(t_rows.max(1)).enumerate() {
+            for (t, &v) in row.iter().enumerate() {
+                out[t * w_rows + b * ROWS + i] = v;
+            }
         }
     }
     out
@@ -214,4 +279,34 @@ pub fn attend_head(
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Batch invariance at the kernel level: a value is the same bits whether computed
+    /// alone, four at a time, or inside matmuls of different token counts.
+    #[test]
+    fn dot4_and_matmul_match_dot_bitwise() {
+        let cols = 600; // not a multiple of 16: exercises the tail
+        let x: Vec<f32> = (0..7 * cols)
+            .map(|i| ((i * 7919) % 997) as f32 / 997.0 - 0.5)
+            .collect();
+        let w: Vec<f32> = (0..5 * cols)
+            .map(|i| ((i * 104729) % 991) as f32 / 991.0 - 0.5)
+            .collect();
+        let xr = |t: usize| &x[t * cols..(t + 1) * cols];
+        let wr = |r: usize| &w[r * cols..(r + 1) * cols];
+        let four = dot4([xr(0), xr(1), xr(2), xr(3)], wr(2));
+        for (t, v) in four.iter().enumerate() {
+            assert_eq!(v.to_bits(), dot(xr(t), wr(2)).to_bits());
+        }
+        let all = matmul_t(&x, 7, &w, 5, cols);
+        for n in [1, 3, 6] {
+            let part = matmul_t(&x[..n * cols], n, &w, 5, cols);
+            assert_eq!(part, all[..n * 5], "{n} tokens");
+        }
+        assert!((dot(xr(1), wr(1)) - dot_scalar(xr(1), wr(1))).abs() < 1e-4);
+    }
 }
