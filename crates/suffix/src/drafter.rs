@@ -262,7 +262,7 @@ impl SuffixDrafter {
         mode: DraftMode,
     ) -> Vec<Result<Draft, DrafterError>> {
         // Waking the pool costs tens of µs, more than a few µs-long drafts: 8 requests took
-        // 42 µs through rayon vs ~25 µs in a loop (BENCHMARKS-drafter.md), so small batches
+        // 42 µs through rayon vs ~25 µs in a loop (BENCHMARKS.md, drafter section), so small batches
         // stay on the calling thread and large ones split into tasks of several requests.
         const PARALLEL_FROM: usize = 16;
         const MIN_PER_TASK: usize = 8;
