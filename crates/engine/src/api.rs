@@ -105,7 +105,11 @@ pub struct Usage {
 pub enum EngineEvent {
     /// One or more new tokens (several per step under speculation). `text` is the
     /// newly completed UTF-8 text (never a split character; may be empty while a
-    /// character is incomplete). Tokens cut by a stop string are not included.
+    /// character is incomplete). When a stop string appears, the text is cut exactly
+    /// where it starts; `ids` end with the token that completed it (tokens after it,
+    /// e.g. the rest of an accepted draft run, are dropped). A stop token id (EOS) is
+    /// the last id and adds no text. `logprobs` (when asked for) are the model's raw
+    /// log-softmax, one per id.
     Tokens {
         ids: Vec<u32>,
         text: String,

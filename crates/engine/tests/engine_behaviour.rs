@@ -3,12 +3,12 @@
 
 mod common;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::*;
 use wring_engine::{
-    EngineEvent, EngineHandle, FinishReason, GenerateRequest, ProposerKind, SamplingParams,
-    SpecConfig, SubmitError,
+    EngineEvent, FinishReason, GenerateRequest, ProposerKind, SamplingParams, SpecConfig,
+    SubmitError,
 };
 
 fn france(engine_info: &wring_engine::EngineInfo) -> Vec<u32> {
@@ -18,21 +18,6 @@ fn france(engine_info: &wring_engine::EngineInfo) -> Vec<u32> {
             "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n",
         )
         .unwrap()
-}
-
-fn wait_idle(engine: &EngineHandle) -> wring_engine::MetricsSnapshot {
-    let t = Instant::now();
-    loop {
-        let m = engine.metrics();
-        if m.running == 0 && m.waiting == 0 {
-            return m;
-        }
-        assert!(
-            t.elapsed() < Duration::from_secs(60),
-            "engine did not go idle: {m:?}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 #[test]
@@ -211,7 +196,7 @@ fn preemption_and_prefix_caching_keep_outputs_identical() {
         again.iter().map(|o| o.ids.clone()).collect::<Vec<_>>(),
         want
     );
-    let m = engine.metrics();
+    let m = wait_idle(&engine);
     assert!(
         m.prefix_cache_hit_tokens > 0 && m.prefix_cache_hit_tokens <= m.prefix_cache_queried_tokens
     );
@@ -229,7 +214,7 @@ fn preemption_and_prefix_caching_keep_outputs_identical() {
     let (engine, _) = wring_engine::Engine::start(model, opts, cfg).unwrap();
     let outs = run_all(&engine, reqs());
     assert_eq!(outs.iter().map(|o| o.ids.clone()).collect::<Vec<_>>(), want);
-    let m = engine.metrics();
+    let m = wait_idle(&engine);
     assert!(
         m.preemptions > 0,
         "the small pool should have forced preemption"

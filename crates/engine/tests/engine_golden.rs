@@ -49,7 +49,7 @@ fn check(cfg: EngineConfig, what: &str) {
         assert_eq!(o.reason, Some(want), "{what}: prompt {i}");
         assert_eq!(o.usage.completion_tokens as usize, o.ids.len());
     }
-    let m = engine.metrics();
+    let m = wait_idle(&engine);
     assert_eq!(m.kv_blocks_used, 0, "{what}: every block is freed");
     stop(engine);
 }

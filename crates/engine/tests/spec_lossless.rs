@@ -75,7 +75,7 @@ fn check(
         drafted += o.usage.draft_tokens;
         accepted += o.usage.accepted_tokens;
     }
-    let m = engine.metrics();
+    let m = wait_idle(engine);
     assert_eq!(m.kv_blocks_used, 0, "{what}: blocks leaked");
     (drafted, accepted)
 }

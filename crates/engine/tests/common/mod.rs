@@ -112,6 +112,23 @@ pub fn run_with_concurrency(
     out
 }
 
+/// Metrics once the engine has nothing running or waiting (the snapshot is
+/// published after the step that sent the last event, so it can lag a moment).
+pub fn wait_idle(engine: &EngineHandle) -> wring_engine::MetricsSnapshot {
+    let t = std::time::Instant::now();
+    loop {
+        let m = engine.metrics();
+        if m.running == 0 && m.waiting == 0 {
+            return m;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(60),
+            "engine did not go idle: {m:?}"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 pub fn stop(engine: EngineHandle) {
     engine.shutdown(Duration::from_secs(5));
 }

@@ -2,6 +2,7 @@
 
 pub mod bench;
 pub mod chat;
+pub mod common;
 pub mod drafter_eval;
 pub mod generate;
 pub mod pull;

@@ -1,0 +1,239 @@
+//! Flags shared by `generate`, `chat` and `serve`: which model, how the engine
+//! runs (batching limits, speculative decoding), and sampling for the CLI
+//! commands; plus `start_engine`, which turns them into a running engine.
+
+use anyhow::Context;
+use wring_engine::{
+    Engine, EngineConfig, EngineHandle, EngineInfo, KPolicy, ProposerKind, SamplingParams,
+    SpecConfig, SuffixParams,
+};
+use wring_model::{Device, LoadFormat, ModelSpec, RunnerOptions};
+
+#[derive(clap::Args, Debug, Clone)]
+#[command(next_help_heading = "Model")]
+pub struct ModelArgs {
+    /// A .gguf file, a Hugging Face model directory, or ORG/NAME on the Hub.
+    /// Default: SmolLM2-135M-Instruct Q4_1 (fetched on first use).
+    #[arg(long, env = "WRING_MODEL")]
+    pub model: Option<String>,
+    /// auto | gguf | safetensors | dummy (random weights of a named shape).
+    #[arg(long, default_value = "auto")]
+    pub load_format: String,
+    /// Shape for --load-format dummy, e.g. smollm2-135m, llama-3.1-8b.
+    #[arg(long)]
+    pub model_shape: Option<String>,
+    /// cpu | cuda | cuda:N
+    #[arg(long, default_value = "cpu")]
+    pub device: String,
+    /// Memory for the KV cache, in MiB.
+    #[arg(long, default_value_t = 2048)]
+    pub kv_cache_mib: usize,
+    /// Tokens per KV block.
+    #[arg(long, default_value_t = 16)]
+    pub block_size: usize,
+    /// CPU weight format: f32 (bit-exact reference) or q8 (8-bit blocks, ~4x less memory traffic).
+    #[arg(long, default_value = "f32")]
+    pub cpu_weights: wring_model::CpuWeights,
+}
+
+#[derive(clap::Args, Debug, Clone)]
+#[command(next_help_heading = "Engine")]
+pub struct EngineArgs {
+    /// Most sequences decoded together.
+    #[arg(long, default_value_t = 32)]
+    pub max_num_seqs: usize,
+    /// Token budget of one step (prefill chunks + decode/verify tokens).
+    #[arg(long, default_value_t = 2048)]
+    pub max_num_batched_tokens: usize,
+    /// Context length limit (prompt + output); 0 = the model's own.
+    #[arg(long, default_value_t = 0)]
+    pub max_model_len: usize,
+    /// Most requests waiting for a slot; more are refused (HTTP 429).
+    #[arg(long, default_value_t = 1024)]
+    pub max_waiting: usize,
+    /// Turn off automatic prefix caching of KV blocks.
+    #[arg(long)]
+    pub no_prefix_caching: bool,
+    #[command(flatten)]
+    pub spec: SpecArgs,
+}
+
+#[derive(clap::Args, Debug, Clone)]
+#[command(next_help_heading = "Speculative decoding")]
+pub struct SpecArgs {
+    /// Drafter: none | suffix (suffix trees over the request and past outputs) |
+    /// ngram (prompt lookup).
+    #[arg(long, default_value = "none")]
+    pub speculative: String,
+    /// How K (draft tokens per verify step) is chosen: fixed:K | profile:FILE |
+    /// dynamic | adaptive.
+    #[arg(long, default_value = "fixed:8")]
+    pub k_policy: String,
+    /// Variable-length drafts instead of padding every sequence to 1 + K tokens.
+    #[arg(long)]
+    pub no_pad: bool,
+    /// Longest context the suffix trees index and match.
+    #[arg(long, default_value_t = 24)]
+    pub suffix_max_depth: usize,
+    /// Draft length cap = match length × this.
+    #[arg(long, default_value_t = 1.0)]
+    pub suffix_max_spec_factor: f32,
+    /// Stop a draft when its estimated probability falls below this.
+    #[arg(long, default_value_t = 0.1)]
+    pub suffix_min_token_prob: f32,
+    /// Token budget of the global suffix tree (oldest outputs evicted first).
+    #[arg(long)]
+    pub suffix_cache_tokens: Option<usize>,
+}
+
+/// Both groups, for commands that start an engine.
+#[derive(clap::Args, Debug, Clone)]
+pub struct CommonArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    #[command(flatten)]
+    pub engine: EngineArgs,
+}
+
+#[derive(clap::Args, Debug, Clone)]
+#[command(next_help_heading = "Sampling")]
+pub struct SamplingArgs {
+    /// Most tokens to generate.
+    #[arg(long, default_value_t = 256)]
+    pub max_tokens: u32,
+    /// 0 = greedy.
+    #[arg(long, default_value_t = 0.0)]
+    pub temperature: f32,
+    #[arg(long, default_value_t = 1.0)]
+    pub top_p: f32,
+    /// 0 = off.
+    #[arg(long, default_value_t = 0)]
+    pub top_k: u32,
+    #[arg(long, default_value_t = 0.0)]
+    pub min_p: f32,
+    /// Same seed, same output.
+    #[arg(long)]
+    pub seed: Option<u64>,
+    #[arg(long, default_value_t = 0.0)]
+    pub presence_penalty: f32,
+    #[arg(long, default_value_t = 0.0)]
+    pub frequency_penalty: f32,
+    /// 1 = off.
+    #[arg(long, default_value_t = 1.0)]
+    pub repetition_penalty: f32,
+    /// Stop when this text appears (repeatable); the text itself is not printed.
+    #[arg(long = "stop")]
+    pub stop: Vec<String>,
+    /// Keep going past the end-of-sequence token.
+    #[arg(long)]
+    pub ignore_eos: bool,
+}
+
+impl SamplingArgs {
+    pub fn params(&self) -> SamplingParams {
+        SamplingParams {
+            temperature: self.temperature,
+            top_p: self.top_p,
+            top_k: self.top_k,
+            min_p: self.min_p,
+            seed: self.seed,
+            presence_penalty: self.presence_penalty,
+            frequency_penalty: self.frequency_penalty,
+            repetition_penalty: self.repetition_penalty,
+            logprobs: None,
+        }
+    }
+}
+
+impl SpecArgs {
+    pub fn to_config(&self) -> anyhow::Result<SpecConfig> {
+        Ok(SpecConfig {
+            method: self.speculative.parse::<ProposerKind>()?,
+            k_policy: KPolicy::parse(&self.k_policy)?,
+            pad: !self.no_pad,
+            suffix: SuffixParams {
+                max_depth: self.suffix_max_depth,
+                max_spec_factor: self.suffix_max_spec_factor,
+                min_token_prob: self.suffix_min_token_prob,
+                cache_tokens: self.suffix_cache_tokens,
+            },
+            ..SpecConfig::default()
+        })
+    }
+}
+
+impl EngineArgs {
+    pub fn to_config(&self) -> anyhow::Result<EngineConfig> {
+        let cfg = EngineConfig {
+            max_num_seqs: self.max_num_seqs,
+            max_num_batched_tokens: self.max_num_batched_tokens,
+            max_model_len: self.max_model_len,
+            max_waiting: self.max_waiting,
+            enable_prefix_caching: !self.no_prefix_caching,
+            spec: self.spec.to_config()?,
+        };
+        cfg.validate()?;
+        Ok(cfg)
+    }
+}
+
+impl ModelArgs {
+    pub fn spec(&self) -> anyhow::Result<ModelSpec> {
+        Ok(ModelSpec {
+            model: self.model.clone(),
+            load_format: self
+                .load_format
+                .parse::<LoadFormat>()
+                .with_context(|| format!("--load-format {:?}", self.load_format))?,
+            model_shape: self.model_shape.clone(),
+        })
+    }
+
+    pub fn device(&self) -> anyhow::Result<Device> {
+        self.device
+            .parse::<Device>()
+            .with_context(|| format!("--device {:?}", self.device))
+    }
+}
+
+/// Loads the model, binds it to the device and starts the engine.
+pub fn start_engine(args: &CommonArgs) -> anyhow::Result<(EngineHandle, EngineInfo)> {
+    let cfg = args.engine.to_config()?;
+    let device = args.model.device()?;
+    let model = wring_model::load_model(&args.model.spec()?)?;
+    let max_model_len = if cfg.max_model_len > 0 {
+        cfg.max_model_len
+    } else {
+        model.max_context()
+    };
+    let runner_opts = RunnerOptions {
+        device,
+        kv_cache_bytes: args.model.kv_cache_mib << 20,
+        block_size: args.model.block_size,
+        max_num_seqs: cfg.max_num_seqs,
+        max_model_len,
+        cpu_weights: args.model.cpu_weights,
+    };
+    let (handle, info) = Engine::start(model, runner_opts, cfg)?;
+    tracing::info!(
+        "engine ready: {} on {}, context {} tokens, {} KV blocks of {}",
+        info.model_name,
+        info.device,
+        info.max_model_len,
+        info.num_kv_blocks,
+        info.block_size
+    );
+    Ok((handle, info))
+}
+
+/// Turns user text into prompt ids (BOS first when the model wants it).
+pub fn encode_prompt(info: &EngineInfo, text: &str) -> anyhow::Result<Vec<u32>> {
+    let mut ids = Vec::new();
+    if info.tokenizer.add_bos() {
+        if let Some(b) = info.tokenizer.bos_token_id() {
+            ids.push(b);
+        }
+    }
+    ids.extend(info.tokenizer.encode(text)?);
+    Ok(ids)
+}
