@@ -134,7 +134,8 @@ def test_seed_makes_sampling_reproducible(client):
 def test_chat_logprobs(client):
     r = chat(client, max_tokens=6, logprobs=True, top_logprobs=3)
     content = r.choices[0].logprobs.content
-    assert len(content) == r.usage.completion_tokens or len(content) == r.usage.completion_tokens - 1
+    # One entry per generated token, the final stop token included (it counts in usage too).
+    assert len(content) == r.usage.completion_tokens
     for entry in content:
         assert entry.logprob <= 0
         assert len(entry.top_logprobs) == 3
@@ -165,7 +166,7 @@ def test_64_concurrent_streams_equal_solo_greedy(client, aclient):
         "What is 12 times 7?",
         "Describe the moon in one sentence.",
     ]
-    max_tokens = 16
+    max_tokens = 10
     solo = [chat(client, messages=[{"role": "user", "content": p}], max_tokens=max_tokens).choices[0].message.content
             for p in prompts]
 

@@ -7,13 +7,23 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use serde_json::{json, Value};
-use wring_engine::{Engine, EngineConfig, EngineHandle, EngineInfo};
+use wring_engine::{
+    Engine, EngineConfig, EngineHandle, EngineInfo, KPolicy, ProposerKind, SpecConfig,
+};
 use wring_model::{Device, LoadFormat, ModelSpec, RunnerOptions};
 use wring_server::{AppState, ServerConfig};
 
 const KEY: &str = "k3y";
 
 fn start_engine(max_num_seqs: usize, max_waiting: usize) -> (EngineHandle, EngineInfo) {
+    start_engine_with(max_num_seqs, max_waiting, SpecConfig::default())
+}
+
+fn start_engine_with(
+    max_num_seqs: usize,
+    max_waiting: usize,
+    spec: SpecConfig,
+) -> (EngineHandle, EngineInfo) {
     let model = wring_model::load_model(&ModelSpec {
         model: None,
         load_format: LoadFormat::Auto,
@@ -32,6 +42,7 @@ fn start_engine(max_num_seqs: usize, max_waiting: usize) -> (EngineHandle, Engin
         max_num_seqs,
         max_waiting,
         max_model_len: 2048,
+        spec,
         ..EngineConfig::default()
     };
     Engine::start(model, opts, cfg).expect("engine starts")
@@ -394,6 +405,59 @@ async fn past_the_drain_timeout_requests_end_with_an_error_event() {
     );
     stopped.await.unwrap().unwrap();
     assert!(started.elapsed() < Duration::from_secs(20));
+}
+
+/// The text, token count and SSE chunk sizes of one streamed completion.
+async fn streamed_completion(srv: &TestServer, body: &Value) -> (String, Vec<usize>, Value) {
+    let payloads = sse_payloads(srv.post("/v1/completions", body).send().await.unwrap()).await;
+    let chunks: Vec<Value> = payloads[..payloads.len() - 1]
+        .iter()
+        .map(|p| serde_json::from_str(p).unwrap())
+        .collect();
+    let text = chunks
+        .iter()
+        .filter_map(|c| c["choices"][0]["text"].as_str())
+        .collect();
+    let sizes = chunks
+        .iter()
+        .filter_map(|c| c["choices"][0]["logprobs"]["tokens"].as_array())
+        .map(Vec::len)
+        .collect();
+    (text, sizes, chunks.last().unwrap()["usage"].clone())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn speculative_streams_carry_several_tokens_per_chunk_and_match_plain_greedy() {
+    let spec = SpecConfig {
+        method: ProposerKind::Suffix,
+        k_policy: KPolicy::Fixed(4),
+        ..SpecConfig::default()
+    };
+    let plain = serve(shared_engine(), config()).await;
+    let spec_srv = serve(start_engine_with(4, 16, spec), config()).await;
+    let body = json!({"model": "smol", "max_tokens": 24, "temperature": 0, "ignore_eos": true, "logprobs": 0,
+                      "prompt": "The cat sat on the mat. The cat sat on the mat. The cat sat on the mat. The cat",
+                      "stream": true, "stream_options": {"include_usage": true}});
+    let (want, _, _) = streamed_completion(&plain, &body).await;
+    let (got, sizes, usage) = streamed_completion(&spec_srv, &body).await;
+    assert_eq!(got, want, "speculation must not change greedy output");
+    assert_eq!(sizes.iter().sum::<usize>(), 24);
+    assert_eq!(usage["completion_tokens"], 24);
+    assert!(
+        usage["spec_decode"]["accepted_tokens"].as_u64().unwrap() > 0,
+        "{usage}"
+    );
+    assert!(
+        sizes.iter().any(|&n| n > 1),
+        "accepted drafts arrive together: {sizes:?}"
+    );
+    assert!(
+        spec_srv
+            .metric("vllm:spec_decode_num_accepted_tokens_total")
+            .await
+            > 0.0
+    );
+    spec_srv.shutdown().await.unwrap();
 }
 
 #[test]
