@@ -20,8 +20,12 @@ done
 DEFAULT_CONFIGS+=",suffix:dynamic,suffix:adaptive"
 CONFIGS="${CONFIGS:-$DEFAULT_CONFIGS}"
 
-cargo build --release -p wring-engine --example spec_bench >&2
+# The dev profile is optimised (see the root Cargo.toml) and shared with the tests,
+# so this reuses their build; PROFILE=release for a separate release build.
+PROFILE="${PROFILE:-dev}"
+cargo build --profile "$PROFILE" -p wring-engine --example spec_bench >&2
+DIR=target/$([ "$PROFILE" = dev ] && echo debug || echo "$PROFILE")
 echo "# bench_spec_cpu: $(date -u +%FT%TZ), $(nproc) cores, prompts/corpus=$PROMPTS, max_tokens=$MAX_TOKENS, concurrency=$CONC"
 echo "# cells: output tok/s (acc = accepted/real draft tokens, len = accepted tokens per verify step)"
-exec target/release/examples/spec_bench \
+exec "$DIR/examples/spec_bench" \
   --prompts "$PROMPTS" --max-tokens "$MAX_TOKENS" --concurrency "$CONC" --configs "$CONFIGS" "$@"

@@ -1,7 +1,7 @@
 //! In-process speculative-decoding benchmark: output tokens/s per corpus and
 //! configuration, with acceptance, on the real trace prompts.
 //!
-//! cargo run --release -p wring-engine --example spec_bench -- \
+//! cargo run -p wring-engine --example spec_bench -- \
 //!     --prompts 4 --max-tokens 64 --concurrency 1,8 --configs none,ngram:fixed:8,suffix:fixed:8
 //!
 //! A config is `none`, or `METHOD:POLICY[:nopad]` with METHOD suffix|ngram and

@@ -13,7 +13,7 @@ use wring_engine::{
     EngineHandle, GenerateRequest, KPolicy, ProposerKind, SpecConfig, SpecOverrides,
 };
 
-const MAX_TOKENS: u32 = 24;
+const MAX_TOKENS: u32 = 16;
 
 /// One short real prompt from each corpus.
 fn prompts() -> Vec<TracePrompt> {
@@ -120,10 +120,10 @@ fn suffix_padded_every_k_cold_and_warm_and_32_concurrent() {
     // 36 requests, 32 at once, dynamic K.
     check(
         &engine,
-        reqs(&repeat(&ps, 6), "dynamic", 12),
+        reqs(&repeat(&ps, 6), "dynamic", 8),
         36,
         "suffix pad dynamic c32",
-        12,
+        8,
     );
     let m = engine.metrics();
     assert!(m.spec_num_drafts > 0 && m.spec_num_accepted_tokens <= m.spec_num_draft_tokens);
@@ -178,10 +178,10 @@ fn ngram_padded_and_unpadded() {
     }
     check(
         &engine,
-        reqs(&repeat(&ps, 6), "fixed:4", 12),
+        reqs(&repeat(&ps, 6), "fixed:4", 8),
         36,
         "ngram pad K4 c32",
-        12,
+        8,
     );
     stop(engine);
     let (engine, _) = start(config(
