@@ -6,5 +6,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo test --workspace --no-fail-fast
 if [ -x tests/openai/run.sh ]; then
-  tests/openai/run.sh
+  # Reuse the binary the cargo tests just built (no second, release build).
+  WRING_PROFILE=dev tests/openai/run.sh
 fi
