@@ -105,7 +105,7 @@ impl Backend for CpuBackend {
             m.rows,
             m.cols
         );
-        if self.weights == CpuWeights::Q8 && m.cols % q8::QK == 0 {
+        if self.weights == CpuWeights::Q8 && m.cols.is_multiple_of(q8::QK) {
             return Ok(CpuMatrix::Q8(q8::Q8Matrix::from_f32(
                 m.rows, m.cols, &m.data,
             )));

@@ -33,7 +33,7 @@ pub fn quantize_row(x: &[f32], q: &mut [i8], s: &mut [f32]) {
 
 impl Q8Matrix {
     pub fn from_f32(rows: usize, cols: usize, data: &[f32]) -> Self {
-        assert_eq!(cols % QK, 0);
+        assert!(cols.is_multiple_of(QK));
         let mut quants = vec![0i8; rows * cols];
         let mut scales = vec![0f32; rows * cols / QK];
         quantize_row(data, &mut quants, &mut scales);
