@@ -42,7 +42,7 @@ fn tune_two_configs_produces_profile_report_and_chart() {
             "--configs",
             "nospec,suffix-k4",
             "--corpus",
-            "mbpp,wildchat",
+            "mbpp,humaneval",
         ])
         .args([
             "--num-prompts",
