@@ -13,7 +13,8 @@ if ! "$venv/bin/python" -c "import openai, pytest, httpx" 2>/dev/null; then
     "$venv/bin/pip" install --quiet "openai>=1.40" "pytest>=8" httpx
 fi
 if [ -z "${WRING_BIN:-}" ]; then
-    profile="${WRING_PROFILE:-release}"
+    # The dev profile is optimised in this workspace and shared with `cargo test`.
+    profile="${WRING_PROFILE:-dev}"
     (cd "$repo" && cargo build --quiet -p wring --profile "$profile")
     dir="$profile"; [ "$profile" = dev ] && dir=debug
     export WRING_BIN="$repo/target/$dir/wring"

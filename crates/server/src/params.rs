@@ -31,7 +31,6 @@ pub struct Plan {
     pub stop_strings: Vec<String>,
     pub stop_token_ids: Vec<u32>,
     pub ignore_eos: bool,
-    pub skip_special_tokens: bool,
     pub stream: bool,
     pub include_usage: bool,
     pub logprobs: Option<LogprobsFormat>,
@@ -326,6 +325,13 @@ fn common_plan(c: Common<'_>, limits: Limits) -> Result<Plan, ApiError> {
             format!("`repetition_penalty` must be positive; got {repetition_penalty}."),
         ));
     }
+    if c.skip_special_tokens == Some(false) {
+        // The engine's detokeniser always drops special tokens from the text.
+        return Err(ApiError::invalid_param(
+            "skip_special_tokens",
+            "`skip_special_tokens: false` is not supported by this server.",
+        ));
+    }
     let stop_token_ids = c.stop_token_ids.cloned().unwrap_or_default();
     if let Some(bad) = stop_token_ids
         .iter()
@@ -356,7 +362,6 @@ fn common_plan(c: Common<'_>, limits: Limits) -> Result<Plan, ApiError> {
         stop_strings: stop_strings(c.stop)?,
         stop_token_ids,
         ignore_eos: c.ignore_eos.unwrap_or(false),
-        skip_special_tokens: c.skip_special_tokens.unwrap_or(true),
         stream,
         include_usage,
         logprobs: None,
