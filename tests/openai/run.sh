@@ -17,7 +17,7 @@ if [ -z "${WRING_BIN:-}" ]; then
     profile="${WRING_PROFILE:-dev}"
     (cd "$repo" && cargo build --quiet -p wring --profile "$profile")
     dir="$profile"; [ "$profile" = dev ] && dir=debug
-    export WRING_BIN="$repo/target/$dir/wring"
+    export WRING_BIN="${CARGO_TARGET_DIR:-$repo/target}/$dir/wring"
 fi
 export WRING_SHARED="${WRING_SHARED:-$repo/../shared}"
 cd "$repo/tests/openai"
