@@ -23,6 +23,7 @@ impl ChatMessage {
 
 pub struct ChatTemplate {
     env: Environment<'static>,
+    source: String,
     bos_token: String,
     eos_token: String,
 }
@@ -56,9 +57,21 @@ impl ChatTemplate {
             .map_err(|e| anyhow!("the model's chat template does not parse: {e}"))?;
         Ok(Self {
             env,
+            source: source.to_string(),
             bos_token: bos_token.into(),
             eos_token: eos_token.into(),
         })
+    }
+
+    /// The Jinja source (what `tokenizer_config.json`'s `chat_template` holds).
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+    pub fn bos_token(&self) -> &str {
+        &self.bos_token
+    }
+    pub fn eos_token(&self) -> &str {
+        &self.eos_token
     }
 
     pub fn render(&self, messages: &[ChatMessage], add_generation_prompt: bool) -> Result<String> {

@@ -285,7 +285,7 @@ impl GgufFile {
             let ty = GgmlType::from_id(tid).ok_or_else(|| anyhow::anyhow!("tensor {name}: type {} (id {tid}) is not supported (supported: F32, F16, BF16, Q4_0, Q4_1, Q8_0, Q4_K, Q6_K)", ggml_type_name(tid)))?;
             let numel: usize = dims.iter().product();
             let (be, bb) = ty.block();
-            ensure!(numel % be == 0, "tensor {name}: {numel} elements is not a multiple of the {be}-element block of {ty:?}");
+            ensure!(numel.is_multiple_of(be), "tensor {name}: {numel} elements is not a multiple of the {be}-element block of {ty:?}");
             let nbytes = numel / be * bb;
             let offset = data_start + off;
             ensure!(offset + nbytes <= mmap.len(), "tensor {name}: data at bytes {offset}..{} lies past the end of the file ({} bytes): the file is truncated", offset + nbytes, mmap.len());

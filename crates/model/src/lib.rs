@@ -3,6 +3,7 @@
 
 pub mod chat;
 pub mod config;
+pub mod export;
 pub mod gguf;
 pub mod hub;
 pub mod llama;

@@ -131,6 +131,13 @@ impl Tokenizer {
             .map_err(|e| anyhow!("detokenizer failed: {e}"))
     }
 
+    /// The pipeline as Hugging Face `tokenizer.json` text (what [`Tokenizer::from_file`] reads).
+    pub fn to_json(&self) -> Result<String> {
+        self.inner
+            .to_string(false)
+            .map_err(|e| anyhow!("cannot serialise the tokenizer: {e}"))
+    }
+
     pub fn vocab_size(&self) -> usize {
         self.inner.get_vocab_size(true)
     }

@@ -103,7 +103,7 @@ impl SafetensorsSet {
 }
 
 /// Hugging Face name of a canonical tensor name.
-fn hf_name(canonical: &str) -> String {
+pub(crate) fn hf_name(canonical: &str) -> String {
     let (stem, suffix) = canonical.rsplit_once('.').unwrap_or((canonical, "weight"));
     let mapped = if let Some(rest) = stem.strip_prefix("blk.") {
         let (layer, part) = rest.split_once('.').unwrap_or((rest, ""));
