@@ -8,14 +8,15 @@
 #   WRING=target/release/wring  LLAMA_SERVER=~/.cache/wring/llama.cpp/llama-server (built by
 #   scripts/llamacpp/build.sh)  CONCURRENCY="1 8 32"  MAX_TOKENS=256  NUM_PROMPTS=32  RUNS=1  WARMUP=2
 #   CORPUS=mix  MAX_PROMPT_CHARS=2000 (llama-server splits -c over its slots: long prompts would not fit)
-#   PARALLEL=8 (llama-server slots)  CTX=8192  THREADS=$(nproc)  WRING_SERVE_ARGS=""  SERVERS="llama.cpp wring"
+#   CTX_PER_SLOT=4096 (llama-server's -c is split over its --parallel slots)  THREADS=$(nproc)
+#   TABLE_ONLY= (set: only rebuild $OUT/table.md from the JSON already there)  WRING_SERVE_ARGS=""  SERVERS="llama.cpp wring wring-q8" (wring-q8: --cpu-weights q8)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 OUT="${OUT:-bench-out/cpu_vs_llamacpp}"
 MODEL="${MODEL:-$HOME/.cache/wring/models/SmolLM2-135M-Instruct.Q4_1.gguf}"
 WRING="${WRING:-target/release/wring}"
-LLAMA_SERVER="${LLAMA_SERVER:-$HOME/.cache/wring/llama.cpp/llama-server}"
+LLAMA_SERVER="${LLAMA_SERVER:-$HOME/.cache/wring/llama.cpp/build/bin/llama-server}"
 CONCURRENCY="${CONCURRENCY:-1 8 32}"
 MAX_TOKENS="${MAX_TOKENS:-256}"
 NUM_PROMPTS="${NUM_PROMPTS:-32}"
@@ -23,10 +24,9 @@ RUNS="${RUNS:-1}"
 WARMUP="${WARMUP:-2}"
 CORPUS="${CORPUS:-mix}"
 MAX_PROMPT_CHARS="${MAX_PROMPT_CHARS:-2000}"
-PARALLEL="${PARALLEL:-8}"
-CTX="${CTX:-8192}"
+CTX_PER_SLOT="${CTX_PER_SLOT:-4096}"
 THREADS="${THREADS:-$(nproc)}"
-SERVERS="${SERVERS:-llama.cpp wring}"
+SERVERS="${SERVERS:-llama.cpp wring wring-q8}"
 read -r -a WRING_SERVE_ARGS <<<"${WRING_SERVE_ARGS:-}"
 
 [[ -x "$WRING" ]] || { echo "missing $WRING (cargo build --release -p wring, or set WRING)" >&2; exit 1; }
@@ -53,36 +53,49 @@ stop_server() {
 }
 trap stop_server EXIT
 
-for server in $SERVERS; do
-  port="$(free_port)"
-  case "$server" in
-    llama.cpp)
-      [[ -x "$LLAMA_SERVER" ]] || { echo "missing $LLAMA_SERVER (run scripts/llamacpp/build.sh)" >&2; exit 1; }
-      "$LLAMA_SERVER" -m "$MODEL" --parallel "$PARALLEL" -c "$CTX" -t "$THREADS" --host 127.0.0.1 \
-        --port "$port" --metrics >"$OUT/logs/llama.cpp.log" 2>&1 &
-      ;;
-    wring)
-      "$WRING" serve --model "$MODEL" --port "$port" "${WRING_SERVE_ARGS[@]}" >"$OUT/logs/wring.log" 2>&1 &
-      ;;
-    *) echo "unknown server $server" >&2; exit 1 ;;
-  esac
-  server_pid=$!
-  wait_healthy "http://127.0.0.1:$port" "$server_pid"
-  for c in $CONCURRENCY; do
+# Each (concurrency, server) cell gets a fresh server: llama-server with --parallel equal to the
+# concurrency (and CTX_PER_SLOT tokens of context per slot), wring with --max-num-seqs likewise.
+# Servers alternate within a concurrency level so drift on a shared box hits both alike.
+for c in $CONCURRENCY; do
+  [[ -n "${TABLE_ONLY:-}" ]] && break
+  for server in $SERVERS; do
+    port="$(free_port)"
+    case "$server" in
+      llama.cpp)
+        [[ -x "$LLAMA_SERVER" ]] || { echo "missing $LLAMA_SERVER (run scripts/llamacpp/build.sh)" >&2; exit 1; }
+        "$LLAMA_SERVER" -m "$MODEL" --parallel "$c" -c "$((c * CTX_PER_SLOT))" -t "$THREADS" --host 127.0.0.1 \
+          --port "$port" --metrics >"$OUT/logs/llama.cpp_c$c.log" 2>&1 &
+        ;;
+      wring)
+        "$WRING" serve --model "$MODEL" --port "$port" --max-num-seqs "$c" "${WRING_SERVE_ARGS[@]}" \
+          >"$OUT/logs/wring_c$c.log" 2>&1 &
+        ;;
+      wring-q8)
+        "$WRING" serve --model "$MODEL" --port "$port" --max-num-seqs "$c" --cpu-weights q8 \
+          "${WRING_SERVE_ARGS[@]}" >"$OUT/logs/wring-q8_c$c.log" 2>&1 &
+        ;;
+      *) echo "unknown server $server (llama.cpp, wring, wring-q8)" >&2; exit 1 ;;
+    esac
+    server_pid=$!
+    wait_healthy "http://127.0.0.1:$port" "$server_pid"
     echo "== $server, concurrency $c"
     "$WRING" bench serve --base-url "http://127.0.0.1:$port" --corpus "$CORPUS" \
       --corpus-dir "${WRING_SHARED:-../shared}/corpora" --concurrency "$c" --max-tokens "$MAX_TOKENS" \
       --num-prompts "$NUM_PROMPTS" --runs "$RUNS" --warmup "$WARMUP" --max-prompt-chars "$MAX_PROMPT_CHARS" \
       --device cpu --label "$server" --no-progress --result-json "$OUT/${server}_c${c}.json"
+    # Peak resident memory of the server process over its whole life (kB).
+    awk '/VmHWM/ {print $2}' "/proc/$server_pid/status" >"$OUT/${server}_c${c}.rss_kb" || true
+    stop_server
   done
-  stop_server
 done
 
-python3 - "$OUT" $CONCURRENCY <<'PY'
+python3 - "$OUT" "$SERVERS" $CONCURRENCY <<'PY'
 import json, os, sys
-out, levels = sys.argv[1], sys.argv[2:]
+out = sys.argv[1]
 rows, tps = [], {}
-for server in ("llama.cpp", "wring"):
+servers = sys.argv[2].split()
+levels = sys.argv[3:]
+for server in servers:
     for c in levels:
         path = os.path.join(out, f"{server}_c{c}.json")
         if not os.path.exists(path):
@@ -91,9 +104,12 @@ for server in ("llama.cpp", "wring"):
         r = f["results"][0]
         tps[(server, c)] = r["output_throughput_median"]
         fmt = lambda v: "–" if v is None else f"{v:.1f}"
+        rss_path = os.path.join(out, f"{server}_c{c}.rss_kb")
+        rss = open(rss_path).read().strip() if os.path.exists(rss_path) else ""
+        rss = f"{int(rss) / 1024:.0f}" if rss.isdigit() else "–"
         rows.append(f"| {server} | {c} | {r['output_throughput_median']:.1f} ± {r['output_throughput_mad']:.1f} | "
                     f"{r['request_throughput']:.2f} | {fmt(r['median_ttft_ms'])} | {fmt(r['median_tpot_ms'])} | "
-                    f"{fmt(r['p99_itl_ms'])} | {r['completed']} / {r['failed_all_runs']} |")
+                    f"{fmt(r['p99_itl_ms'])} | {rss} | {r['completed']} / {r['failed_all_runs']} |")
 if not rows:
     sys.exit(f"no results in {out}")
 meta = f["meta"]
@@ -102,14 +118,15 @@ lines = [
     f"corpus {f['results'][0]['corpus']}, {meta['num_prompts']} prompts, max_tokens {meta['max_tokens']}, "
     f"temperature {meta['temperature']}, {meta['runs']} run(s), commit {meta['commit']}, {meta['date']}.",
     "",
-    "| server | concurrency | output tok/s | req/s | TTFT median ms | TPOT median ms | ITL p99 ms | completed / failed |",
-    "|---|---:|---:|---:|---:|---:|---:|---:|",
+    "| server | concurrency | output tok/s | req/s | TTFT median ms | TPOT median ms | ITL p99 ms | peak RSS MiB | completed / failed |",
+    "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     *rows,
     "",
 ]
 for c in levels:
-    if ("wring", c) in tps and ("llama.cpp", c) in tps and tps[("llama.cpp", c)] > 0:
-        lines.append(f"- concurrency {c}: wring / llama.cpp = {tps[('wring', c)] / tps[('llama.cpp', c)]:.2f}×")
+    for w in [s for s in servers if s != "llama.cpp"]:
+        if (w, c) in tps and ("llama.cpp", c) in tps and tps[("llama.cpp", c)] > 0:
+            lines.append(f"- concurrency {c}: {w} / llama.cpp = {tps[(w, c)] / tps[('llama.cpp', c)]:.2f}×")
 open(os.path.join(out, "table.md"), "w").write("\n".join(lines) + "\n")
 print("\n".join(lines))
 PY

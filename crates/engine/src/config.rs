@@ -27,6 +27,9 @@ pub struct EngineConfig {
     pub max_waiting: usize,
     pub enable_prefix_caching: bool,
     pub spec: SpecConfig,
+    /// Write every completed request's prompt and output ids here (JSONL trace for
+    /// `wring drafter-eval`).
+    pub trace_out: Option<std::path::PathBuf>,
 }
 
 impl Default for EngineConfig {
@@ -38,6 +41,7 @@ impl Default for EngineConfig {
             max_waiting: 1024,
             enable_prefix_caching: true,
             spec: SpecConfig::default(),
+            trace_out: None,
         }
     }
 }

@@ -25,6 +25,12 @@ use crate::spec::{
 };
 use crate::stop::{StopOutcome, StopStrings};
 
+/// What one forward step returned: whole logit rows, or only their argmax ids.
+enum StepOutput {
+    Logits(wring_model::runner::Logits),
+    Ids(Vec<u32>),
+}
+
 /// Token id written into pad slots; its value never matters (pads are rejected
 /// by construction).
 const PAD_TOKEN: u32 = 0;
@@ -73,6 +79,7 @@ pub(crate) struct EngineCore {
     eos: Vec<u32>,
     tokenizer: Arc<Tokenizer>,
     metrics: MetricsSnapshot,
+    trace: Option<crate::trace::TraceWriter>,
     max_model_len: usize,
     vocab: usize,
     drain_deadline: Option<Instant>,
@@ -134,7 +141,12 @@ impl EngineCore {
             .k_policy
             .max_k()
             .max(*CAPTURED_KS.last().expect("ks"));
+        let trace = match &cfg.trace_out {
+            Some(p) => Some(crate::trace::TraceWriter::create(p)?),
+            None => None,
+        };
         let mut core = Self {
+            trace,
             runner,
             sched,
             requests: HashMap::new(),
@@ -454,9 +466,26 @@ impl EngineCore {
             }
         }
 
+        // When every row that gets logits takes their argmax (greedy, no penalties, no
+        // logprobs), only ids come back from the runner (the argmax runs on the device
+        // where it can); otherwise, or when the runner has no such path, whole rows.
+        let ids_only = rows.iter().filter(|r| r.completes).all(|r| {
+            self.requests
+                .get(&r.id)
+                .is_none_or(|s| s.logprobs.is_none() && s.sampler.argmax_only())
+        });
         let t0 = Instant::now();
-        let logits = match self.runner.forward(&input) {
-            Ok(l) => l,
+        let result = if ids_only && !input.logit_rows.is_empty() {
+            match self.runner.forward_greedy(&input) {
+                Ok(Some(ids)) => Ok(StepOutput::Ids(ids)),
+                Ok(None) => self.runner.forward(&input).map(StepOutput::Logits),
+                Err(e) => Err(e),
+            }
+        } else {
+            self.runner.forward(&input).map(StepOutput::Logits)
+        };
+        let out = match result {
+            Ok(o) => o,
             Err(e) => {
                 tracing::error!("forward step failed: {e:#}");
                 for r in &rows {
@@ -470,14 +499,24 @@ impl EngineCore {
             cost.observe(rows.len(), input.tokens.len(), secs);
         }
         self.metrics.steps += 1;
-        if logits.rows != input.logit_rows.len() || logits.vocab != self.vocab {
-            let msg = format!(
-                "runner returned {}x{} logits, expected {}x{}",
-                logits.rows,
-                logits.vocab,
-                input.logit_rows.len(),
-                self.vocab
-            );
+        let shape_error = match &out {
+            StepOutput::Logits(l) if l.rows != input.logit_rows.len() || l.vocab != self.vocab => {
+                Some(format!(
+                    "runner returned {}x{} logits, expected {}x{}",
+                    l.rows,
+                    l.vocab,
+                    input.logit_rows.len(),
+                    self.vocab
+                ))
+            }
+            StepOutput::Ids(ids) if ids.len() != input.logit_rows.len() => Some(format!(
+                "runner returned {} greedy ids, expected {}",
+                ids.len(),
+                input.logit_rows.len()
+            )),
+            _ => None,
+        };
+        if let Some(msg) = shape_error {
             for r in &rows {
                 self.fail(r.id, msg.clone(), shared);
             }
@@ -493,39 +532,70 @@ impl EngineCore {
             let Some(state) = self.requests.get_mut(&r.id) else {
                 continue;
             };
-            let row = |j: usize| logits.row(r.first_logit + j);
-            let (tokens, accepted) = if r.slots == 0 {
-                (vec![state.sampler.sample(row(0))], 0)
-            } else {
-                let d = &drafts[&r.id];
-                let valid = d.tokens.len();
-                let out = verify_drafts(
-                    &mut state.sampler,
-                    row,
-                    &d.tokens,
-                    valid,
-                    RejectionRule::Correct,
-                );
+            let (tokens, accepted, valid) = match &out {
+                StepOutput::Ids(ids) => {
+                    // Greedy verification on ids: the same rule as `verify_drafts`
+                    // for a greedy sampler (accept while the draft is the argmax,
+                    // then the target's own token).
+                    let ids = &ids[r.first_logit..r.first_logit + 1 + r.slots];
+                    let draft: &[u32] = drafts.get(&r.id).map_or(&[], |d| &d.tokens);
+                    let valid = if r.slots == 0 {
+                        0
+                    } else {
+                        draft.len().min(r.slots)
+                    };
+                    let accepted = draft[..valid]
+                        .iter()
+                        .zip(ids)
+                        .take_while(|(d, t)| d == t)
+                        .count();
+                    let tokens = ids[..=accepted].to_vec();
+                    for &t in &tokens {
+                        state.sampler.observe(t);
+                    }
+                    (tokens, accepted, valid)
+                }
+                StepOutput::Logits(logits) => {
+                    let row = |j: usize| logits.row(r.first_logit + j);
+                    if r.slots == 0 {
+                        (vec![state.sampler.sample(row(0))], 0, 0)
+                    } else {
+                        let d = &drafts[&r.id];
+                        let valid = d.tokens.len();
+                        let out = verify_drafts(
+                            &mut state.sampler,
+                            row,
+                            &d.tokens,
+                            valid,
+                            RejectionRule::Correct,
+                        );
+                        (out.tokens, out.accepted, valid)
+                    }
+                }
+            };
+            if r.slots > 0 {
                 if valid > 0 {
                     state.usage.spec_steps += 1;
                     state.usage.draft_tokens += valid as u32;
-                    state.usage.accepted_tokens += out.accepted as u32;
-                    self.spec.acceptance.observe(valid, out.accepted);
+                    state.usage.accepted_tokens += accepted as u32;
+                    self.spec.acceptance.observe(valid, accepted);
                 }
-                self.metrics.count_verify(valid, out.accepted);
-                if d.dynamic {
-                    dyn_accepted += out.accepted;
+                self.metrics.count_verify(valid, accepted);
+                if drafts[&r.id].dynamic {
+                    dyn_accepted += accepted;
                     dyn_seqs += 1;
                 }
-                (out.tokens, out.accepted)
+            }
+            let logprob_rows: Option<Vec<TokenLogprob>> = match (&out, state.logprobs) {
+                (StepOutput::Logits(logits), Some(n)) => Some(
+                    tokens
+                        .iter()
+                        .enumerate()
+                        .map(|(i, &t)| token_logprobs(logits.row(r.first_logit + i), t, n as usize))
+                        .collect(),
+                ),
+                _ => None,
             };
-            let logprob_rows: Option<Vec<TokenLogprob>> = state.logprobs.map(|n| {
-                tokens
-                    .iter()
-                    .enumerate()
-                    .map(|(i, &t)| token_logprobs(row(i), t, n as usize))
-                    .collect()
-            });
             if let Some(reason) = self.emit(r.id, tokens, logprob_rows) {
                 self.finish(r.id, reason, shared);
             } else {
@@ -639,6 +709,15 @@ impl EngineCore {
         self.proposer.finish(id, completed);
         if let Some(seq) = seq {
             r.usage.cached_tokens = seq.cached_prompt_tokens as u32;
+            if let (true, Some(t)) = (completed, self.trace.as_mut()) {
+                let (prompt, output) = seq.tokens.split_at(seq.prompt_len);
+                let why = if reason == FinishReason::Stop {
+                    "stop"
+                } else {
+                    "length"
+                };
+                t.record(r.workload.as_deref(), &r.request_id, prompt, output, why);
+            }
         }
         self.metrics.count_finish(reason);
         let now = Instant::now();

@@ -14,6 +14,7 @@ pub mod scheduler;
 pub mod sequence;
 pub mod spec;
 pub mod stop;
+mod trace;
 
 pub use api::*;
 pub use config::{EngineConfig, KPolicy, KProfile, ProposerKind, SpecConfig, SuffixParams};

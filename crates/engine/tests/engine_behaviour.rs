@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use common::*;
 use wring_engine::{
-    EngineEvent, FinishReason, GenerateRequest, ProposerKind, SamplingParams, SpecConfig,
-    SubmitError,
+    EngineConfig, EngineEvent, FinishReason, GenerateRequest, ProposerKind, SamplingParams,
+    SpecConfig, SubmitError,
 };
 
 fn france(engine_info: &wring_engine::EngineInfo) -> Vec<u32> {
@@ -221,4 +221,42 @@ fn preemption_and_prefix_caching_keep_outputs_identical() {
     );
     assert_eq!(m.kv_blocks_used, 0);
     stop(engine);
+}
+
+/// `trace_out` writes every completed request, with its exact ids and workload tag, in the
+/// format the offline drafter evaluator replays.
+#[test]
+fn trace_out_records_completed_requests_for_drafter_eval() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("trace.jsonl");
+    let (engine, info) = start(EngineConfig {
+        trace_out: Some(path.clone()),
+        ..config(4, SpecConfig::default())
+    });
+    let prompt = france(&info);
+    let reqs: Vec<GenerateRequest> = [("humaneval", 12), ("mbpp", 5)]
+        .iter()
+        .map(|&(tag, n)| {
+            let mut r = greedy(&prompt, n);
+            r.request_id = format!("req-{tag}");
+            r.spec.workload = Some(tag.to_string());
+            r
+        })
+        .collect();
+    let outs = run_all(&engine, reqs);
+    wait_idle(&engine);
+    let text = std::fs::read_to_string(&path).unwrap();
+    let trace = wring_suffix::replay::parse_trace(&text).expect("a valid drafter-eval trace");
+    assert_eq!(trace.len(), 2);
+    // Lines come in finishing order; match them to requests by tag.
+    for (tag, o) in ["humaneval", "mbpp"].iter().zip(&outs) {
+        let t = trace
+            .iter()
+            .find(|t| t.corpus == *tag)
+            .expect("every tag traced");
+        assert_eq!(t.prompt_ids, prompt);
+        assert_eq!(t.output_ids, o.ids);
+    }
+    assert!(text.contains("\"source_id\":\"req-mbpp\""));
+    assert!(text.contains("\"finish_reason\":\"length\""));
 }

@@ -147,7 +147,7 @@ impl LoadedModel {
             .div_ceil(opts.block_size);
         if num_blocks < min_blocks {
             bail!(
-                "a KV cache of {} MiB holds {num_blocks} blocks of {} tokens, fewer than one sequence of {} tokens needs ({min_blocks}); raise --kv-cache-memory or lower --max-model-len",
+                "a KV cache of {} MiB holds {num_blocks} blocks of {} tokens, fewer than one sequence of {} tokens needs ({min_blocks}); raise --kv-cache-memory (or --kv-cache-mib) or lower --max-model-len",
                 opts.kv_cache_bytes >> 20,
                 opts.block_size,
                 opts.max_model_len

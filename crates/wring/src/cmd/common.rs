@@ -28,6 +28,10 @@ pub struct ModelArgs {
     /// Memory for the KV cache, in MiB.
     #[arg(long, default_value_t = 2048)]
     pub kv_cache_mib: usize,
+    /// Memory for the KV cache as a size (vLLM's flag): bytes, or with a unit (512MiB, 2GiB, 1.5GB);
+    /// overrides --kv-cache-mib.
+    #[arg(long, value_parser = parse_byte_size, conflicts_with = "kv_cache_mib")]
+    pub kv_cache_memory: Option<usize>,
     /// Tokens per KV block.
     #[arg(long, default_value_t = 16)]
     pub block_size: usize,
@@ -54,6 +58,10 @@ pub struct EngineArgs {
     /// Turn off automatic prefix caching of KV blocks.
     #[arg(long)]
     pub no_prefix_caching: bool,
+    /// Write each completed request's prompt and output token ids to this JSONL file (the trace
+    /// format `wring drafter-eval --trace` replays; `corpus` is the request's workload tag).
+    #[arg(long, value_name = "FILE")]
+    pub trace_out: Option<std::path::PathBuf>,
     #[command(flatten)]
     pub spec: SpecArgs,
 }
@@ -171,6 +179,7 @@ impl EngineArgs {
             max_waiting: self.max_waiting,
             enable_prefix_caching: !self.no_prefix_caching,
             spec: self.spec.to_config()?,
+            trace_out: self.trace_out.clone(),
         };
         cfg.validate()?;
         Ok(cfg)
@@ -208,7 +217,10 @@ pub fn start_engine(args: &CommonArgs) -> anyhow::Result<(EngineHandle, EngineIn
     };
     let runner_opts = RunnerOptions {
         device,
-        kv_cache_bytes: args.model.kv_cache_mib << 20,
+        kv_cache_bytes: args
+            .model
+            .kv_cache_memory
+            .unwrap_or(args.model.kv_cache_mib << 20),
         block_size: args.model.block_size,
         max_num_seqs: cfg.max_num_seqs,
         max_model_len,
@@ -236,4 +248,54 @@ pub fn encode_prompt(info: &EngineInfo, text: &str) -> anyhow::Result<Vec<u32>> 
     }
     ids.extend(info.tokenizer.encode(text)?);
     Ok(ids)
+}
+
+/// Parses a byte size: plain bytes, or a number with a unit (KiB/MiB/GiB/TiB binary, KB/MB/GB/TB decimal,
+/// K/M/G/T read as binary like vLLM's human-readable sizes), case-insensitive.
+pub fn parse_byte_size(s: &str) -> Result<usize, String> {
+    let t = s.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let value: f64 = num
+        .parse()
+        .map_err(|_| format!("{s:?} is not a size (examples: 2GiB, 512MiB, 1073741824)"))?;
+    let mult: f64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1.0,
+        "k" | "kib" => 1024.0,
+        "m" | "mib" => 1024.0 * 1024.0,
+        "g" | "gib" => 1024.0 * 1024.0 * 1024.0,
+        "t" | "tib" => 1024f64.powi(4),
+        "kb" => 1e3,
+        "mb" => 1e6,
+        "gb" => 1e9,
+        "tb" => 1e12,
+        u => {
+            return Err(format!(
+                "unknown size unit {u:?} in {s:?} (use B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)"
+            ))
+        }
+    };
+    let bytes = value * mult;
+    if !bytes.is_finite() || bytes < 1.0 || bytes > usize::MAX as f64 {
+        return Err(format!("{s:?} is not a usable size"));
+    }
+    Ok(bytes as usize)
+}
+
+#[cfg(test)]
+mod byte_size_tests {
+    use super::parse_byte_size;
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_byte_size("1024"), Ok(1024));
+        assert_eq!(parse_byte_size("2GiB"), Ok(2 << 30));
+        assert_eq!(parse_byte_size("512mib"), Ok(512 << 20));
+        assert_eq!(parse_byte_size("1.5G"), Ok(3 << 29));
+        assert_eq!(parse_byte_size("2GB"), Ok(2_000_000_000));
+        assert!(parse_byte_size("lots").is_err());
+        assert!(parse_byte_size("2 parsecs").is_err());
+        assert!(parse_byte_size("0").is_err());
+    }
 }
