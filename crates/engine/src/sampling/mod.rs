@@ -43,6 +43,17 @@ impl RequestSampler {
         self.params.temperature == 0.0
     }
 
+    /// Whether the next token is always the argmax of the raw logits: greedy (or
+    /// top-k 1) with no penalty that could move it. Then the engine may ask the runner
+    /// for ids alone (`ModelRunner::forward_greedy`) instead of whole logit rows.
+    pub fn argmax_only(&self) -> bool {
+        let p = &self.params;
+        (p.temperature == 0.0 || p.top_k == 1)
+            && p.repetition_penalty == 1.0
+            && p.presence_penalty == 0.0
+            && p.frequency_penalty == 0.0
+    }
+
     /// The distribution the next token is drawn from, given the model's raw logits
     /// and the tokens emitted so far.
     pub fn distribution(&self, raw_logits: &[f32]) -> Distribution {
