@@ -35,6 +35,8 @@ enum Command {
     Tune(cmd::bench::TuneArgs),
     /// Build a markdown report, charts and a decision tree from benchmark results.
     Report(cmd::bench::ReportArgs),
+    /// Distribution-equivalence gate: may a candidate model replace the reference? (exit 0 PASS, 1 FAIL, 2 error)
+    Gate(cmd::gate::Args),
 }
 
 fn main() {
@@ -49,6 +51,7 @@ fn main() {
         Command::Bench(a) => cmd::bench::run(a),
         Command::Tune(a) => cmd::bench::run_tune(a),
         Command::Report(a) => cmd::bench::run_report(a),
+        Command::Gate(a) => cmd::gate::run(a),
     };
     if let Err(e) = result {
         eprintln!("error: {e:#}");

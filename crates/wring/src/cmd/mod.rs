@@ -4,6 +4,7 @@ pub mod bench;
 pub mod chat;
 pub mod common;
 pub mod drafter_eval;
+pub mod gate;
 pub mod generate;
 pub mod pull;
 pub mod serve;

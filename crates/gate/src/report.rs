@@ -1,0 +1,195 @@
+//! The gate's result: a JSON document with every metric, and a one-screen summary.
+
+use serde::Serialize;
+use std::fmt::Write as _;
+
+use crate::metrics::{Metrics, Thresholds, Verdict};
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ModelInfo {
+    /// As given on the command line (path, hub id, or the default model's name).
+    pub model: String,
+    pub name: String,
+    pub device: String,
+    /// CPU weight format (f32 | q8); absent on other devices.
+    pub cpu_weights: Option<String>,
+    pub load_seconds: f64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct CorpusResult {
+    pub corpus: String,
+    pub streams: usize,
+    pub verdict: Verdict,
+    pub metrics: Metrics,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct NoiseFloor {
+    /// `batch` or `precision`.
+    pub kind: String,
+    pub description: String,
+    /// Whether every logit was bitwise identical (batch floor only).
+    pub bitwise_identical: Option<bool>,
+    pub metrics: Metrics,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct GateReport {
+    /// PASS or FAIL.
+    pub verdict: String,
+    pub checks: Verdict,
+    pub thresholds: Thresholds,
+    pub verdict_rule: String,
+    pub reference: ModelInfo,
+    pub candidate: ModelInfo,
+    /// Which tokens the metrics are computed over.
+    pub scored_tokens: String,
+    pub corpora: Vec<String>,
+    pub streams: usize,
+    pub prompt_tokens: usize,
+    pub truncated_prompts: usize,
+    pub max_prompt_tokens: usize,
+    pub max_new_tokens: usize,
+    pub scored_positions: usize,
+    /// Streams whose reference continuation ended at an end-of-sequence token.
+    pub eos_stopped_streams: usize,
+    /// Prompts the candidate's tokenizer encodes differently (the reference's ids are used).
+    pub tokenizer_mismatch_prompts: usize,
+    /// Candidate vs reference over all scored positions.
+    pub metrics: Metrics,
+    pub per_corpus: Vec<CorpusResult>,
+    pub noise_floor: Vec<NoiseFloor>,
+    pub generate_seconds: f64,
+    pub score_seconds: f64,
+    pub total_seconds: f64,
+}
+
+impl GateReport {
+    pub fn passed(&self) -> bool {
+        self.checks.pass
+    }
+
+    /// A readable one-screen summary.
+    pub fn summary(&self) -> String {
+        let mut s = String::new();
+        let w = |m: &ModelInfo| {
+            format!(
+                "{} ({}{})",
+                m.model,
+                m.device,
+                m.cpu_weights
+                    .as_deref()
+                    .map(|w| format!(", {w} weights"))
+                    .unwrap_or_default()
+            )
+        };
+        let m = &self.metrics;
+        let _ = writeln!(s, "wring gate: {}", self.verdict);
+        let _ = writeln!(s, "  reference  {}", w(&self.reference));
+        let _ = writeln!(s, "  candidate  {}", w(&self.candidate));
+        let _ = writeln!(
+            s,
+            "  streams    {} from {} ({} prompt tokens, {} cut to {}), {} scored positions ({} continuations ended at EOS)",
+            self.streams,
+            self.corpora.join(","),
+            self.prompt_tokens,
+            self.truncated_prompts,
+            self.max_prompt_tokens,
+            self.scored_positions,
+            self.eos_stopped_streams
+        );
+        let _ = writeln!(
+            s,
+            "  scored     the reference's greedy continuation tokens (≤{} per stream), each from its prefix",
+            self.max_new_tokens
+        );
+        if self.tokenizer_mismatch_prompts > 0 {
+            let _ = writeln!(
+                s,
+                "  note       {} prompts tokenize differently with the candidate's tokenizer (reference ids used)",
+                self.tokenizer_mismatch_prompts
+            );
+        }
+        let ok = |b: bool| if b { "ok" } else { "FAIL" };
+        let _ = writeln!(
+            s,
+            "  max |Δ logprob| {:.4}  (≤ {})  {}",
+            m.max_abs_logprob_diff,
+            self.thresholds.max_logprob_diff,
+            ok(self.checks.logprob_ok)
+        );
+        let _ = writeln!(
+            s,
+            "  ppl_rel         {:+.5} (|·| ≤ {})  {}   ppl ref {:.4} cand {:.4}",
+            m.ppl_rel,
+            self.thresholds.max_ppl_rel,
+            ok(self.checks.ppl_ok),
+            m.ppl_ref,
+            m.ppl_cand
+        );
+        let _ = writeln!(
+            s,
+            "  token match {:.2}%   same top {:.2}%   mean |Δ logprob| {:.5}",
+            100.0 * m.token_match,
+            100.0 * m.same_top,
+            m.mean_abs_logprob_diff
+        );
+        let _ = writeln!(
+            s,
+            "  KLD  mean {:.6}  median {:.6}  p99 {:.6}  max {:.6}",
+            m.kld_mean, m.kld_median, m.kld_p99, m.kld_max
+        );
+        let d = &m.delta_p;
+        let _ = writeln!(
+            s,
+            "  Δp   min {:+.4} p1 {:+.4} p5 {:+.4} p10 {:+.4} med {:+.4} p90 {:+.4} p95 {:+.4} p99 {:+.4} max {:+.4}  RMS {:.4}",
+            d.min, d.p1, d.p5, d.p10, d.median, d.p90, d.p95, d.p99, d.max, m.delta_p_rms
+        );
+        if !self.noise_floor.is_empty() {
+            let _ = writeln!(s, "  noise floor (reference vs itself):");
+            for f in &self.noise_floor {
+                let bits = match f.bitwise_identical {
+                    Some(true) => " — bitwise identical logits",
+                    Some(false) => " — logits differ",
+                    None => "",
+                };
+                let _ = writeln!(
+                    s,
+                    "    {:<9} max |Δ logprob| {:.4}  ppl_rel {:+.5}  KLD mean {:.6}  same top {:.2}%{bits}",
+                    f.kind,
+                    f.metrics.max_abs_logprob_diff,
+                    f.metrics.ppl_rel,
+                    f.metrics.kld_mean,
+                    100.0 * f.metrics.same_top
+                );
+            }
+        }
+        if self.per_corpus.len() > 1 {
+            let _ = writeln!(
+                s,
+                "  {:<30} {:>5} {:>9} {:>9} {:>9} {:>7}",
+                "per corpus", "pos", "max|Δlp|", "ppl_rel", "KLD mean", "match"
+            );
+            for c in &self.per_corpus {
+                let _ = writeln!(
+                    s,
+                    "  {:<30} {:>5} {:>9.4} {:>+9.5} {:>9.6} {:>6.1}%  {}",
+                    c.corpus,
+                    c.metrics.positions,
+                    c.metrics.max_abs_logprob_diff,
+                    c.metrics.ppl_rel,
+                    c.metrics.kld_mean,
+                    100.0 * c.metrics.token_match,
+                    if c.verdict.pass { "pass" } else { "FAIL" }
+                );
+            }
+        }
+        let _ = writeln!(
+            s,
+            "  time: generate {:.1}s, score {:.1}s, total {:.1}s",
+            self.generate_seconds, self.score_seconds, self.total_seconds
+        );
+        s
+    }
+}

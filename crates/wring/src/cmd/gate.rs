@@ -1,0 +1,126 @@
+//! `wring gate`: may a candidate model replace the reference? Teacher-forced comparison on
+//! corpus prompts and the reference's own continuations, with a noise floor and a verdict.
+
+use anyhow::Context;
+use std::path::PathBuf;
+use wring_gate::{GateConfig, ModelChoice, NoiseFloorKind, Thresholds};
+use wring_model::{CpuWeights, LoadFormat, ModelSpec};
+
+#[derive(clap::Args, Debug)]
+#[command(
+    after_help = "Streams: each prompt (first user turn from the corpora, chat template applied as the server \
+does, cut to --max-prompt-tokens) is followed by the REFERENCE model's greedy continuation of up to \
+--max-new-tokens tokens (stopping at end-of-sequence). Both models are teacher-forced on exactly those \
+token ids; the metrics cover the continuation tokens, each predicted from the prefix before it.\n\n\
+Metrics: token match (candidate argmax = the next token), max |Δ logprob| of the next token, \
+ppl_rel = ppl_cand/ppl_ref − 1, KLD(ref‖cand) mean/median/p99/max over full distributions, same-top-token \
+rate, Δp = p_cand − p_ref percentiles and RMS. Log-softmax in f64.\n\n\
+Verdict: PASS iff max |Δ logprob| ≤ --max-logprob-diff AND |ppl_rel| ≤ --max-ppl-rel.\n\n\
+Exit status: 0 PASS, 1 FAIL, 2 error (bad flags, a model or corpus that does not load, …)."
+)]
+pub struct Args {
+    /// Reference model: a .gguf file, a Hugging Face directory, ORG/NAME, or `default`.
+    #[arg(long)]
+    pub reference: String,
+    /// Candidate model (same forms); must share the reference's vocabulary.
+    #[arg(long)]
+    pub candidate: String,
+    /// Corpus: all (the six file-backed corpora), a name, or a comma-separated list
+    /// (sharegpt, humaneval, mbpp, swebench, wildchat, lmsys, mix).
+    #[arg(long, default_value = "all")]
+    pub corpus: String,
+    /// Directory with the shared corpora.
+    #[arg(long, default_value = "../shared/corpora")]
+    pub corpus_dir: PathBuf,
+    /// Prompts per corpus.
+    #[arg(long, default_value_t = 8)]
+    pub num_prompts: usize,
+    /// Reference continuation length (tokens scored per stream).
+    #[arg(long, default_value_t = 64)]
+    pub max_new_tokens: usize,
+    /// Longer prompts have their user turn cut to fit (the template is kept).
+    #[arg(long, default_value_t = 512)]
+    pub max_prompt_tokens: usize,
+    /// Streams run together in one forward step.
+    #[arg(long, default_value_t = 8)]
+    pub batch_streams: usize,
+    /// Largest allowed max |Δ logprob| (study default).
+    #[arg(long, default_value_t = 0.5)]
+    pub max_logprob_diff: f64,
+    /// Largest allowed |ppl_cand/ppl_ref − 1| (study default).
+    #[arg(long, default_value_t = 0.1)]
+    pub max_ppl_rel: f64,
+    /// Noise floor: batch (reference one stream at a time vs batched), precision (batch, plus
+    /// the reference with the other CPU weight format, f32 ↔ q8), none.
+    #[arg(long, default_value = "batch")]
+    pub noise_floor: NoiseFloorKind,
+    /// Write the full result as JSON here.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+    /// cpu | cuda | cuda:N, for both models.
+    #[arg(long, default_value = "cpu")]
+    pub device: String,
+    /// CPU weight format of the reference (f32 | q8).
+    #[arg(long, default_value = "f32")]
+    pub reference_cpu_weights: CpuWeights,
+    /// CPU weight format of the candidate (f32 | q8).
+    #[arg(long, default_value = "f32")]
+    pub candidate_cpu_weights: CpuWeights,
+    /// No progress bars.
+    #[arg(long)]
+    pub quiet: bool,
+}
+
+fn choice(model: &str, device: wring_model::Device, w: CpuWeights) -> ModelChoice {
+    ModelChoice {
+        spec: ModelSpec {
+            model: Some(model.to_string()),
+            load_format: LoadFormat::Auto,
+            model_shape: None,
+        },
+        device,
+        cpu_weights: w,
+    }
+}
+
+fn gate(a: Args) -> anyhow::Result<bool> {
+    let device = a
+        .device
+        .parse::<wring_model::Device>()
+        .with_context(|| format!("--device {:?}", a.device))?;
+    let mut cfg = GateConfig::new(
+        choice(&a.reference, device, a.reference_cpu_weights),
+        choice(&a.candidate, device, a.candidate_cpu_weights),
+    );
+    cfg.corpus = a.corpus;
+    cfg.corpus_dir = a.corpus_dir;
+    cfg.num_prompts = a.num_prompts;
+    cfg.max_new_tokens = a.max_new_tokens;
+    cfg.max_prompt_tokens = a.max_prompt_tokens;
+    cfg.batch_streams = a.batch_streams;
+    cfg.thresholds = Thresholds {
+        max_logprob_diff: a.max_logprob_diff,
+        max_ppl_rel: a.max_ppl_rel,
+    };
+    cfg.noise_floor = a.noise_floor;
+    cfg.progress = !a.quiet;
+    let report = wring_gate::run_gate(&cfg)?;
+    if let Some(path) = &a.json {
+        let text = serde_json::to_string_pretty(&report)?;
+        std::fs::write(path, text + "\n").with_context(|| format!("writing {}", path.display()))?;
+    }
+    print!("{}", report.summary());
+    Ok(report.passed())
+}
+
+/// Runs the gate and exits: 0 PASS, 1 FAIL, 2 error.
+pub fn run(a: Args) -> ! {
+    match gate(a) {
+        Ok(true) => std::process::exit(0),
+        Ok(false) => std::process::exit(1),
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::exit(2)
+        }
+    }
+}
