@@ -211,11 +211,12 @@ impl<B: Backend> LlamaRunner<B> {
     }
 }
 
+/// First index of the largest value; NaN never wins (the engine's `argmax` rule).
 fn host_argmax(row: &[f32]) -> u32 {
-    let mut best = 0;
+    let (mut best, mut best_v) = (0, f32::NEG_INFINITY);
     for (i, &x) in row.iter().enumerate() {
-        if x > row[best] {
-            best = i;
+        if x > best_v {
+            (best, best_v) = (i, x);
         }
     }
     best as u32
