@@ -7,6 +7,7 @@
 //! fixed buffers before anything is launched (what a captured graph needs).
 
 pub mod cpu;
+pub mod quant;
 mod step;
 
 pub use step::{Logits, SeqInput, StepInput};
@@ -69,6 +70,17 @@ pub trait Backend: Send {
 
     fn name(&self) -> String;
     fn upload_matrix(&mut self, m: HostMatrix) -> anyhow::Result<Self::Matrix>;
+    /// Uploads a quantized weight. The default dequantises it to f32 and calls
+    /// [`Backend::upload_matrix`] (correct everywhere, no memory saved); backends with
+    /// kernels for the scheme keep it quantized.
+    fn upload_quantized(&mut self, m: quant::QuantMatrix) -> anyhow::Result<Self::Matrix> {
+        let data = m.dequantize();
+        self.upload_matrix(HostMatrix {
+            rows: m.rows,
+            cols: m.cols,
+            data,
+        })
+    }
     fn upload_vector(&mut self, v: &[f32]) -> anyhow::Result<Self::Vector>;
     /// Allocates the paged KV pool once.
     fn alloc_kv(&mut self, spec: KvSpec) -> anyhow::Result<()>;

@@ -15,7 +15,7 @@ use crate::weights::{hf_name, WeightSource};
 use crate::LoadedModel;
 use anyhow::{anyhow, bail, ensure, Context, Result};
 use half::bf16;
-use safetensors::Dtype;
+pub use safetensors::Dtype;
 use serde_json::{json, Value};
 use std::path::Path;
 

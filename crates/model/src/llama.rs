@@ -53,7 +53,7 @@ impl<B: Backend> LlamaRunner<B> {
         for l in 0..cfg.num_layers {
             let n = |s: &str| format!("blk.{l}.{s}");
             let mut mat = |s: &str, rows, cols| -> Result<B::Matrix> {
-                backend.upload_matrix(src.matrix(&n(s), rows, cols)?)
+                src.weight(&n(s), rows, cols)?.upload(&mut backend)
             };
             let (q, k, v, o) = (
                 mat("attn_q.weight", qd, h)?,
@@ -97,7 +97,10 @@ impl<B: Backend> LlamaRunner<B> {
         }
         let norm = backend.upload_vector(&src.vector("output_norm.weight", h)?)?;
         let lm_head = if src.has(&cfg, "output.weight") {
-            Some(backend.upload_matrix(src.matrix("output.weight", cfg.vocab_size, h)?)?)
+            Some(
+                src.weight("output.weight", cfg.vocab_size, h)?
+                    .upload(&mut backend)?,
+            )
         } else {
             None
         };

@@ -11,7 +11,8 @@ use memmap2::Mmap;
 use rand::{Rng, SeedableRng};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use wring_backend::HostMatrix;
+use wring_backend::quant::{PartDtype, QuantMatrix, Scheme};
+use wring_backend::{Backend, HostMatrix};
 
 pub enum WeightSource {
     Gguf(GgufFile),
@@ -23,6 +24,63 @@ pub enum WeightSource {
 pub struct SafetensorsSet {
     shards: Vec<(PathBuf, Mmap)>,
     index: HashMap<String, usize>,
+    /// Set when `config.json` says the linear weights are quantized by `wring quantize`.
+    pub quant: Option<QuantConfig>,
+}
+
+/// A stored tensor as it is in the file: (dtype, shape, little-endian bytes).
+type RawTensor<'a> = (safetensors::Dtype, Vec<usize>, &'a [u8]);
+
+/// `quantization_config` of a checkpoint written by `wring quantize`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct QuantConfig {
+    pub scheme: Scheme,
+    pub group_size: Option<usize>,
+}
+
+impl QuantConfig {
+    /// Reads `quantization_config` (None when absent); other tools' methods are refused.
+    pub fn from_config_json(cfg: &serde_json::Value) -> Result<Option<Self>> {
+        let Some(q) = cfg.get("quantization_config").filter(|v| !v.is_null()) else {
+            return Ok(None);
+        };
+        let method = q.get("quant_method").and_then(|v| v.as_str()).unwrap_or("");
+        ensure!(
+            method == "wring",
+            "quantization_config.quant_method {method:?} is not supported: wring runs checkpoints quantized by `wring quantize` (quant_method \"wring\"); use the unquantized checkpoint"
+        );
+        let scheme: Scheme = q
+            .get("scheme")
+            .and_then(|v| v.as_str())
+            .ok_or_else(|| anyhow!("quantization_config.scheme is missing"))?
+            .parse()?;
+        let group_size = q
+            .get("group_size")
+            .and_then(|v| v.as_u64())
+            .map(|v| v as usize);
+        Ok(Some(Self { scheme, group_size }))
+    }
+}
+
+/// A linear weight as stored: dense f32 or quantized.
+pub enum Weight {
+    Dense(HostMatrix),
+    Quant(QuantMatrix),
+}
+
+impl Weight {
+    /// Hands the weight to the backend (quantized weights through `upload_quantized`).
+    pub fn upload<B: Backend>(self, b: &mut B) -> Result<B::Matrix> {
+        match self {
+            Weight::Dense(m) => b.upload_matrix(m),
+            Weight::Quant(m) => b.upload_quantized(m),
+        }
+    }
+}
+
+/// The name prefix of a quantized tensor's parts: `x.weight` → `x`.
+fn quant_prefix(hf: &str) -> &str {
+    hf.strip_suffix(".weight").unwrap_or(hf)
 }
 
 impl SafetensorsSet {
@@ -65,7 +123,73 @@ impl SafetensorsSet {
             }
             shards.push((path, mmap));
         }
-        Ok(Self { shards, index })
+        let quant = match crate::tokenizer::read_json(&dir.join("config.json")) {
+            Ok(cfg) => QuantConfig::from_config_json(&cfg)
+                .with_context(|| format!("{}/config.json", dir.display()))?,
+            Err(_) => None,
+        };
+        Ok(Self {
+            shards,
+            index,
+            quant,
+        })
+    }
+
+    /// Raw bytes of a tensor: (dtype, shape, data).
+    fn raw(&self, name: &str) -> Result<Option<RawTensor<'_>>> {
+        let Some(&i) = self.index.get(name) else {
+            return Ok(None);
+        };
+        let (path, mmap) = &self.shards[i];
+        let st = safetensors::SafeTensors::deserialize(mmap)
+            .map_err(|e| anyhow!("{}: {e}", path.display()))?;
+        let t = st
+            .tensor(name)
+            .map_err(|e| anyhow!("{}: tensor {name}: {e}", path.display()))?;
+        Ok(Some((t.dtype(), t.shape().to_vec(), t.data())))
+    }
+
+    /// The quantized matrix stored as `<prefix>.qweight`, `.scales`, … (None when the
+    /// checkpoint holds no `<prefix>.qweight`).
+    fn quant_matrix(&self, hf: &str, rows: usize, cols: usize) -> Result<Option<QuantMatrix>> {
+        let prefix = quant_prefix(hf);
+        if !self.index.contains_key(&format!("{prefix}.qweight")) {
+            return Ok(None);
+        }
+        let q = self.quant.as_ref().ok_or_else(|| {
+            anyhow!(
+                "tensor {prefix}.qweight is quantized but config.json has no quantization_config"
+            )
+        })?;
+        let mut parts = HashMap::new();
+        for suffix in wring_backend::quant::part_suffixes(q.scheme)
+            .iter()
+            .chain(&["smooth"])
+        {
+            let name = format!("{prefix}.{suffix}");
+            if let Some((dtype, shape, data)) = self.raw(&name)? {
+                use safetensors::Dtype;
+                let d = match dtype {
+                    Dtype::I8 => PartDtype::I8,
+                    Dtype::U8 => PartDtype::U8,
+                    Dtype::F16 => PartDtype::F16,
+                    Dtype::F32 => PartDtype::F32,
+                    Dtype::F8_E4M3 => PartDtype::F8E4M3,
+                    d => bail!("tensor {name}: dtype {d:?} is not a {} part", q.scheme),
+                };
+                parts.insert(*suffix, (d, shape, data));
+            }
+        }
+        let m = QuantMatrix::from_parts(q.scheme, rows, cols, q.group_size, |s| {
+            parts.get(s).cloned()
+        })
+        .map_err(|e| {
+            anyhow!(
+                "tensor {prefix}{e} ({} checkpoint, expected [{rows}, {cols}])",
+                q.scheme
+            )
+        })?;
+        Ok(Some(m))
     }
 
     fn tensor(&self, name: &str) -> Result<Option<(Vec<usize>, Vec<f32>)>> {
@@ -136,7 +260,12 @@ impl WeightSource {
     pub fn has(&self, cfg: &ModelConfig, name: &str) -> bool {
         match self {
             WeightSource::Gguf(g) => g.tensors.contains_key(name),
-            WeightSource::Safetensors(s) => s.index.contains_key(&hf_name(name)),
+            WeightSource::Safetensors(s) => {
+                let hf = hf_name(name);
+                s.index.contains_key(&hf)
+                    || s.index
+                        .contains_key(&format!("{}.qweight", quant_prefix(&hf)))
+            }
             WeightSource::Dummy { .. } => {
                 !(name == "output.weight" && cfg.tie_word_embeddings)
                     && (cfg.attention_bias || !name.ends_with(".bias"))
@@ -144,7 +273,18 @@ impl WeightSource {
         }
     }
 
-    /// A linear weight `[rows=out][cols=in]`.
+    /// A linear weight `[rows=out][cols=in]` as stored: quantized when the checkpoint
+    /// holds it quantized, else dense f32.
+    pub fn weight(&self, name: &str, rows: usize, cols: usize) -> Result<Weight> {
+        if let WeightSource::Safetensors(s) = self {
+            if let Some(q) = s.quant_matrix(&hf_name(name), rows, cols)? {
+                return Ok(Weight::Quant(q));
+            }
+        }
+        Ok(Weight::Dense(self.matrix(name, rows, cols)?))
+    }
+
+    /// A linear weight `[rows=out][cols=in]` in f32 (quantized weights dequantised).
     pub fn matrix(&self, name: &str, rows: usize, cols: usize) -> Result<HostMatrix> {
         let data = match self {
             WeightSource::Gguf(g) => {
@@ -154,6 +294,13 @@ impl WeightSource {
             }
             WeightSource::Safetensors(s) => {
                 let hf = hf_name(name);
+                if let Some(q) = s.quant_matrix(&hf, rows, cols)? {
+                    return Ok(HostMatrix {
+                        rows,
+                        cols,
+                        data: q.dequantize(),
+                    });
+                }
                 let (shape, data) = s
                     .tensor(&hf)?
                     .ok_or_else(|| anyhow!("tensor {hf} is missing from the checkpoint"))?;

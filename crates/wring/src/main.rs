@@ -27,6 +27,8 @@ enum Command {
     Chat(cmd::chat::Args),
     /// Serve the OpenAI-compatible HTTP API.
     Serve(cmd::serve::Args),
+    /// Write a quantized copy of a model (int8, int4 with AWQ+GPTQ, fp8, nvfp4) as a Hugging Face directory.
+    Quantize(cmd::quantize::Args),
     /// Replay token traces through the suffix drafter offline and report acceptance and speed.
     DrafterEval(cmd::drafter_eval::Args),
     /// Trace-replay benchmark against an OpenAI-compatible server.
@@ -47,6 +49,7 @@ fn main() {
         Command::Generate(a) => cmd::generate::run(a),
         Command::Chat(a) => cmd::chat::run(a),
         Command::Serve(a) => cmd::serve::run(a),
+        Command::Quantize(a) => cmd::quantize::run(a),
         Command::DrafterEval(a) => cmd::drafter_eval::run(a),
         Command::Bench(a) => cmd::bench::run(a),
         Command::Tune(a) => cmd::bench::run_tune(a),

@@ -8,7 +8,9 @@
 
 mod kernels;
 pub mod q8;
+pub mod qmatmul;
 
+use crate::quant::QuantMatrix;
 use crate::{AttnShape, Backend, HostMatrix, KvSpec, RopeSpec, StepInput};
 use anyhow::{ensure, Result};
 use rayon::prelude::*;
@@ -31,6 +33,8 @@ pub enum CpuMatrix {
         data: Vec<f32>,
     },
     Q8(q8::Q8Matrix),
+    /// A checkpoint's quantized weights (`wring quantize`), run by [`qmatmul`].
+    Quant(QuantMatrix),
 }
 
 impl CpuMatrix {
@@ -38,6 +42,16 @@ impl CpuMatrix {
         match self {
             CpuMatrix::F32 { rows, cols, .. } => (*rows, *cols),
             CpuMatrix::Q8(m) => (m.rows, m.cols),
+            CpuMatrix::Quant(m) => (m.rows, m.cols),
+        }
+    }
+
+    /// Bytes of weight data held.
+    pub fn nbytes(&self) -> usize {
+        match self {
+            CpuMatrix::F32 { data, .. } => 4 * data.len(),
+            CpuMatrix::Q8(m) => m.quants.len() + 4 * m.scales.len(),
+            CpuMatrix::Quant(m) => m.nbytes(),
         }
     }
 }
@@ -117,6 +131,10 @@ impl Backend for CpuBackend {
         })
     }
 
+    fn upload_quantized(&mut self, m: QuantMatrix) -> Result<CpuMatrix> {
+        Ok(CpuMatrix::Quant(m))
+    }
+
     fn upload_vector(&mut self, v: &[f32]) -> Result<CpuVector> {
         Ok(CpuVector(v.to_vec()))
     }
@@ -154,6 +172,11 @@ impl Backend for CpuBackend {
                     let (q, s) = m.row(t);
                     data.extend(q.iter().enumerate().map(|(i, &v)| v as f32 * s[i / q8::QK]));
                 }
+                CpuMatrix::Quant(m) => {
+                    let start = data.len();
+                    data.resize(start + cols, 0.0);
+                    m.dequantize_row(t, &mut data[start..]);
+                }
             }
         }
         CpuTensor {
@@ -187,6 +210,7 @@ impl Backend for CpuBackend {
         let mut out = match w {
             CpuMatrix::F32 { data, .. } => kernels::matmul_t(&x.data, x.rows, data, rows, cols),
             CpuMatrix::Q8(m) => kernels::matmul_q8(&x.data, x.rows, m),
+            CpuMatrix::Quant(m) => qmatmul::matmul_quant(&x.data, x.rows, m),
         };
         if let Some(b) = bias {
             for row in out.chunks_mut(rows) {

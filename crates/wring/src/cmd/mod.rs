@@ -7,6 +7,7 @@ pub mod drafter_eval;
 pub mod gate;
 pub mod generate;
 pub mod pull;
+pub mod quantize;
 pub mod serve;
 
 /// Logs go to stderr; `RUST_LOG` overrides the default `info`.
