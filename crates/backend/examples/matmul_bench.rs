@@ -1,5 +1,6 @@
-//! Matmul throughput of the CPU kernels (f32 and q8) at prefill and decode shapes.
-//! `cargo run --release -p wring-backend --example matmul_bench`
+//! Matmul throughput of the CPU kernels (f32, q8, and the checkpoint schemes int8, int4,
+//! fp8, nvfp4 of `wring quantize`) at prefill and decode shapes.
+//! `RAYON_NUM_THREADS=1 cargo run --release -p wring-backend --example matmul_bench`
 use std::time::Instant;
 
 /// CPU seconds this process has used (user + system), from /proc: shared machines
@@ -16,7 +17,8 @@ fn cpu_seconds() -> f64 {
         + f.get(12).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
     ticks / 100.0
 }
-use wring_backend::cpu::{q8::Q8Matrix, CpuBackend};
+use wring_backend::cpu::{q8::Q8Matrix, qmatmul::matmul_quant, CpuBackend};
+use wring_backend::quant::{QuantMatrix, Scheme};
 
 fn main() {
     let _ = CpuBackend::new(Default::default());
@@ -25,6 +27,10 @@ fn main() {
         .map(|i| ((i * 7919) % 1000) as f32 / 1000.0 - 0.5)
         .collect();
     let wq = Q8Matrix::from_f32(rows, cols, &w);
+    let schemes: Vec<QuantMatrix> = Scheme::ALL
+        .iter()
+        .map(|&s| QuantMatrix::quantize_rtn(s, rows, cols, &w, None, None).unwrap())
+        .collect();
     for t in [1usize, 8, 32, 256] {
         let x: Vec<f32> = (0..t * cols)
             .map(|i| ((i * 104729) % 1000) as f32 / 1000.0 - 0.5)
@@ -50,5 +56,15 @@ fn main() {
             q * 1e3,
             flop / qc / 1e9
         );
+        let mut line = "        ".to_string();
+        for m in &schemes {
+            let c0 = cpu_seconds();
+            for _ in 0..reps {
+                std::hint::black_box(matmul_quant(&x, t, m));
+            }
+            let c = (cpu_seconds() - c0) / reps as f64;
+            line += &format!(" | {} {:.1}", m.scheme(), flop / c / 1e9);
+        }
+        println!("{line} GFLOP per CPU-second");
     }
 }

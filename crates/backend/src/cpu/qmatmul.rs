@@ -18,6 +18,31 @@ use rayon::prelude::*;
 const ROWS: usize = 16;
 const TOKENS: usize = 32;
 
+/// E4M3 bytes to their values (AVX2 when present; same values either way).
+fn decode_e4m3(q: &[u8], out: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::is_x86_feature_detected!("avx2") {
+            // SAFETY: the feature was detected at run time.
+            return unsafe { decode_e4m3_avx2(q, out) };
+        }
+    }
+    decode_e4m3_impl(q, out)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn decode_e4m3_avx2(q: &[u8], out: &mut [f32]) {
+    decode_e4m3_impl(q, out)
+}
+
+#[inline(always)]
+fn decode_e4m3_impl(q: &[u8], out: &mut [f32]) {
+    for (o, &v) in out.iter_mut().zip(q) {
+        *o = crate::quant::fp::e4m3_to_f32_fast(v);
+    }
+}
+
 /// E4M3 quantisation of one activation row: the E4M3 values (as f32) and the row's scale.
 pub fn fp8_quantize_row(x: &[f32], q: &mut [f32]) -> f32 {
     let amax = x.iter().fold(0.0f32, |m, v| m.max(v.abs()));
@@ -51,33 +76,42 @@ pub fn matmul_quant(x: &[f32], t_rows: usize, w: &QuantMatrix) -> Vec<f32> {
         .into_par_iter()
         .map(|b| {
             let (r0, r1) = (b * ROWS, ((b + 1) * ROWS).min(w_rows));
-            let mut wbuf = vec![0.0f32; (r1 - r0) * cols];
-            for (r, row) in (r0..r1).zip(wbuf.chunks_exact_mut(cols)) {
-                match &w.data {
-                    // Unscaled E4M3 values; the scales multiply the dot product.
-                    QuantData::Fp8 { q, .. } => {
-                        for (o, &v) in row.iter_mut().zip(&q[r * cols..(r + 1) * cols]) {
-                            *o = e4m3_to_f32(v);
-                        }
-                    }
-                    _ => w.dequantize_row(r, row),
+            let dequant = |r: usize, row: &mut [f32]| match &w.data {
+                // Unscaled E4M3 values; the scales multiply the dot product.
+                QuantData::Fp8 { q, .. } => decode_e4m3(&q[r * cols..(r + 1) * cols], row),
+                _ => w.dequantize_row(r, row),
+            };
+            // Dots of one weight row against tokens t0..t0+out.len().
+            let dots = |wr: &[f32], t0: usize, out: &mut [f32]| {
+                let mut chunks = out.chunks_exact_mut(4);
+                let mut t = t0;
+                for c in &mut chunks {
+                    c.copy_from_slice(&dot4([xr(t), xr(t + 1), xr(t + 2), xr(t + 3)], wr));
+                    t += 4;
                 }
-            }
+                for o in chunks.into_remainder() {
+                    *o = dot(xr(t), wr);
+                    t += 1;
+                }
+            };
             // [row - r0][t]
             let mut res = vec![0.0f32; (r1 - r0) * t_rows];
-            for t0 in (0..t_rows).step_by(TOKENS) {
-                let t1 = (t0 + TOKENS).min(t_rows);
-                for (i, wr) in wbuf.chunks_exact(cols).enumerate() {
-                    let out = &mut res[i * t_rows + t0..i * t_rows + t1];
-                    let mut chunks = out.chunks_exact_mut(4);
-                    let mut t = t0;
-                    for c in &mut chunks {
-                        c.copy_from_slice(&dot4([xr(t), xr(t + 1), xr(t + 2), xr(t + 3)], wr));
-                        t += 4;
-                    }
-                    for o in chunks.into_remainder() {
-                        *o = dot(xr(t), wr);
-                        t += 1;
+            if t_rows <= TOKENS {
+                // Few tokens (decode): one row at a time, its buffer stays in L1.
+                let mut wr = vec![0.0f32; cols];
+                for (i, r) in (r0..r1).enumerate() {
+                    dequant(r, &mut wr);
+                    dots(&wr, 0, &mut res[i * t_rows..(i + 1) * t_rows]);
+                }
+            } else {
+                let mut wbuf = vec![0.0f32; (r1 - r0) * cols];
+                for (r, row) in (r0..r1).zip(wbuf.chunks_exact_mut(cols)) {
+                    dequant(r, row);
+                }
+                for t0 in (0..t_rows).step_by(TOKENS) {
+                    let t1 = (t0 + TOKENS).min(t_rows);
+                    for (i, wr) in wbuf.chunks_exact(cols).enumerate() {
+                        dots(wr, t0, &mut res[i * t_rows + t0..i * t_rows + t1]);
                     }
                 }
             }

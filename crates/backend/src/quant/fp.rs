@@ -51,6 +51,27 @@ pub static E4M3_TABLE: [f32; 256] = {
     t
 };
 
+/// Value of an E4M3 byte by bit arithmetic (vectorises; same value as [`e4m3_to_f32`]
+/// for every byte but the NaN codes 0x7F/0xFF, which stored weights never hold): the
+/// exponent and mantissa bits placed in an f32 give the value times 2^-120 (subnormals
+/// included), and the power-of-two product is exact.
+#[inline(always)]
+pub fn e4m3_to_f32_fast(b: u8) -> f32 {
+    let b = b as u32;
+    f32::from_bits(((b & 0x7F) << 20) | ((b & 0x80) << 24)) * f32::from_bits((127 + 120) << 23)
+}
+
+/// Both E2M1 values of a packed byte (low nibble first).
+pub static E2M1_PAIRS: [[f32; 2]; 256] = {
+    let mut t = [[0.0f32; 2]; 256];
+    let mut i = 0;
+    while i < 256 {
+        t[i] = [E2M1_TABLE[i & 0xF], E2M1_TABLE[i >> 4]];
+        i += 1;
+    }
+    t
+};
+
 /// Value of an E2M1 code (low 4 bits: sign bit 3, exponent bits 2-1, mantissa bit 0).
 #[inline]
 pub fn e2m1_to_f32(c: u8) -> f32 {
@@ -129,6 +150,15 @@ mod tests {
             assert_eq!(f32_to_e4m3(v), b, "value {v}");
         }
         assert!(e4m3_to_f32(0x7F).is_nan() && e4m3_to_f32(0xFF).is_nan());
+        for b in 0..=255u8 {
+            if b & 0x7F != 0x7F {
+                assert_eq!(
+                    e4m3_to_f32_fast(b).to_bits(),
+                    e4m3_to_f32(b).to_bits(),
+                    "byte {b:#x}"
+                );
+            }
+        }
         // Every finite byte round-trips.
         for b in 0..=255u8 {
             let v = e4m3_to_f32(b);

@@ -361,6 +361,25 @@ impl QuantMatrix {
 
     /// Exact f32 values of row `r` into `out` (length `cols`).
     pub fn dequantize_row(&self, r: usize, out: &mut [f32]) {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
+                // SAFETY: the features were detected at run time.
+                return unsafe { self.dequantize_row_avx2(r, out) };
+            }
+        }
+        self.dequantize_row_impl(r, out)
+    }
+
+    /// The same code compiled with AVX2 enabled, so its loops vectorise 8 wide.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn dequantize_row_avx2(&self, r: usize, out: &mut [f32]) {
+        self.dequantize_row_impl(r, out)
+    }
+
+    #[inline(always)]
+    fn dequantize_row_impl(&self, r: usize, out: &mut [f32]) {
         let cols = self.cols;
         debug_assert_eq!(out.len(), cols);
         match &self.data {
@@ -373,7 +392,7 @@ impl QuantMatrix {
             QuantData::Fp8 { q, scale } => {
                 let s = scale[r];
                 for (o, &v) in out.iter_mut().zip(&q[r * cols..(r + 1) * cols]) {
-                    *o = e4m3_to_f32(v) * s;
+                    *o = fp::e4m3_to_f32_fast(v) * s;
                 }
             }
             QuantData::Int4 {
@@ -405,10 +424,10 @@ impl QuantMatrix {
                 for b in 0..nb {
                     let (c0, c1) = (b * NVFP4_BLOCK, ((b + 1) * NVFP4_BLOCK).min(cols));
                     let s = e4m3_to_f32(block_scale[r * nb + b]) * global_scale;
-                    for (i, pair) in out[c0..c1].chunks_exact_mut(2).enumerate() {
-                        let byte = qr[c0 / 2 + i];
-                        pair[0] = e2m1_to_f32(byte & 0xF) * s;
-                        pair[1] = e2m1_to_f32(byte >> 4) * s;
+                    for (pair, &byte) in out[c0..c1].chunks_exact_mut(2).zip(&qr[c0 / 2..]) {
+                        let v = fp::E2M1_PAIRS[byte as usize];
+                        pair[0] = v[0] * s;
+                        pair[1] = v[1] * s;
                     }
                 }
             }
