@@ -106,21 +106,27 @@ if [ "$part" = small ]; then
     CORPORA="mix humaneval"; CONCS="1 8 32"; PER_SLOT=3; MIN_PROMPTS=8; BENCH_EXTRA=""
     SERVE_COMMON="--kv-cache-mib 4096"
     # The llama.cpp build from call 1 (detached): wait for it at most 5 minutes.
-    for _ in $(seq 60); do [ -f /tmp/lcpp/build.rc ] && break; sleep 5; done
+    for _ in $(seq 60); do [ -f /tmp/lcpp/build.rc ] || [ "${PEERS:-1}" = 0 ] && break; sleep 5; done
     echo "llama.cpp build: $(cat /tmp/lcpp/build.rc 2>/dev/null || echo 'not finished')"
 else
     CORPORA="mix"; CONCS="1 8 32"; PER_SLOT=1; MIN_PROMPTS=4; BENCH_EXTRA="--ignore-eos"
     SERVE_COMMON="--load-format dummy --model-shape llama-3.1-8b --kv-cache-mib 16384 --max-model-len 4096"
 fi
 
-# If the plain server does not start, the others would not either: skip them.
+# CONFIGS: which wring configurations run (default all four); PEERS=0 skips llama.cpp and
+# transformers. If the plain server does not start, the others would not either: skip them.
+CONFIGS=${CONFIGS:-nospec k4 k8 adaptive}
 if wring_config wring-nospec; then
-    wring_config wring-k4 --speculative suffix --k-policy fixed:4
-    wring_config wring-k8 --speculative suffix --k-policy fixed:8
-    wring_config wring-adaptive --speculative suffix --k-policy adaptive
+    for c in $CONFIGS; do
+        case $c in
+            k4) wring_config wring-k4 --speculative suffix --k-policy fixed:4 ;;
+            k8) wring_config wring-k8 --speculative suffix --k-policy fixed:8 ;;
+            adaptive) wring_config wring-adaptive --speculative suffix --k-policy adaptive ;;
+        esac
+    done
 fi
 
-if [ "$part" = small ]; then
+if [ "$part" = small ] && [ "${PEERS:-1}" = 1 ]; then
     L=/tmp/lcpp/build/bin
     if [ -x $L/llama-server ]; then
         $L/llama-server -m "$model" --host 127.0.0.1 --port $PORT -ngl 99 --parallel 32 -fa on \

@@ -155,4 +155,26 @@ pub trait Backend: Send {
     fn finish_step(&mut self) -> anyhow::Result<()> {
         Ok(())
     }
+    /// True when the backend runs the q|k|v and gate|up projections as one GEMM each
+    /// ([`Backend::qkv_rope`], [`Backend::gate_up_silu`]) over weights whose rows were
+    /// stacked before [`Backend::upload_matrix`]. The model only calls those two then.
+    fn fuses_projections(&self) -> bool {
+        false
+    }
+    /// `x · Wᵀ` for `w` = the q, k and v rows stacked, split into q
+    /// (`[T][n_heads*head_dim]`), k and v (`[T][n_kv_heads*head_dim]`), RoPE applied to
+    /// q and k: the same values as three `linear`s and two `rope`s.
+    fn qkv_rope(
+        &mut self,
+        _x: &Self::Tensor,
+        _w: &Self::Matrix,
+        _shape: AttnShape,
+        _rope: &RopeSpec,
+    ) -> (Self::Tensor, Self::Tensor, Self::Tensor) {
+        unreachable!("qkv_rope is only called when fuses_projections() is true")
+    }
+    /// `silu(x · gateᵀ) * (x · upᵀ)` for `w` = the gate and up rows stacked.
+    fn gate_up_silu(&mut self, _x: &Self::Tensor, _w: &Self::Matrix) -> Self::Tensor {
+        unreachable!("gate_up_silu is only called when fuses_projections() is true")
+    }
 }

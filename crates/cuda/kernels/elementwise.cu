@@ -28,3 +28,13 @@ extern "C" __global__ void gather_rows(const float* __restrict__ x, const u32* _
     float* dst = out + (size_t)blockIdx.x * cols;
     for (int c = threadIdx.x; c < cols; c += blockDim.x) dst[c] = src[c];
 }
+
+// silu(gate) * up from the fused gate|up projection `[T][2n]`, written as bf16 `[T][n]`.
+extern "C" __global__ void silu_mul_fused(const float* __restrict__ gu, bf16_t* __restrict__ out,
+                                          int n, long total) {
+    for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < total; i += (long)gridDim.x * blockDim.x) {
+        const long r = i / n, c = i % n;
+        const float g = gu[r * 2 * n + c];
+        out[i] = f2bf(g / (1.0f + __expf(-g)) * gu[r * 2 * n + n + c]);
+    }
+}

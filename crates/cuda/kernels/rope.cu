@@ -19,3 +19,32 @@ extern "C" __global__ void rope(float* __restrict__ x, const u32* __restrict__ p
         head[b] = x0 * (float)s + x1 * (float)c;
     }
 }
+
+// The fused q|k|v projection `[T][(n_heads + 2 n_kv_heads) * head_dim]` split into contiguous
+// q `[T][n_heads*head_dim]`, k and v `[T][n_kv_heads*head_dim]`, with RoPE applied to q and k
+// (the same arithmetic as `rope`): one launch instead of two RoPE launches and two extra GEMMs.
+extern "C" __global__ void rope_split_qkv(const float* __restrict__ qkv, float* __restrict__ q,
+                                          float* __restrict__ k, float* __restrict__ v,
+                                          const u32* __restrict__ positions,
+                                          const float* __restrict__ inv_freq, int n_heads,
+                                          int n_kv_heads, int head_dim, int interleaved) {
+    const int half = head_dim / 2;
+    const int qd = n_heads * head_dim, kvd = n_kv_heads * head_dim;
+    const size_t t = blockIdx.x;
+    const float* row = qkv + t * (size_t)(qd + 2 * kvd);
+    const double pos = (double)positions[t];
+    // Heads 0..n_heads are q, the next n_kv_heads are k: both lie at row + h * head_dim.
+    for (int p = threadIdx.x; p < (n_heads + n_kv_heads) * half; p += blockDim.x) {
+        const int h = p / half, i = p % half;
+        double s, c;
+        sincos(pos * (double)inv_freq[i], &s, &c);
+        const int a = interleaved ? 2 * i : i;
+        const int b = interleaved ? 2 * i + 1 : i + half;
+        const float* src = row + h * head_dim;
+        float* dst = h < n_heads ? q + t * qd + h * head_dim : k + t * kvd + (h - n_heads) * head_dim;
+        const float x0 = src[a], x1 = src[b];
+        dst[a] = x0 * (float)c - x1 * (float)s;
+        dst[b] = x0 * (float)s + x1 * (float)c;
+    }
+    for (int j = threadIdx.x; j < kvd; j += blockDim.x) v[t * kvd + j] = row[qd + kvd + j];
+}

@@ -910,6 +910,107 @@ impl Backend for CudaBackend {
             None => Ok(()),
         }
     }
+
+    fn fuses_projections(&self) -> bool {
+        self.opts.fused
+    }
+
+    fn qkv_rope(
+        &mut self,
+        x: &CudaTensor,
+        w: &CudaMatrix,
+        shape: AttnShape,
+        rope: &RopeSpec,
+    ) -> (CudaTensor, CudaTensor, CudaTensor) {
+        let empty = || {
+            (
+                CudaTensor::empty(),
+                CudaTensor::empty(),
+                CudaTensor::empty(),
+            )
+        };
+        let (qd, kvd) = (
+            shape.n_heads * shape.head_dim,
+            shape.n_kv_heads * shape.head_dim,
+        );
+        if w.rows != qd + 2 * kvd {
+            self.fail(anyhow!(
+                "qkv_rope: fused weight has {} rows, expected {}",
+                w.rows,
+                qd + 2 * kvd
+            ));
+            return empty();
+        }
+        let fused = self.linear(x, w, None);
+        if !self.ok() {
+            return empty();
+        }
+        let Some(freqs) = self.rope_freqs_ptr(rope) else {
+            return empty();
+        };
+        let q = self.alloc(x.rows, qd, DType::F32, x.valid_rows);
+        let k = self.alloc(x.rows, kvd, DType::F32, x.valid_rows);
+        let v = self.alloc(x.rows, kvd, DType::F32, x.valid_rows);
+        if !self.ok() {
+            return empty();
+        }
+        let args = [
+            Arg::Ptr(fused.ptr),
+            Arg::Ptr(q.ptr),
+            Arg::Ptr(k.ptr),
+            Arg::Ptr(v.ptr),
+            Arg::Ptr(self.meta_ptr(self.layout.off_positions)),
+            Arg::Ptr(freqs),
+            Arg::I32(shape.n_heads as i32),
+            Arg::I32(shape.n_kv_heads as i32),
+            Arg::I32(shape.head_dim as i32),
+            Arg::I32(rope.interleaved as i32),
+        ];
+        self.launch(
+            self.kernels.rope_split_qkv,
+            (x.rows as u32, 1, 1),
+            256,
+            &args,
+            "rope_split_qkv",
+        );
+        drop(fused);
+        (q, k, v)
+    }
+
+    fn gate_up_silu(&mut self, x: &CudaTensor, w: &CudaMatrix) -> CudaTensor {
+        if !w.rows.is_multiple_of(2) {
+            self.fail(anyhow!(
+                "gate_up_silu: fused weight has an odd row count {}",
+                w.rows
+            ));
+            return CudaTensor::empty();
+        }
+        let gu = self.linear(x, w, None);
+        if !self.ok() {
+            return CudaTensor::empty();
+        }
+        let n = w.rows / 2;
+        let out = self.alloc(x.rows, n, DType::Bf16, x.valid_rows);
+        if !self.ok() {
+            return out;
+        }
+        let total = x.rows * n;
+        let args = [
+            Arg::Ptr(gu.ptr),
+            Arg::Ptr(out.ptr),
+            Arg::I32(n as i32),
+            Arg::I64(total as i64),
+        ];
+        self.launch(
+            self.kernels.silu_mul_fused,
+            Self::grid_for(total),
+            256,
+            &args,
+            "silu_mul_fused",
+        );
+        drop(gu);
+        out
+    }
 }
 
 /// Synchronous copy of `n` values of `dtype` at `ptr` into host f32.

@@ -27,6 +27,10 @@ pub struct CudaOptions {
     /// One attention block per KV head serving its query-head group (else one per head).
     /// Off by default: bitwise equal but slower on the H200 (scripts/gpu/results/run4).
     pub gqa_attention: bool,
+    /// q|k|v and gate|up weights concatenated at upload: one GEMM each, RoPE fused into
+    /// the q/k/v split and SiLU·mul reading the gate|up halves (`WRING_CUDA_FUSED`; on by
+    /// default: 135M decode 1.67 → 1.37 ms, 8B 7.34 → 6.70 ms, scripts/gpu/results/run6).
+    pub fused: bool,
 }
 
 impl Default for CudaOptions {
@@ -37,6 +41,7 @@ impl Default for CudaOptions {
             query_lens: vec![1, 5, 7, 9, 13],
             max_tokens: 8192,
             gqa_attention: false,
+            fused: true,
         }
     }
 }
@@ -59,7 +64,8 @@ fn list(name: &str, v: &str) -> Result<Vec<usize>> {
 impl CudaOptions {
     /// `WRING_CUDA_GRAPHS` = on | off | pad-only, `WRING_CUDA_GRAPH_BUCKETS` = 1,2,4,...,
     /// `WRING_CUDA_GRAPH_K` = 4,6,8,12 (verify lengths 1+K; decode is always included),
-    /// `WRING_CUDA_MAX_TOKENS` = 8192, `WRING_CUDA_GQA_ATTENTION` = off | on.
+    /// `WRING_CUDA_MAX_TOKENS` = 8192, `WRING_CUDA_GQA_ATTENTION` = off | on,
+    /// `WRING_CUDA_FUSED` = on | off.
     pub fn from_env() -> Result<Self> {
         let mut o = Self::default();
         let var = |n: &str| std::env::var(n).ok().filter(|v| !v.trim().is_empty());
@@ -80,6 +86,9 @@ impl CudaOptions {
         }
         if let Some(v) = var("WRING_CUDA_GQA_ATTENTION") {
             o.gqa_attention = !matches!(v.trim(), "0" | "off" | "false");
+        }
+        if let Some(v) = var("WRING_CUDA_FUSED") {
+            o.fused = !matches!(v.trim(), "0" | "off" | "false");
         }
         if let Some(v) = var("WRING_CUDA_MAX_TOKENS") {
             o.max_tokens = v

@@ -7,18 +7,24 @@ use crate::weights::WeightSource;
 use anyhow::Result;
 use wring_backend::{AttnShape, Backend, KvSpec, RopeSpec};
 
+/// Projections of one input: separate matrices, or their rows stacked into one
+/// (`Backend::fuses_projections`: one GEMM for all of them).
+enum Proj<M> {
+    Split(Vec<M>),
+    Fused(M),
+}
+
 struct Layer<B: Backend> {
     attn_norm: B::Vector,
-    q: B::Matrix,
-    k: B::Matrix,
-    v: B::Matrix,
+    /// q, k, v.
+    qkv: Proj<B::Matrix>,
     q_bias: Option<B::Vector>,
     k_bias: Option<B::Vector>,
     v_bias: Option<B::Vector>,
     o: B::Matrix,
     ffn_norm: B::Vector,
-    gate: B::Matrix,
-    up: B::Matrix,
+    /// gate, up.
+    gate_up: Proj<B::Matrix>,
     down: B::Matrix,
 }
 
@@ -52,18 +58,42 @@ impl<B: Backend> LlamaRunner<B> {
         let mut layers = Vec::with_capacity(cfg.num_layers);
         for l in 0..cfg.num_layers {
             let n = |s: &str| format!("blk.{l}.{s}");
+            // Fused projections (CUDA): the rows of the parts stacked into one matrix.
+            let fuse = backend.fuses_projections()
+                && ["attn_q.bias", "attn_k.bias", "attn_v.bias"]
+                    .iter()
+                    .all(|b| !src.has(&cfg, &n(b)));
+            let mut proj = |parts: &[(&str, usize)]| -> Result<Proj<B::Matrix>> {
+                if !fuse {
+                    let m = parts
+                        .iter()
+                        .map(|&(s, rows)| src.weight(&n(s), rows, h)?.upload(&mut backend));
+                    return Ok(Proj::Split(m.collect::<Result<_>>()?));
+                }
+                let mut data = Vec::new();
+                for &(s, rows) in parts {
+                    data.extend(src.matrix(&n(s), rows, h)?.data);
+                }
+                let rows = parts.iter().map(|p| p.1).sum();
+                Ok(Proj::Fused(backend.upload_matrix(
+                    wring_backend::HostMatrix {
+                        rows,
+                        cols: h,
+                        data,
+                    },
+                )?))
+            };
+            let qkv = proj(&[
+                ("attn_q.weight", qd),
+                ("attn_k.weight", kvd),
+                ("attn_v.weight", kvd),
+            ])?;
+            let gate_up = proj(&[("ffn_gate.weight", i), ("ffn_up.weight", i)])?;
             let mut mat = |s: &str, rows, cols| -> Result<B::Matrix> {
                 src.weight(&n(s), rows, cols)?.upload(&mut backend)
             };
-            let (q, k, v, o) = (
-                mat("attn_q.weight", qd, h)?,
-                mat("attn_k.weight", kvd, h)?,
-                mat("attn_v.weight", kvd, h)?,
+            let (o, down) = (
                 mat("attn_output.weight", h, qd)?,
-            );
-            let (gate, up, down) = (
-                mat("ffn_gate.weight", i, h)?,
-                mat("ffn_up.weight", i, h)?,
                 mat("ffn_down.weight", h, i)?,
             );
             let mut bias = |s: &str, len| -> Result<Option<B::Vector>> {
@@ -82,16 +112,13 @@ impl<B: Backend> LlamaRunner<B> {
             let ffn_norm = backend.upload_vector(&src.vector(&n("ffn_norm.weight"), h)?)?;
             layers.push(Layer {
                 attn_norm,
-                q,
-                k,
-                v,
+                qkv,
                 q_bias,
                 k_bias,
                 v_bias,
                 o,
                 ffn_norm,
-                gate,
-                up,
+                gate_up,
                 down,
             });
         }
@@ -148,17 +175,28 @@ impl<B: Backend> LlamaRunner<B> {
                 None => b.rms_norm(&x, &w.attn_norm, eps),
                 Some(d) => b.add_rms_norm(&mut x, &d, &w.attn_norm, eps),
             };
-            let mut q = b.linear(&h, &w.q, w.q_bias.as_ref());
-            let mut k = b.linear(&h, &w.k, w.k_bias.as_ref());
-            let v = b.linear(&h, &w.v, w.v_bias.as_ref());
-            b.rope(&mut q, c.num_heads, c.head_dim, &self.rope);
-            b.rope(&mut k, c.num_kv_heads, c.head_dim, &self.rope);
+            let (q, k, v) = match &w.qkv {
+                Proj::Fused(m) => b.qkv_rope(&h, m, shape, &self.rope),
+                Proj::Split(p) => {
+                    let mut q = b.linear(&h, &p[0], w.q_bias.as_ref());
+                    let mut k = b.linear(&h, &p[1], w.k_bias.as_ref());
+                    let v = b.linear(&h, &p[2], w.v_bias.as_ref());
+                    b.rope(&mut q, c.num_heads, c.head_dim, &self.rope);
+                    b.rope(&mut k, c.num_kv_heads, c.head_dim, &self.rope);
+                    (q, k, v)
+                }
+            };
             let a = b.attention(l, &q, &k, &v, shape);
             let o = b.linear(&a, &w.o, None);
             let h = b.add_rms_norm(&mut x, &o, &w.ffn_norm, eps);
-            let g = b.linear(&h, &w.gate, None);
-            let u = b.linear(&h, &w.up, None);
-            let m = b.silu_mul(&g, &u);
+            let m = match &w.gate_up {
+                Proj::Fused(gu) => b.gate_up_silu(&h, gu),
+                Proj::Split(p) => {
+                    let g = b.linear(&h, &p[0], None);
+                    let u = b.linear(&h, &p[1], None);
+                    b.silu_mul(&g, &u)
+                }
+            };
             pending = Some(b.linear(&m, &w.down, None));
         }
         if let Some(d) = pending {
