@@ -248,12 +248,13 @@ pub fn run_gate(cfg: &GateConfig) -> Result<GateReport> {
     // 2. Per batch of streams: the reference batched, then its noise floors (one stream at a
     //    time; other precision), then the candidate on the same ids.
     let ts = Instant::now();
-    let mut cand_scores: Vec<(Corpus, PositionScore)> = vec![];
+    // (corpus, stream index, continuation index, score)
+    let mut cand_scores: Vec<(Corpus, usize, usize, PositionScore)> = vec![];
     let mut batch_floor = vec![];
     let mut batch_floor_bitwise = true;
     let mut precision_floor = vec![];
     let pb = bar(cfg.progress, streams.len(), "teacher-forced scoring");
-    for group in streams.chunks(batch) {
+    for (g, group) in streams.chunks(batch).enumerate() {
         let inputs: Vec<Vec<u32>> = group.iter().map(Stream::input).collect();
         let inputs_ref: Vec<&[u32]> = inputs.iter().map(Vec::as_slice).collect();
         let rows: Vec<_> = group.iter().map(Stream::rows).collect();
@@ -283,9 +284,9 @@ pub fn run_gate(cfg: &GateConfig) -> Result<GateReport> {
         let cand_logits = candidate.score(&inputs_ref, &rows)?;
         let scores = scores_of(&ref_logits, &cand_logits, &targets)?;
         let mut k = 0;
-        for s in group {
-            for _ in 0..s.continuation.len() {
-                cand_scores.push((s.corpus, scores[k]));
+        for (i, s) in group.iter().enumerate() {
+            for j in 0..s.continuation.len() {
+                cand_scores.push((s.corpus, g * batch + i, j, scores[k]));
                 k += 1;
             }
         }
@@ -294,15 +295,37 @@ pub fn run_gate(cfg: &GateConfig) -> Result<GateReport> {
     pb.finish_and_clear();
     let score_seconds = ts.elapsed().as_secs_f64();
 
-    let all: Vec<PositionScore> = cand_scores.iter().map(|(_, s)| *s).collect();
+    let all: Vec<PositionScore> = cand_scores.iter().map(|c| c.3).collect();
+    let over = all
+        .iter()
+        .filter(|s| s.delta_logprob().abs() > cfg.thresholds.max_logprob_diff)
+        .count();
+    let worst = cand_scores
+        .iter()
+        .max_by(|a, b| {
+            a.3.delta_logprob()
+                .abs()
+                .total_cmp(&b.3.delta_logprob().abs())
+        })
+        .map(|&(_, i, j, sc)| report::WorstPosition {
+            stream: streams[i].prompt.id.clone(),
+            continuation_index: j,
+            token: sc.target,
+            token_text: reference
+                .tokenizer
+                .decode(&[sc.target], false)
+                .unwrap_or_default(),
+            logprob_ref: sc.logprob_ref,
+            logprob_cand: sc.logprob_cand,
+        });
     let metrics = summarize(&all)?;
     let verdict = cfg.thresholds.judge(&metrics);
     let mut per_corpus = vec![];
     for c in &corpora {
         let these: Vec<PositionScore> = cand_scores
             .iter()
-            .filter(|(k, _)| k == c)
-            .map(|(_, s)| *s)
+            .filter(|x| x.0 == *c)
+            .map(|x| x.3)
             .collect();
         if these.is_empty() {
             continue;
@@ -371,6 +394,8 @@ pub fn run_gate(cfg: &GateConfig) -> Result<GateReport> {
             })
             .count(),
         tokenizer_mismatch_prompts: tokenizer_mismatch,
+        positions_over_logprob_threshold: over,
+        worst_position: worst,
         metrics,
         per_corpus,
         noise_floor,

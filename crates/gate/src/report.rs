@@ -35,6 +35,18 @@ pub struct NoiseFloor {
 }
 
 #[derive(Debug, Clone, Serialize)]
+pub struct WorstPosition {
+    /// `<corpus>:<record id>` of the stream.
+    pub stream: String,
+    /// Which continuation token (0 = the first generated one).
+    pub continuation_index: usize,
+    pub token: u32,
+    pub token_text: String,
+    pub logprob_ref: f64,
+    pub logprob_cand: f64,
+}
+
+#[derive(Debug, Clone, Serialize)]
 pub struct GateReport {
     /// PASS or FAIL.
     pub verdict: String,
@@ -56,6 +68,11 @@ pub struct GateReport {
     pub eos_stopped_streams: usize,
     /// Prompts the candidate's tokenizer encodes differently (the reference's ids are used).
     pub tokenizer_mismatch_prompts: usize,
+    /// Scored positions whose |Δ logprob| exceeds the threshold (the max criterion is an
+    /// outlier test: this says whether one token or many failed it).
+    pub positions_over_logprob_threshold: usize,
+    /// The position with the largest |Δ logprob|.
+    pub worst_position: Option<WorstPosition>,
     /// Candidate vs reference over all scored positions.
     pub metrics: Metrics,
     pub per_corpus: Vec<CorpusResult>,
@@ -119,6 +136,20 @@ impl GateReport {
             self.thresholds.max_logprob_diff,
             ok(self.checks.logprob_ok)
         );
+        if let Some(wp) = &self.worst_position {
+            let _ = writeln!(
+                s,
+                "    worst: {} continuation token {} ({:?}): log p ref {:.4} cand {:.4}; {} of {} positions over {}",
+                wp.stream,
+                wp.continuation_index,
+                wp.token_text,
+                wp.logprob_ref,
+                wp.logprob_cand,
+                self.positions_over_logprob_threshold,
+                self.scored_positions,
+                self.thresholds.max_logprob_diff
+            );
+        }
         let _ = writeln!(
             s,
             "  ppl_rel         {:+.5} (|·| ≤ {})  {}   ppl ref {:.4} cand {:.4}",

@@ -105,6 +105,12 @@ fn f32_vs_q8_cpu_weights_verdict_is_stable() {
     // 8-bit weights do change the distribution, a little.
     assert!(a.metrics.max_abs_logprob_diff > 0.0);
     assert!(a.metrics.kld_mean > 0.0 && a.metrics.kld_mean < 0.05);
+    let wp = a.worst_position.as_ref().unwrap();
+    assert_eq!(
+        (wp.logprob_cand - wp.logprob_ref).abs(),
+        a.metrics.max_abs_logprob_diff
+    );
+    assert_eq!(a.positions_over_logprob_threshold > 0, !a.checks.logprob_ok);
     // Recorded on this model (mbpp+lmsys, 2 prompts each, 12 new tokens): see BENCHMARKS.md.
     eprintln!(
         "f32 vs q8: {} (max |Δ logprob| {:.4}, ppl_rel {:+.5})",
@@ -144,6 +150,7 @@ fn candidate_with_a_zeroed_layer_fails() {
     assert_eq!(r.verdict, "FAIL");
     assert!(!r.checks.logprob_ok);
     assert!(r.metrics.max_abs_logprob_diff > 0.5);
+    assert!(r.positions_over_logprob_threshold > r.scored_positions / 2);
     assert!(r.metrics.kld_mean > 0.01);
     assert_eq!(
         r.tokenizer_mismatch_prompts, 0,

@@ -60,6 +60,13 @@ pub struct Args {
     /// cpu | cuda | cuda:N, for both models.
     #[arg(long, default_value = "cpu")]
     pub device: String,
+    /// Device of the reference only (overrides --device), e.g. the f32 CPU reference for a
+    /// candidate on cuda.
+    #[arg(long)]
+    pub reference_device: Option<String>,
+    /// Device of the candidate only (overrides --device).
+    #[arg(long)]
+    pub candidate_device: Option<String>,
     /// CPU weight format of the reference (f32 | q8).
     #[arg(long, default_value = "f32")]
     pub reference_cpu_weights: CpuWeights,
@@ -84,13 +91,21 @@ fn choice(model: &str, device: wring_model::Device, w: CpuWeights) -> ModelChoic
 }
 
 fn gate(a: Args) -> anyhow::Result<bool> {
-    let device = a
-        .device
-        .parse::<wring_model::Device>()
-        .with_context(|| format!("--device {:?}", a.device))?;
+    let device = |flag: &str, v: &str| {
+        v.parse::<wring_model::Device>()
+            .with_context(|| format!("{flag} {v:?}"))
+    };
+    let ref_device = match &a.reference_device {
+        Some(d) => device("--reference-device", d)?,
+        None => device("--device", &a.device)?,
+    };
+    let cand_device = match &a.candidate_device {
+        Some(d) => device("--candidate-device", d)?,
+        None => device("--device", &a.device)?,
+    };
     let mut cfg = GateConfig::new(
-        choice(&a.reference, device, a.reference_cpu_weights),
-        choice(&a.candidate, device, a.candidate_cpu_weights),
+        choice(&a.reference, ref_device, a.reference_cpu_weights),
+        choice(&a.candidate, cand_device, a.candidate_cpu_weights),
     );
     cfg.corpus = a.corpus;
     cfg.corpus_dir = a.corpus_dir;
