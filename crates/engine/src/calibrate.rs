@@ -80,6 +80,15 @@ pub fn measure_step_costs(
     Ok(points)
 }
 
+/// One step the way greedy serving runs it: ids only where the runner can (the engine
+/// uses `forward_greedy` for all-greedy steps), whole logit rows otherwise.
+fn run_step(runner: &mut dyn ModelRunner, step: &StepInput) -> anyhow::Result<()> {
+    if runner.forward_greedy(step)?.is_none() {
+        runner.forward(step)?;
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -90,13 +99,4 @@ mod tests {
         assert_eq!(batch_sizes(1), vec![1]);
         assert_eq!(batch_sizes(3), vec![1, 3]);
     }
-}
-
-/// One step the way greedy serving runs it: ids only where the runner can (the engine
-/// uses `forward_greedy` for all-greedy steps), whole logit rows otherwise.
-fn run_step(runner: &mut dyn ModelRunner, step: &StepInput) -> anyhow::Result<()> {
-    if runner.forward_greedy(step)?.is_none() {
-        runner.forward(step)?;
-    }
-    Ok(())
 }

@@ -132,6 +132,41 @@ mod tests {
     }
 
     #[test]
+    fn argmax_only_exactly_when_no_setting_can_move_the_argmax() {
+        let only = |p: SamplingParams| RequestSampler::new(p, &[]).argmax_only();
+        assert!(only(SamplingParams::default()));
+        assert!(only(SamplingParams {
+            temperature: 0.7,
+            top_k: 1,
+            ..Default::default()
+        }));
+        for p in [
+            SamplingParams {
+                temperature: 0.7,
+                ..Default::default()
+            },
+            SamplingParams {
+                repetition_penalty: 1.1,
+                ..Default::default()
+            },
+            SamplingParams {
+                presence_penalty: 0.5,
+                ..Default::default()
+            },
+            SamplingParams {
+                frequency_penalty: -0.5,
+                ..Default::default()
+            },
+        ] {
+            assert!(!only(p.clone()), "{p:?}");
+        }
+        // Where it holds, sampling is the raw argmax whatever was emitted before.
+        let mut s = RequestSampler::new(SamplingParams::default(), &[1, 1, 1]);
+        s.observe(1);
+        assert_eq!(s.sample(&logits()), argmax(&logits()));
+    }
+
+    #[test]
     fn frequency_and_presence_penalties_use_output_counts() {
         let p = SamplingParams {
             frequency_penalty: 0.4,
