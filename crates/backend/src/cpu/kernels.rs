@@ -1,20 +1,32 @@
 //! CPU kernels. Every reduction runs in one fixed order per output value, so results
 //! are independent of batch composition and thread count.
+//!
+//! The matmul order of one output `dot(x, w)` over `len` columns: the `nb = len / 8`
+//! 8-lane blocks are split into two halves, blocks `0..nb/2` and `nb/2..nb`, each summed
+//! by its own 8-lane FMA chain in block order; the two chains are added, the 8 lanes
+//! reduced by one fixed tree ([`hsum`]), and the `len % 8` tail elements FMA'd on in
+//! order. Register tiles ([`tile`]) compute several tokens × several weight rows with
+//! shared loads, either both halves interleaved (small tiles: enough independent chains
+//! to hide the FMA latency) or one half after the other (large tiles: twelve chains are
+//! enough, and sixteen registers too few for twice as many). Each accumulator sees the
+//! same operations in the same order whatever the tile, so a value never depends on how
+//! many tokens or rows were computed together, where it sat in a tile, or the threads.
 
 use crate::{AttnShape, RopeSpec, SeqInput};
 use rayon::prelude::*;
 
-/// Dot product: two 8-lane FMA chains over 16-element steps, then one fixed reduction
-/// tree (AVX2+FMA when present). [`dot4`] computes four of these with exactly the same
-/// operations per output, so a value never depends on how many rows were computed together.
+/// Dot product in the matmul order (see the module docs): `matmul_t` computes each
+/// output with exactly these operations.
 #[inline]
 pub fn dot(a: &[f32], b: &[f32]) -> f32 {
-    debug_assert_eq!(a.len(), b.len());
+    assert_eq!(a.len(), b.len(), "dot of unequal lengths");
     #[cfg(target_arch = "x86_64")]
     {
         if has_avx2() {
-            // SAFETY: the features were detected at run time.
-            return unsafe { dot_avx2(a, b) };
+            let mut out = [[0.0f32; 1]; 1];
+            // SAFETY: features detected at run time; both slices hold `a.len()` values.
+            unsafe { tile::<1, 1>([a.as_ptr()], [b.as_ptr()], a.len(), &mut out) };
+            return out[0][0];
         }
     }
     dot_scalar(a, b)
@@ -23,11 +35,16 @@ pub fn dot(a: &[f32], b: &[f32]) -> f32 {
 /// `[dot(x[0], w), dot(x[1], w), dot(x[2], w), dot(x[3], w)]`, sharing the loads of `w`.
 #[inline]
 pub fn dot4(x: [&[f32]; 4], w: &[f32]) -> [f32; 4] {
+    for xi in x {
+        assert_eq!(xi.len(), w.len(), "dot4 of unequal lengths");
+    }
     #[cfg(target_arch = "x86_64")]
     {
         if has_avx2() {
-            // SAFETY: the features were detected at run time.
-            return unsafe { dot4_avx2(x, w) };
+            let mut out = [[0.0f32; 1]; 4];
+            // SAFETY: features detected at run time; all slices hold `w.len()` values.
+            unsafe { tile::<4, 1>(x.map(|r| r.as_ptr()), [w.as_ptr()], w.len(), &mut out) };
+            return out.map(|o| o[0]);
         }
     }
     x.map(|xi| dot_scalar(xi, w))
@@ -39,7 +56,329 @@ fn has_avx2() -> bool {
     std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma")
 }
 
+/// The matmul order without SIMD (the reference for the AVX2 tiles, bit for bit).
 fn dot_scalar(a: &[f32], b: &[f32]) -> f32 {
+    let nb = a.len() / 8;
+    let (h, n) = (nb / 2 * 8, nb * 8);
+    let chain = |from: usize, to: usize| {
+        let mut acc = [0.0f32; 8];
+        for i in (from..to).step_by(8) {
+            for l in 0..8 {
+                acc[l] = a[i + l].mul_add(b[i + l], acc[l]);
+            }
+        }
+        acc
+    };
+    let (c0, c1) = (chain(0, h), chain(h, n));
+    let lanes: [f32; 8] = std::array::from_fn(|l| c0[l] + c1[l]);
+    let mut s = tree8(lanes);
+    for i in n..a.len() {
+        s = a[i].mul_add(b[i], s);
+    }
+    s
+}
+
+/// Lanes (0+4, 1+5, 2+6, 3+7), then (0+2, 1+3), then (0+1): the tree of [`hsum`].
+fn tree8(l: [f32; 8]) -> f32 {
+    ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]))
+}
+
+/// Lanes (0+4, 1+5, 2+6, 3+7), then (0+2, 1+3), then (0+1).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+pub(crate) unsafe fn hsum(sum: std::arch::x86_64::__m256) -> f32 {
+    use std::arch::x86_64::*;
+    let lo = _mm256_castps256_ps128(sum);
+    let hi = _mm256_extractf128_ps(sum, 1);
+    let s4 = _mm_add_ps(lo, hi);
+    let s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+    let s1 = _mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1));
+    _mm_cvtss_f32(s1)
+}
+
+/// `TT × RR` chains over elements `from..to` (multiples of 8), one per (token, row).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+unsafe fn chains<const TT: usize, const RR: usize>(
+    x: &[*const f32; TT],
+    w: &[*const f32; RR],
+    from: usize,
+    to: usize,
+) -> [[std::arch::x86_64::__m256; RR]; TT] {
+    use std::arch::x86_64::*;
+    let mut acc = [[_mm256_setzero_ps(); RR]; TT];
+    let mut i = from;
+    while i < to {
+        let mut wv = [_mm256_setzero_ps(); RR];
+        for r in 0..RR {
+            wv[r] = _mm256_loadu_ps(w[r].add(i));
+        }
+        for t in 0..TT {
+            let xv = _mm256_loadu_ps(x[t].add(i));
+            for r in 0..RR {
+                acc[t][r] = _mm256_fmadd_ps(xv, wv[r], acc[t][r]);
+            }
+        }
+        i += 8;
+    }
+    acc
+}
+
+/// Both halves' chains at once: block `k` of the first half next to block `h + k` of
+/// the second (`2·TT·RR` independent chains); an odd block count leaves the second half
+/// one more block, added last, which is its place in the order too.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+unsafe fn chains_both<const TT: usize, const RR: usize>(
+    x: &[*const f32; TT],
+    w: &[*const f32; RR],
+    h: usize,
+    n: usize,
+) -> [[std::arch::x86_64::__m256; RR]; TT] {
+    use std::arch::x86_64::*;
+    let mut a0 = [[_mm256_setzero_ps(); RR]; TT];
+    let mut a1 = [[_mm256_setzero_ps(); RR]; TT];
+    let mut i = 0;
+    while i < h {
+        let mut w0 = [_mm256_setzero_ps(); RR];
+        let mut w1 = [_mm256_setzero_ps(); RR];
+        for r in 0..RR {
+            w0[r] = _mm256_loadu_ps(w[r].add(i));
+            w1[r] = _mm256_loadu_ps(w[r].add(h + i));
+        }
+        for t in 0..TT {
+            let x0 = _mm256_loadu_ps(x[t].add(i));
+            let x1 = _mm256_loadu_ps(x[t].add(h + i));
+            for r in 0..RR {
+                a0[t][r] = _mm256_fmadd_ps(x0, w0[r], a0[t][r]);
+                a1[t][r] = _mm256_fmadd_ps(x1, w1[r], a1[t][r]);
+            }
+        }
+        i += 8;
+    }
+    if 2 * h < n {
+        let j = n - 8;
+        for t in 0..TT {
+            let xv = _mm256_loadu_ps(x[t].add(j));
+            for r in 0..RR {
+                a1[t][r] = _mm256_fmadd_ps(xv, _mm256_loadu_ps(w[r].add(j)), a1[t][r]);
+            }
+        }
+    }
+    for t in 0..TT {
+        for r in 0..RR {
+            a0[t][r] = _mm256_add_ps(a0[t][r], a1[t][r]);
+        }
+    }
+    a0
+}
+
+/// `out[t][r] = dot(x[t], w[r])` for a `TT × RR` register tile, in the matmul order.
+///
+/// # Safety
+/// AVX2 and FMA must be available, and every pointer valid for `len` reads.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+unsafe fn tile<const TT: usize, const RR: usize>(
+    x: [*const f32; TT],
+    w: [*const f32; RR],
+    len: usize,
+    out: &mut [[f32; RR]; TT],
+) {
+    use std::arch::x86_64::*;
+    let nb = len / 8;
+    let (h, n) = (nb / 2 * 8, nb * 8);
+    let sums = if TT * RR <= 4 {
+        chains_both::<TT, RR>(&x, &w, h, n)
+    } else {
+        let a0 = chains::<TT, RR>(&x, &w, 0, h);
+        let a1 = chains::<TT, RR>(&x, &w, h, n);
+        let mut s = a0;
+        for t in 0..TT {
+            for r in 0..RR {
+                s[t][r] = _mm256_add_ps(a0[t][r], a1[t][r]);
+            }
+        }
+        s
+    };
+    for t in 0..TT {
+        for r in 0..RR {
+            let mut s = hsum(sums[t][r]);
+            for j in n..len {
+                s = (*x[t].add(j)).mul_add(*w[r].add(j), s);
+            }
+            out[t][r] = s;
+        }
+    }
+}
+
+/// Calls `$run!(TT, RR)` with the literal tile shape matching `($tt, $rr)`.
+macro_rules! dispatch {
+    ($tt:expr, $rr:expr, $run:ident) => {
+        match ($tt, $rr) {
+            (1, 1) => $run!(1, 1),
+            (1, 2) => $run!(1, 2),
+            (1, 3) => $run!(1, 3),
+            (1, 4) => $run!(1, 4),
+            (1, 5) => $run!(1, 5),
+            (1, 6) => $run!(1, 6),
+            (1, 7) => $run!(1, 7),
+            (1, 8) => $run!(1, 8),
+            (2, 1) => $run!(2, 1),
+            (2, 2) => $run!(2, 2),
+            (2, 3) => $run!(2, 3),
+            (2, 4) => $run!(2, 4),
+            (2, 5) => $run!(2, 5),
+            (2, 6) => $run!(2, 6),
+            (3, 1) => $run!(3, 1),
+            (3, 2) => $run!(3, 2),
+            (3, 3) => $run!(3, 3),
+            (3, 4) => $run!(3, 4),
+            (4, 1) => $run!(4, 1),
+            (4, 2) => $run!(4, 2),
+            (4, 3) => $run!(4, 3),
+            (tt, rr) => unreachable!("no {tt}x{rr} tile"),
+        }
+    };
+}
+pub(crate) use dispatch;
+
+/// Largest weight-row count of an f32 tile of `tt` tokens (index `tt`, 1..=4): about
+/// twelve accumulators, and several rows even for one token (decode).
+const F32_ROWS: [usize; 5] = [0, 8, 6, 4, 3];
+
+/// `out[t][o] = dot(x[t], w[o])` for `x: [t_rows][cols]`, `w: [w_rows][cols]`.
+pub fn matmul_t(x: &[f32], t_rows: usize, w: &[f32], w_rows: usize, cols: usize) -> Vec<f32> {
+    assert!(
+        x.len() >= t_rows * cols && w.len() >= w_rows * cols,
+        "matmul_t: short input"
+    );
+    #[cfg(target_arch = "x86_64")]
+    let simd = has_avx2();
+    #[cfg(not(target_arch = "x86_64"))]
+    let simd = false;
+    tiled(t_rows, w_rows, F32_ROWS, |t, tt, r, rr, res, stride| {
+        if !simd {
+            for i in 0..tt {
+                for j in 0..rr {
+                    let (xt, wr) = (t + i, r + j);
+                    res[j * stride + i] = dot_scalar(
+                        &x[xt * cols..(xt + 1) * cols],
+                        &w[wr * cols..(wr + 1) * cols],
+                    );
+                }
+            }
+            return;
+        }
+        #[cfg(target_arch = "x86_64")]
+        {
+            macro_rules! run {
+                ($TT:literal, $RR:literal) => {{
+                    let px: [*const f32; $TT] =
+                        std::array::from_fn(|i| x[(t + i) * cols..].as_ptr());
+                    let pw: [*const f32; $RR] =
+                        std::array::from_fn(|j| w[(r + j) * cols..].as_ptr());
+                    let mut o = [[0.0f32; $RR]; $TT];
+                    // SAFETY: AVX2+FMA detected; rows t..t+TT of x and r..r+RR of w exist
+                    // (checked above and by the tiling), each `cols` long.
+                    unsafe { tile::<$TT, $RR>(px, pw, cols, &mut o) };
+                    for (i, oi) in o.iter().enumerate() {
+                        for (j, &v) in oi.iter().enumerate() {
+                            res[j * stride + i] = v;
+                        }
+                    }
+                }};
+            }
+            dispatch!(tt, rr, run);
+        }
+    })
+}
+
+/// Like [`matmul_t`] over 8-bit weights; each activation row is quantised on its own.
+pub fn matmul_q8(x: &[f32], t_rows: usize, w: &super::q8::Q8Matrix) -> Vec<f32> {
+    use super::q8::{quantize_row, tile_q8, Q8_ROWS, QK};
+    let cols = w.cols;
+    let nb = cols / QK;
+    assert!(x.len() >= t_rows * cols, "matmul_q8: short input");
+    let mut xq = vec![0i8; t_rows * cols];
+    let mut xs = vec![0f32; t_rows * nb];
+    xq.par_chunks_mut(cols)
+        .zip(xs.par_chunks_mut(nb))
+        .zip(x.par_chunks(cols))
+        .for_each(|((q, s), xr)| quantize_row(xr, q, s));
+    tiled(t_rows, w.rows, Q8_ROWS, |t, tt, r, rr, res, stride| {
+        tile_q8(&xq, &xs, t, tt, w, r, rr, res, stride)
+    })
+}
+
+/// Fills `out[t][r]` (`[t_rows][w_rows]`) by calling `micro(t, tt, r, rr, res, stride)`
+/// for register tiles of tokens `t..t+tt` (`tt` ≤ 4) × weight rows `r..r+rr`
+/// (`rr` ≤ `max_rows[tt]`), which writes value (t+i, r+j) to `res[j * stride + i]`.
+/// Parallel over blocks of weight rows; inside a block, tokens are walked in tiles so
+/// the block's weights and a tile of activations stay in cache together. Tiling only
+/// decides *which* values are computed together, never how one is summed, so results
+/// do not depend on `t_rows`.
+fn tiled(
+    t_rows: usize,
+    w_rows: usize,
+    max_rows: [usize; 5],
+    micro: impl Fn(usize, usize, usize, usize, &mut [f32], usize) + Sync,
+) -> Vec<f32> {
+    const ROWS: usize = 24; // a multiple of every tile height
+    const TOKENS: usize = 32;
+    let blocks: Vec<Vec<f32>> = (0..w_rows.div_ceil(ROWS))
+        .into_par_iter()
+        .map(|b| {
+            let (r0, r1) = (b * ROWS, ((b + 1) * ROWS).min(w_rows));
+            // [row - r0][t]
+            let mut res = vec![0.0f32; (r1 - r0) * t_rows];
+            for t0 in (0..t_rows).step_by(TOKENS) {
+                let t1 = (t0 + TOKENS).min(t_rows);
+                let mut t = t0;
+                while t < t1 {
+                    let tt = (t1 - t).min(4);
+                    let mut r = r0;
+                    while r < r1 {
+                        let rr = (r1 - r).min(max_rows[tt]);
+                        micro(t, tt, r, rr, &mut res[(r - r0) * t_rows + t..], t_rows);
+                        r += rr;
+                    }
+                    t += tt;
+                }
+            }
+            res
+        })
+        .collect();
+    let mut out = vec![0.0f32; t_rows * w_rows];
+    for (b, res) in blocks.iter().enumerate() {
+        for (i, row) in res.chunks(t_rows.max(1)).enumerate() {
+            for (t, &v) in row.iter().enumerate() {
+                out[t * w_rows + b * ROWS + i] = v;
+            }
+        }
+    }
+    out
+}
+
+/// Attention's dot product: two 8-lane FMA chains over 16-element steps (even and odd
+/// 8-blocks), then the [`tree8`] reduction and the tail.
+#[inline]
+fn dot_attn(a: &[f32], b: &[f32]) -> f32 {
+    debug_assert_eq!(a.len(), b.len());
+    #[cfg(target_arch = "x86_64")]
+    {
+        if has_avx2() {
+            // SAFETY: the features were detected at run time.
+            return unsafe { dot_attn_avx2(a, b) };
+        }
+    }
+    dot_attn_scalar(a, b)
+}
+
+fn dot_attn_scalar(a: &[f32], b: &[f32]) -> f32 {
     let mut acc = [0.0f32; 16];
     let n = a.len() / 16 * 16;
     for i in (0..n).step_by(16) {
@@ -47,22 +386,16 @@ fn dot_scalar(a: &[f32], b: &[f32]) -> f32 {
             acc[l] = a[i + l].mul_add(b[i + l], acc[l]);
         }
     }
-    let mut lanes = [0.0f32; 8];
-    for (l, lane) in lanes.iter_mut().enumerate() {
-        *lane = acc[l] + acc[8 + l];
-    }
-    let mut s = ((lanes[0] + lanes[4]) + (lanes[2] + lanes[6]))
-        + ((lanes[1] + lanes[5]) + (lanes[3] + lanes[7]));
+    let mut s = tree8(std::array::from_fn(|l| acc[l] + acc[8 + l]));
     for i in n..a.len() {
         s = a[i].mul_add(b[i], s);
     }
     s
 }
 
-/// One output of [`dot4_avx2`], with the same operations.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn dot_avx2(a: &[f32], w: &[f32]) -> f32 {
+unsafe fn dot_attn_avx2(a: &[f32], w: &[f32]) -> f32 {
     use std::arch::x86_64::*;
     let len = w.len();
     let n = len / 16 * 16;
@@ -83,131 +416,6 @@ unsafe fn dot_avx2(a: &[f32], w: &[f32]) -> f32 {
         s = a[j].mul_add(w[j], s);
     }
     s
-}
-
-/// Lanes (0+4, 1+5, 2+6, 3+7), then (0+2, 1+3), then (0+1): the tree of `dot_scalar`.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn hsum(sum: std::arch::x86_64::__m256) -> f32 {
-    use std::arch::x86_64::*;
-    let lo = _mm256_castps256_ps128(sum);
-    let hi = _mm256_extractf128_ps(sum, 1);
-    let s4 = _mm_add_ps(lo, hi);
-    let s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
-    let s1 = _mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1));
-    _mm_cvtss_f32(s1)
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn dot4_avx2(x: [&[f32]; 4], w: &[f32]) -> [f32; 4] {
-    use std::arch::x86_64::*;
-    let len = w.len();
-    let n = len / 16 * 16;
-    let pw = w.as_ptr();
-    let px = x.map(|r| r.as_ptr());
-    let mut a0 = [_mm256_setzero_ps(); 4];
-    let mut a1 = [_mm256_setzero_ps(); 4];
-    let mut i = 0;
-    while i < n {
-        let w0 = _mm256_loadu_ps(pw.add(i));
-        let w1 = _mm256_loadu_ps(pw.add(i + 8));
-        for k in 0..4 {
-            a0[k] = _mm256_fmadd_ps(_mm256_loadu_ps(px[k].add(i)), w0, a0[k]);
-            a1[k] = _mm256_fmadd_ps(_mm256_loadu_ps(px[k].add(i + 8)), w1, a1[k]);
-        }
-        i += 16;
-    }
-    let mut out = [0.0f32; 4];
-    for k in 0..4 {
-        let mut s = hsum(_mm256_add_ps(a0[k], a1[k]));
-        for j in n..len {
-            s = x[k][j].mul_add(w[j], s);
-        }
-        out[k] = s;
-    }
-    out
-}
-
-/// `out[t][o] = dot(x[t], w[o])` for `x: [t_rows][cols]`, `w: [w_rows][cols]`.
-pub fn matmul_t(x: &[f32], t_rows: usize, w: &[f32], w_rows: usize, cols: usize) -> Vec<f32> {
-    let xr = |t: usize| &x[t * cols..(t + 1) * cols];
-    tiled(t_rows, w_rows, |t0, r, out| {
-        let wr = &w[r * cols..(r + 1) * cols];
-        let mut chunks = out.chunks_exact_mut(4);
-        let mut t = t0;
-        for c in &mut chunks {
-            c.copy_from_slice(&dot4([xr(t), xr(t + 1), xr(t + 2), xr(t + 3)], wr));
-            t += 4;
-        }
-        for o in chunks.into_remainder() {
-            *o = dot(xr(t), wr);
-            t += 1;
-        }
-    })
-}
-
-/// Like [`matmul_t`] over 8-bit weights; each activation row is quantised on its own.
-pub fn matmul_q8(x: &[f32], t_rows: usize, w: &super::q8::Q8Matrix) -> Vec<f32> {
-    use super::q8::{dot_q8, quantize_row, QK};
-    let cols = w.cols;
-    let nb = cols / QK;
-    let mut xq = vec![0i8; t_rows * cols];
-    let mut xs = vec![0f32; t_rows * nb];
-    xq.par_chunks_mut(cols)
-        .zip(xs.par_chunks_mut(nb))
-        .zip(x.par_chunks(cols))
-        .for_each(|((q, s), xr)| quantize_row(xr, q, s));
-    tiled(t_rows, w.rows, |t0, r, out| {
-        let (wq, ws) = w.row(r);
-        for (i, o) in out.iter_mut().enumerate() {
-            let t = t0 + i;
-            *o = dot_q8(
-                &xq[t * cols..(t + 1) * cols],
-                &xs[t * nb..(t + 1) * nb],
-                wq,
-                ws,
-            );
-        }
-    })
-}
-
-/// Fills `out[t][r]` (`[t_rows][w_rows]`) by calling `fill(t0, r, values)` for runs of
-/// tokens `t0..t0+values.len()` of one weight row. Parallel over blocks of weight rows;
-/// inside a block, tokens are walked in tiles so the block's weights and a tile of
-/// activations stay in cache together. Tiling only decides *which* values are computed
-/// together, never how one is summed, so results do not depend on `t_rows`.
-fn tiled(t_rows: usize, w_rows: usize, fill: impl Fn(usize, usize, &mut [f32]) + Sync) -> Vec<f32> {
-    const ROWS: usize = 16;
-    const TOKENS: usize = 32;
-    let blocks: Vec<Vec<f32>> = (0..w_rows.div_ceil(ROWS))
-        .into_par_iter()
-        .map(|b| {
-            let (r0, r1) = (b * ROWS, ((b + 1) * ROWS).min(w_rows));
-            // [row - r0][t]
-            let mut res = vec![0.0f32; (r1 - r0) * t_rows];
-            for t0 in (0..t_rows).step_by(TOKENS) {
-                let t1 = (t0 + TOKENS).min(t_rows);
-                for r in r0..r1 {
-                    fill(
-                        t0,
-                        r,
-                        &mut res[(r - r0) * t_rows + t0..(r - r0) * t_rows + t1],
-                    );
-                }
-            }
-            res
-        })
-        .collect();
-    let mut out = vec![0.0f32; t_rows * w_rows];
-    for (b, res) in blocks.iter().enumerate() {
-        for (i, row) in res.chunks(t_rows.max(1)).enumerate() {
-            for (t, &v) in row.iter().enumerate() {
-                out[t * w_rows + b * ROWS + i] = v;
-            }
-        }
-    }
-    out
 }
 
 pub fn rms_norm_inplace(row: &mut [f32], w: &[f32], eps: f32) {
@@ -302,7 +510,7 @@ fn attend_head_impl(
         let last = seq.context_len - seq.query_len + j; // causal: attend to 0..=last
         let mut max = f32::NEG_INFINITY;
         for (s, &base) in scores.iter_mut().zip(&bases).take(last + 1) {
-            *s = dot(qv, &k_pool[base..base + d]) * scale;
+            *s = dot_attn(qv, &k_pool[base..base + d]) * scale;
             max = max.max(*s);
         }
         let mut denom = 0.0f32;
@@ -325,28 +533,69 @@ fn attend_head_impl(
 mod tests {
     use super::*;
 
-    /// Batch invariance at the kernel level: a value is the same bits whether computed
-    /// alone, four at a time, or inside matmuls of different token counts.
+    fn data(n: usize, seed: usize) -> Vec<f32> {
+        (0..n)
+            .map(|i| ((i * 7919 + seed * 104729) % 997) as f32 / 997.0 - 0.5)
+            .collect()
+    }
+
+    /// Batch invariance at the kernel level: every value of `matmul_t` is the same bits
+    /// as the scalar reference order, whatever the token count (1..=13: every tile
+    /// height and remainder), the row count (odd, across a block boundary), its place in
+    /// a tile, or the thread count; `dot`/`dot4` (used by the quantized matmuls) agree.
     #[test]
-    fn dot4_and_matmul_match_dot_bitwise() {
-        let cols = 600; // not a multiple of 16: exercises the tail
-        let x: Vec<f32> = (0..7 * cols)
-            .map(|i| ((i * 7919) % 997) as f32 / 997.0 - 0.5)
-            .collect();
-        let w: Vec<f32> = (0..5 * cols)
-            .map(|i| ((i * 104729) % 991) as f32 / 991.0 - 0.5)
-            .collect();
-        let xr = |t: usize| &x[t * cols..(t + 1) * cols];
-        let wr = |r: usize| &w[r * cols..(r + 1) * cols];
-        let four = dot4([xr(0), xr(1), xr(2), xr(3)], wr(2));
-        for (t, v) in four.iter().enumerate() {
-            assert_eq!(v.to_bits(), dot(xr(t), wr(2)).to_bits());
+    fn matmul_tiles_match_scalar_reference_bitwise() {
+        for cols in [603, 64, 5] {
+            // 603 = 75 blocks (odd: the second half is longer) + a 3-value tail.
+            let (tmax, rows) = (13, 29);
+            let x = data(tmax * cols, 1);
+            let w = data(rows * cols, 2);
+            let xr = |t: usize| &x[t * cols..(t + 1) * cols];
+            let wr = |r: usize| &w[r * cols..(r + 1) * cols];
+            let want: Vec<u32> = (0..tmax)
+                .flat_map(|t| (0..rows).map(move |r| (t, r)))
+                .map(|(t, r)| dot_scalar(xr(t), wr(r)).to_bits())
+                .collect();
+            for threads in [1, 2] {
+                let pool = rayon::ThreadPoolBuilder::new()
+                    .num_threads(threads)
+                    .build()
+                    .unwrap();
+                for t in 1..=tmax {
+                    let got = pool.install(|| matmul_t(&x[..t * cols], t, &w, rows, cols));
+                    let got: Vec<u32> = got.iter().map(|v| v.to_bits()).collect();
+                    assert_eq!(
+                        got,
+                        want[..t * rows],
+                        "cols {cols}, {t} tokens, {threads} threads"
+                    );
+                }
+                let odd = pool.install(|| matmul_t(&x, tmax, &w, 7, cols));
+                for (i, v) in odd.iter().enumerate() {
+                    assert_eq!(v.to_bits(), want[i / 7 * rows + i % 7], "7 rows, value {i}");
+                }
+            }
+            let four = dot4([xr(0), xr(1), xr(2), xr(3)], wr(2));
+            for (t, v) in four.iter().enumerate() {
+                assert_eq!(v.to_bits(), want[t * rows + 2]);
+                assert_eq!(dot(xr(t), wr(2)).to_bits(), want[t * rows + 2]);
+            }
+            // And it is a dot product.
+            let naive: f64 = xr(5)
+                .iter()
+                .zip(wr(3))
+                .map(|(a, b)| *a as f64 * *b as f64)
+                .sum();
+            assert!((f32::from_bits(want[5 * rows + 3]) as f64 - naive).abs() < 1e-4);
         }
-        let all = matmul_t(&x, 7, &w, 5, cols);
-        for n in [1, 3, 6] {
-            let part = matmul_t(&x[..n * cols], n, &w, 5, cols);
-            assert_eq!(part, all[..n * 5], "{n} tokens");
-        }
-        assert!((dot(xr(1), wr(1)) - dot_scalar(xr(1), wr(1))).abs() < 1e-4);
+    }
+
+    #[test]
+    fn attention_dot_matches_its_scalar_order() {
+        let (a, b) = (data(203, 3), data(203, 4));
+        assert_eq!(
+            dot_attn(&a, &b).to_bits(),
+            dot_attn_scalar(&a, &b).to_bits()
+        );
     }
 }
