@@ -169,16 +169,35 @@ async fn send_one(
     workload: &str,
 ) -> RequestOutcome {
     let started = Instant::now();
-    let mut request = client
-        .post(format!("{}/v1/chat/completions", config.root()))
-        .header("X-Wring-Workload", workload)
-        .timeout(config.request_timeout)
-        .json(&request_body(config, prompt));
-    if let Some(key) = &config.api_key {
-        request = request.bearer_auth(key);
-    }
-    let response = match request.send().await {
+    let body = request_body(config, prompt);
+    let build = || {
+        let request = client
+            .post(format!("{}/v1/chat/completions", config.root()))
+            .header("X-Wring-Workload", workload)
+            .timeout(config.request_timeout)
+            .json(&body);
+        match &config.api_key {
+            Some(key) => request.bearer_auth(key),
+            None => request,
+        }
+    };
+    let response = match build().send().await {
         Ok(r) => r,
+        // Sending failed before any response: typically a pooled keep-alive connection the
+        // server had already closed (llama-server does this under load), so the server never
+        // saw the request. Retry once; latencies still count from the first attempt.
+        Err(e) if e.is_request() && !e.is_timeout() => match build().send().await {
+            Ok(r) => {
+                tracing::debug!("request {} resent after: {e}", prompt.id);
+                r
+            }
+            Err(e2) => {
+                return failed(
+                    &prompt.id,
+                    format!("request failed twice: {e2} (first attempt: {e})"),
+                )
+            }
+        },
         Err(e) => return failed(&prompt.id, format!("request failed: {e}")),
     };
     let status = response.status();
