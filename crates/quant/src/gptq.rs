@@ -19,6 +19,28 @@ use wring_backend::quant::{
 /// Columns per lazy-update block.
 pub const BLOCK: usize = 128;
 
+/// Runs `$body` compiled with AVX2+FMA when the CPU has them (same operations, same
+/// results: only the vector width changes), else as is.
+macro_rules! avx2_dispatch {
+    ($name:ident, $impl_:ident, ($($arg:ident : $ty:ty),*) -> $ret:ty) => {
+        fn $name($($arg: $ty),*) -> $ret {
+            #[cfg(target_arch = "x86_64")]
+            {
+                #[target_feature(enable = "avx2,fma")]
+                unsafe fn avx2($($arg: $ty),*) -> $ret {
+                    $impl_($($arg),*)
+                }
+                if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
+                    // SAFETY: the features were detected at run time.
+                    return unsafe { avx2($($arg),*) };
+                }
+            }
+            $impl_($($arg),*)
+        }
+    };
+}
+
+#[inline(always)]
 fn dot64(a: &[f64], b: &[f64]) -> f64 {
     let mut acc = [0.0f64; 4];
     let n = a.len() / 4 * 4;
@@ -34,9 +56,16 @@ fn dot64(a: &[f64], b: &[f64]) -> f64 {
     s
 }
 
+avx2_dispatch!(cholesky_lower_fast, cholesky_lower_impl, (a: &mut [f64], n: usize) -> Result<()>);
+
 /// Lower Cholesky factor of the symmetric positive-definite `a` (`[n][n]`), in place
 /// (the strict upper triangle is zeroed).
 pub fn cholesky_lower(a: &mut [f64], n: usize) -> Result<()> {
+    cholesky_lower_fast(a, n)
+}
+
+#[inline(always)]
+fn cholesky_lower_impl(a: &mut [f64], n: usize) -> Result<()> {
     for i in 0..n {
         for j in 0..=i {
             let (ri, rj) = (&a[i * n..i * n + j], &a[j * n..j * n + j]);
@@ -70,15 +99,7 @@ pub fn inverse_cholesky_upper(h: &[f64], n: usize) -> Result<Vec<f64>> {
     // Columns of L⁻¹ by forward substitution, in parallel; xt[j] = column j.
     let xt: Vec<Vec<f64>> = (0..n)
         .into_par_iter()
-        .map(|j| {
-            let mut x = vec![0.0f64; n];
-            x[j] = 1.0 / l[j * n + j];
-            for i in j + 1..n {
-                let s = dot64(&l[i * n + j..i * n + i], &x[j..i]);
-                x[i] = -s / l[i * n + i];
-            }
-            x
-        })
+        .map(|j| inverse_column(&l, n, j))
         .collect();
     // U[a][b] = L⁻¹[n-1-a][n-1-b] = xt[n-1-b][n-1-a].
     let mut u = vec![0.0f64; n * n];
@@ -88,6 +109,20 @@ pub fn inverse_cholesky_upper(h: &[f64], n: usize) -> Result<Vec<f64>> {
         }
     }
     Ok(u)
+}
+
+avx2_dispatch!(inverse_column, inverse_column_impl, (l: &[f64], n: usize, j: usize) -> Vec<f64>);
+
+/// Column `j` of `L⁻¹` (lower `L`) by forward substitution.
+#[inline(always)]
+fn inverse_column_impl(l: &[f64], n: usize, j: usize) -> Vec<f64> {
+    let mut x = vec![0.0f64; n];
+    x[j] = 1.0 / l[j * n + j];
+    for i in j + 1..n {
+        let s = dot64(&l[i * n + j..i * n + i], &x[j..i]);
+        x[i] = -s / l[i * n + i];
+    }
+    x
 }
 
 /// Damped `H` in f64: `damp · mean(diag)` added to the diagonal; channels never
@@ -104,6 +139,56 @@ pub fn damped_hessian(h: &[f32], n: usize, damp: f64) -> (Vec<f64>, Vec<bool>) {
         hd[i * n + i] += add;
     }
     (hd, dead)
+}
+
+type RowCodes = (Vec<u8>, Vec<f16>, Vec<u8>);
+
+avx2_dispatch!(gptq_row, gptq_row_impl, (w: &[f32], u: &[f32], dead: &[bool], group: usize) -> RowCodes);
+
+/// One row through GPTQ: its codes, group scales and zeros.
+#[inline(always)]
+fn gptq_row_impl(w: &[f32], u: &[f32], dead: &[bool], group: usize) -> RowCodes {
+    let cols = w.len();
+    let ng = cols.div_ceil(group);
+    let mut x: Vec<f32> = w.to_vec();
+    for (c, d) in dead.iter().enumerate() {
+        if *d {
+            x[c] = 0.0;
+        }
+    }
+    let mut codes = vec![0u8; cols];
+    let mut scales = Vec::with_capacity(ng);
+    let mut zeros = Vec::with_capacity(ng);
+    let (mut s, mut z) = (0.0f32, 0u8);
+    let mut err = [0.0f32; BLOCK];
+    for b0 in (0..cols).step_by(BLOCK) {
+        let b1 = (b0 + BLOCK).min(cols);
+        for i in b0..b1 {
+            if i % group == 0 {
+                let (sh, zz) = int4_group_params(&x[i..(i + group).min(cols)]);
+                scales.push(sh);
+                zeros.push(zz);
+                (s, z) = (sh.to_f32(), zz);
+            }
+            let q = int4_encode(x[i], s, z);
+            codes[i] = q;
+            let e = (x[i] - int4_decode(q, s, z)) / u[i * cols + i];
+            // Within the block: update the columns not yet quantised.
+            let ur = &u[i * cols..(i + 1) * cols];
+            for j in i + 1..b1 {
+                x[j] -= e * ur[j];
+            }
+            err[i - b0] = e;
+        }
+        // Lazy batch update of every later column.
+        for (k, &e) in err[..b1 - b0].iter().enumerate() {
+            let ur = &u[(b0 + k) * cols..(b0 + k + 1) * cols];
+            for j in b1..cols {
+                x[j] -= e * ur[j];
+            }
+        }
+    }
+    (codes, scales, zeros)
 }
 
 /// GPTQ int4 quantisation of row-major `w` (`[rows][cols]`) under input Gram matrix
@@ -127,47 +212,7 @@ pub fn gptq_int4(
     let ng = cols.div_ceil(group);
     let per_row: Vec<(Vec<u8>, Vec<f16>, Vec<u8>)> = (0..rows)
         .into_par_iter()
-        .map(|r| {
-            let mut x: Vec<f32> = w[r * cols..(r + 1) * cols].to_vec();
-            for (c, d) in dead.iter().enumerate() {
-                if *d {
-                    x[c] = 0.0;
-                }
-            }
-            let mut codes = vec![0u8; cols];
-            let mut scales = Vec::with_capacity(ng);
-            let mut zeros = Vec::with_capacity(ng);
-            let (mut s, mut z) = (0.0f32, 0u8);
-            let mut err = [0.0f32; BLOCK];
-            for b0 in (0..cols).step_by(BLOCK) {
-                let b1 = (b0 + BLOCK).min(cols);
-                for i in b0..b1 {
-                    if i % group == 0 {
-                        let (sh, zz) = int4_group_params(&x[i..(i + group).min(cols)]);
-                        scales.push(sh);
-                        zeros.push(zz);
-                        (s, z) = (sh.to_f32(), zz);
-                    }
-                    let q = int4_encode(x[i], s, z);
-                    codes[i] = q;
-                    let e = (x[i] - int4_decode(q, s, z)) / u[i * cols + i];
-                    // Within the block: update the columns not yet quantised.
-                    let ur = &u[i * cols..(i + 1) * cols];
-                    for j in i + 1..b1 {
-                        x[j] -= e * ur[j];
-                    }
-                    err[i - b0] = e;
-                }
-                // Lazy batch update of every later column.
-                for (k, &e) in err[..b1 - b0].iter().enumerate() {
-                    let ur = &u[(b0 + k) * cols..(b0 + k + 1) * cols];
-                    for j in b1..cols {
-                        x[j] -= e * ur[j];
-                    }
-                }
-            }
-            (codes, scales, zeros)
-        })
+        .map(|r| gptq_row(&w[r * cols..(r + 1) * cols], &u, &dead, group))
         .collect();
     let mut codes = Vec::with_capacity(rows * cols);
     let mut scale = Vec::with_capacity(rows * ng);
