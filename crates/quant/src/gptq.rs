@@ -239,6 +239,37 @@ pub fn gptq_int4(
 mod tests {
     use super::*;
 
+    /// The AVX2-compiled paths compute exactly what the portable code does.
+    #[test]
+    fn avx2_and_portable_paths_agree_bitwise() {
+        let n = 40;
+        let a: Vec<f64> = (0..n * n)
+            .map(|i| ((i * 37 % 23) as f64 - 11.0) / 7.0)
+            .collect();
+        let mut h = vec![0.0; n * n];
+        for i in 0..n {
+            for j in 0..n {
+                h[i * n + j] = (0..n).map(|k| a[k * n + i] * a[k * n + j]).sum::<f64>()
+                    + if i == j { 1.0 } else { 0.0 };
+            }
+        }
+        let (mut l1, mut l2) = (h.clone(), h.clone());
+        cholesky_lower(&mut l1, n).unwrap();
+        cholesky_lower_impl(&mut l2, n).unwrap();
+        assert_eq!(l1, l2);
+        for j in [0, 7, n - 1] {
+            assert_eq!(inverse_column(&l1, n, j), inverse_column_impl(&l1, n, j));
+        }
+        let u: Vec<f32> = inverse_cholesky_upper(&h, n)
+            .unwrap()
+            .iter()
+            .map(|&v| v as f32)
+            .collect();
+        let w: Vec<f32> = (0..n).map(|i| ((i * 13 % 17) as f32 - 8.0) / 5.0).collect();
+        let dead = vec![false; n];
+        assert_eq!(gptq_row(&w, &u, &dead, 8), gptq_row_impl(&w, &u, &dead, 8));
+    }
+
     #[test]
     fn inverse_cholesky_upper_factors_the_inverse() {
         let n = 7;
