@@ -135,6 +135,30 @@ impl SafetensorsSet {
         })
     }
 
+    /// Drops the mapped pages of `data` (a tensor already copied out) from this process,
+    /// so a load's resident memory is what the backend holds plus one tensor, not the
+    /// whole file as well. A later read of the same bytes maps them in again.
+    fn release(&self, data: &[u8]) {
+        let p = data.as_ptr() as usize;
+        for (_, mmap) in &self.shards {
+            let base = mmap.as_ptr() as usize;
+            if p >= base && p + data.len() <= base + mmap.len() {
+                // SAFETY: read-only, file-backed mapping and no live borrow of these bytes
+                // past this call (callers have copied them); MADV_DONTNEED only makes the
+                // next access read the file again.
+                #[cfg(unix)]
+                let _ = unsafe {
+                    mmap.unchecked_advise_range(
+                        memmap2::UncheckedAdvice::DontNeed,
+                        p - base,
+                        data.len(),
+                    )
+                };
+                return;
+            }
+        }
+    }
+
     /// Raw bytes of a tensor: (dtype, shape, data).
     fn raw(&self, name: &str) -> Result<Option<RawTensor<'_>>> {
         let Some(&i) = self.index.get(name) else {
@@ -182,8 +206,11 @@ impl SafetensorsSet {
         }
         let m = QuantMatrix::from_parts(q.scheme, rows, cols, q.group_size, |s| {
             parts.get(s).cloned()
-        })
-        .map_err(|e| {
+        });
+        for (_, _, data) in parts.values() {
+            self.release(data);
+        }
+        let m = m.map_err(|e| {
             anyhow!(
                 "tensor {prefix}{e} ({} checkpoint, expected [{rows}, {cols}])",
                 q.scheme
@@ -222,6 +249,7 @@ impl SafetensorsSet {
                 path.display()
             ),
         };
+        self.release(b);
         Ok(Some((t.shape().to_vec(), data)))
     }
 }
