@@ -21,6 +21,9 @@ pub struct Args {
     /// The model to quantize: a .gguf file, a Hugging Face directory or ORG/NAME
     /// (default: SmolLM2-135M-Instruct).
     pub model: Option<String>,
+    /// The model, as the other subcommands take it (instead of the positional MODEL).
+    #[arg(long = "model", value_name = "MODEL", conflicts_with = "model")]
+    pub model_flag: Option<String>,
     /// int8 | int4 | fp8 | nvfp4
     #[arg(long)]
     pub scheme: wring_backend::quant::Scheme,
@@ -33,11 +36,13 @@ pub struct Args {
     /// int4: AWQ activation-aware scaling (default on).
     #[arg(long, overrides_with = "no_awq")]
     pub awq: bool,
+    /// int4: plain group-wise scales, no AWQ.
     #[arg(long, overrides_with = "awq")]
     pub no_awq: bool,
     /// int4: GPTQ error compensation (default on).
     #[arg(long, overrides_with = "no_gptq")]
     pub gptq: bool,
+    /// int4: round-to-nearest instead of GPTQ.
     #[arg(long, overrides_with = "gptq")]
     pub no_gptq: bool,
     /// GPTQ damping (fraction of the mean Hessian diagonal added to it).
@@ -74,7 +79,10 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         damp: a.damp,
         calib: CalibOptions {
             corpus: a.calib_corpus.clone(),
-            corpus_dir: a.corpus_dir.clone().unwrap_or_else(wring_quant::calib::default_corpus_dir),
+            corpus_dir: a
+                .corpus_dir
+                .clone()
+                .unwrap_or_else(wring_quant::calib::default_corpus_dir),
             prompts: a.calib_prompts,
             max_tokens: a.calib_max_tokens,
             layers: None,
@@ -82,9 +90,12 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         },
         progress: true,
     };
-    anyhow::ensure!(a.calib_prompts > 0 && a.calib_max_tokens > 1, "--calib-prompts and --calib-max-tokens must be positive");
+    anyhow::ensure!(
+        a.calib_prompts > 0 && a.calib_max_tokens > 1,
+        "--calib-prompts and --calib-max-tokens must be positive"
+    );
     let model = load_model(&ModelSpec {
-        model: a.model.clone(),
+        model: a.model.clone().or_else(|| a.model_flag.clone()),
         load_format: LoadFormat::Auto,
         model_shape: None,
     })?;
