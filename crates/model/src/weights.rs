@@ -220,18 +220,11 @@ impl SafetensorsSet {
     }
 
     fn tensor(&self, name: &str) -> Result<Option<(Vec<usize>, Vec<f32>)>> {
-        let Some(&i) = self.index.get(name) else {
+        let Some((dtype, shape, b)) = self.raw(name)? else {
             return Ok(None);
         };
-        let (path, mmap) = &self.shards[i];
-        let st = safetensors::SafeTensors::deserialize(mmap)
-            .map_err(|e| anyhow!("{}: {e}", path.display()))?;
-        let t = st
-            .tensor(name)
-            .map_err(|e| anyhow!("{}: tensor {name}: {e}", path.display()))?;
-        let b = t.data();
         use safetensors::Dtype;
-        let data: Vec<f32> = match t.dtype() {
+        let data: Vec<f32> = match dtype {
             Dtype::F32 => b
                 .chunks_exact(4)
                 .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
@@ -246,11 +239,11 @@ impl SafetensorsSet {
                 .collect(),
             d => bail!(
                 "{}: tensor {name} has dtype {d:?}; wring reads F32, F16 and BF16",
-                path.display()
+                self.shards[self.index[name]].0.display()
             ),
         };
         self.release(b);
-        Ok(Some((t.shape().to_vec(), data)))
+        Ok(Some((shape, data)))
     }
 }
 
