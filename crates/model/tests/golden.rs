@@ -90,7 +90,7 @@ fn golden_prompt_ids_greedy_ids_and_logits() {
         // Prefill, then decode one token per step, checking the top-8 logits each time.
         let mut seq = prompt.clone();
         let blocks: Vec<u32> = (0..((prompt.len() + want.len()).div_ceil(bs) as u32)).collect();
-        let mut logits = prefill_batch(r.as_mut(), &[prompt.clone()], 0).remove(0);
+        let mut logits = prefill_batch(r.as_mut(), std::slice::from_ref(&prompt), 0).remove(0);
         let mut got = vec![];
         for (i, st) in steps.iter().enumerate() {
             for (id, lg) in ids(&st["top_ids"])
