@@ -21,7 +21,7 @@ use crate::scheduler::{Scheduler, SchedulerLimits};
 use crate::sequence::Sequence;
 use crate::spec::{
     verify_drafts, AdaptiveK, DynamicK, NgramProposer, NoProposer, PositionAcceptance, Proposer,
-    RejectionRule, StepCostModel, SuffixProposer,
+    RejectionRule, ScoreCalibration, StepCostModel, SuffixProposer,
 };
 use crate::stop::{StopOutcome, StopStrings};
 
@@ -59,6 +59,8 @@ struct SeqDraft {
     /// Query slots after the last token: K when padding, else `tokens.len()`.
     slots: usize,
     dynamic: bool,
+    /// The drafter's own running probabilities for `tokens`, when it gives them.
+    scores: Option<Vec<f32>>,
 }
 
 struct SpecState {
@@ -67,6 +69,8 @@ struct SpecState {
     /// Present when the adaptive policy is available (calibrated at start-up).
     cost: Option<StepCostModel>,
     acceptance: PositionAcceptance,
+    /// Drafter scores → measured acceptance, learned from every verify step.
+    calibration: ScoreCalibration,
 }
 
 pub(crate) struct EngineCore {
@@ -156,6 +160,7 @@ impl EngineCore {
                 adaptive: AdaptiveK::new(&CAPTURED_KS),
                 cost: None,
                 acceptance: PositionAcceptance::new(max_k),
+                calibration: ScoreCalibration::new(),
             },
             cfg,
             eos,
@@ -350,7 +355,7 @@ impl EngineCore {
                 .map(|(p, i)| {
                     let n = p.tokens.len().min(i.1);
                     match &p.probs {
-                        Some(pr) => pr[..n.min(pr.len())].to_vec(),
+                        Some(pr) => self.spec.calibration.apply(&pr[..n.min(pr.len())]),
                         None => self.spec.acceptance.running_probs(n),
                     }
                 })
@@ -370,12 +375,17 @@ impl EngineCore {
             step_k = step_k.max(k);
             let mut tokens = p.tokens;
             tokens.truncate(k);
+            let scores = p.probs.map(|mut pr| {
+                pr.truncate(tokens.len());
+                pr
+            });
             drafts.insert(
                 id,
                 SeqDraft {
                     slots: tokens.len(),
                     tokens,
                     dynamic,
+                    scores,
                 },
             );
         }
@@ -579,6 +589,11 @@ impl EngineCore {
                     state.usage.draft_tokens += valid as u32;
                     state.usage.accepted_tokens += accepted as u32;
                     self.spec.acceptance.observe(valid, accepted);
+                    if let Some(sc) = &drafts[&r.id].scores {
+                        self.spec
+                            .calibration
+                            .observe(&sc[..valid.min(sc.len())], accepted);
+                    }
                 }
                 self.metrics.count_verify(valid, accepted);
                 if drafts[&r.id].dynamic {

@@ -8,7 +8,7 @@ pub mod suffix_proposer;
 pub mod verify;
 
 pub use cost_model::StepCostModel;
-pub use k_policy::{AdaptiveK, DynamicK, PositionAcceptance};
+pub use k_policy::{AdaptiveK, DynamicK, PositionAcceptance, ScoreCalibration};
 pub use proposer::{DraftProposal, NgramProposer, NoProposer, Proposer};
 pub use suffix_proposer::SuffixProposer;
 pub use verify::{verify_drafts, RejectionRule, VerifyOutcome};
