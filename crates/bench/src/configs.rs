@@ -45,11 +45,23 @@ impl ServeConfig {
                 true,
                 flags("--speculative suffix --k-policy adaptive"),
             ),
+            // The controllers without padding: where verify cost grows with every query
+            // row (the CPU), padding only costs, so the controllers are compared unpadded too.
+            "dynamic-nopad" => (
+                None,
+                false,
+                flags("--speculative suffix --k-policy dynamic --no-pad"),
+            ),
+            "adaptive-nopad" => (
+                None,
+                false,
+                flags("--speculative suffix --k-policy adaptive --no-pad"),
+            ),
             other => {
                 let Some(rest) = other.strip_prefix("suffix-k") else {
                     bail!(
                         "unknown configuration {other:?}; known: {}",
-                        DEFAULT_CONFIGS.join(", ")
+                        DEFAULT_CONFIGS.join(", ") + ", dynamic-nopad, adaptive-nopad"
                     );
                 };
                 let (k_text, padded) = match rest.strip_suffix("-nopad") {
@@ -133,6 +145,12 @@ mod tests {
                 .serve_flags
                 .join(" "),
             "--speculative suffix --k-policy adaptive"
+        );
+        let c = ServeConfig::parse("adaptive-nopad").unwrap();
+        assert!(!c.padded && c.k.is_none());
+        assert_eq!(
+            c.serve_flags.join(" "),
+            "--speculative suffix --k-policy adaptive --no-pad"
         );
         assert!(ServeConfig::parse("suffix-kx").is_err());
         assert!(ServeConfig::parse("fast").is_err());

@@ -32,8 +32,8 @@ fn noise_note(table: &Table, ratio: f64, a: &str, b: &str) -> &'static str {
 
 fn is_suffix_family(config: &str) -> bool {
     config.starts_with("suffix-k")
-        || config == "dynamic"
-        || config == "adaptive"
+        || config.starts_with("dynamic")
+        || config.starts_with("adaptive")
         || config == BEST_K_PAD
 }
 
@@ -174,7 +174,7 @@ pub fn decision_tree(table: &Table, baseline: &str) -> String {
                 )
             }
         );
-        for controller in ["dynamic", "adaptive"] {
+        for controller in ["dynamic", "adaptive", "dynamic-nopad", "adaptive-nopad"] {
             if let Some(&(_, cr)) = speculative.iter().find(|(c, _)| *c == controller) {
                 let vs = cr / pr;
                 let verdict = if vs > 1.0 && beyond_noise(table, vs, controller, BEST_K_PAD) {
