@@ -62,7 +62,7 @@ PY
     suffix=""
     [ "${GRAPHS:-on}" = off ] && { export WRING_CUDA_GRAPHS=off; suffix="-eager"; }
     # Prompts per corpus: two waves at concurrency ≥ 8, eight requests at concurrency 1.
-    np=$((conc * 2)); [ $np -lt 8 ] && np=8
+    np=${NP:-$((conc * 2))}; [ $np -lt 8 ] && np=8
     warm=$conc; [ $warm -gt 8 ] && warm=8
     dir="$OUT/tune-c$conc$suffix"
     start=$(date +%s)
