@@ -8,6 +8,11 @@
 //! `gpu_check cpu-compare MODEL.gguf|dummy` — logits versus the CPU backend (f32).
 //! `gpu_check bench MODEL.gguf` — step times of the default model and of dummy
 //!   llama-3.1-8b weights against the HBM roofline.
+//! `gpu_check quant MODEL.gguf|dummy [GOLDEN.jsonl]` — each quantized weight scheme
+//!   (fp8, int4, nvfp4; quantised at load) versus the same scheme on the CPU backend, and
+//!   greedy agreement with bf16.
+//! `gpu_check quant-bench` — dummy llama-3.1-8b per weight scheme: load time, weight
+//!   memory, decode step times against the HBM roofline.
 
 use anyhow::{bail, Context, Result};
 use serde_json::Value;
@@ -17,6 +22,9 @@ use wring_cuda::{CudaBackend, CudaOptions, GraphMode};
 use wring_model::llama::LlamaRunner;
 use wring_model::weights::WeightSource;
 use wring_model::{ModelConfig, ModelRunner};
+
+#[path = "support/quant.rs"]
+mod quant;
 
 const BLOCK: usize = 16;
 
@@ -28,7 +36,9 @@ fn main() -> Result<()> {
         "graphs" => graphs(arg(&args, 2)?),
         "bench" => bench(arg(&args, 2)?),
         "cpu-compare" => cpu_compare(arg(&args, 2)?),
-        _ => bail!("usage: gpu_check golden MODEL GOLDEN | graphs MODEL | bench MODEL | cpu-compare MODEL (MODEL: a .gguf, or dummy)"),
+        "quant" => quant::check(arg(&args, 2)?, args.get(3).map(String::as_str)),
+        "quant-bench" => quant::bench(),
+        _ => bail!("usage: gpu_check golden MODEL GOLDEN | graphs MODEL | bench MODEL | cpu-compare MODEL | quant MODEL [GOLDEN] | quant-bench (MODEL: a .gguf, or dummy)"),
     }
 }
 

@@ -11,11 +11,13 @@
 
 use crate::arena::{Arena, Block};
 use crate::blas::Blas;
+use crate::blaslt::{fp8_pad_tokens, fp8_shape_ok, BlasLt};
 use crate::device::{launch, Arg, DeviceBuffer, PinnedBuffer};
 use crate::graphs::{GraphKey, Graphs};
 use crate::kernels::Kernels;
 use crate::meta::{stage_step, Padding, StepLayout};
 use crate::options::{CudaOptions, GraphMode};
+use crate::qweights::{quantize_for_load, DeviceMatrix, DeviceQuant};
 use anyhow::{anyhow, bail, ensure, Context, Result};
 use cudarc::driver::{result, sys, CudaContext, CudaStream};
 use std::sync::Arc;
@@ -60,11 +62,53 @@ impl CudaTensor {
     }
 }
 
-/// A bf16 weight matrix `[rows=out][cols=in]`.
+/// A weight matrix `[rows=out][cols=in]`: bf16, or quantized (see [`crate::qweights`]).
 pub struct CudaMatrix {
-    buf: DeviceBuffer,
+    w: Weights,
     rows: usize,
     cols: usize,
+}
+
+enum Weights {
+    Bf16(DeviceBuffer),
+    Fp8 {
+        q: DeviceBuffer,
+        scale: DeviceBuffer,
+    },
+    Int4 {
+        q: DeviceBuffer,
+        scale: DeviceBuffer,
+        zero: DeviceBuffer,
+        group: usize,
+        smooth: Option<DeviceBuffer>,
+        qgemm: bool,
+    },
+    Nvfp4 {
+        q: DeviceBuffer,
+        block_scale: DeviceBuffer,
+        row_scale: DeviceBuffer,
+        smooth: Option<DeviceBuffer>,
+        qgemm: bool,
+    },
+}
+
+impl CudaMatrix {
+    /// The storage scheme: "bf16", "fp8", "int4" or "nvfp4".
+    pub fn scheme(&self) -> &'static str {
+        match self.w {
+            Weights::Bf16(_) => "bf16",
+            Weights::Fp8 { .. } => "fp8",
+            Weights::Int4 { .. } => "int4",
+            Weights::Nvfp4 { .. } => "nvfp4",
+        }
+    }
+}
+
+/// Rows of a quantized matrix dequantised per tile of the bf16 scratch (≤ 64 MiB).
+const SCRATCH_CAP: usize = 64 << 20;
+
+fn tile_rows(rows: usize, cols: usize) -> usize {
+    ((SCRATCH_CAP / (2 * cols.max(1))) / 16 * 16).clamp(16, rows.max(16))
 }
 
 /// An f32 weight vector (norm gains, biases).
@@ -108,6 +152,16 @@ pub struct CudaBackend {
     widest: usize,
     vocab: usize,
     error: Option<anyhow::Error>,
+    arch: (i32, i32),
+    /// cuBLASLt for FP8 weights (sm_89+), created at the first FP8 upload; None when
+    /// unavailable (FP8 weights then run through the dequantising path).
+    lt: Option<BlasLt>,
+    lt_tried: bool,
+    /// bf16 tile that quantized weights are dequantised into for large steps.
+    scratch: Option<DeviceBuffer>,
+    scratch_bytes: usize,
+    /// Bytes of weights resident on the device (matrices and vectors).
+    weight_bytes: usize,
 }
 
 impl CudaBackend {
@@ -153,6 +207,12 @@ impl CudaBackend {
             widest: 0,
             vocab: 0,
             error: None,
+            arch,
+            lt: None,
+            lt_tried: false,
+            scratch: None,
+            scratch_bytes: 0,
+            weight_bytes: 0,
         })
     }
 
@@ -173,6 +233,11 @@ impl CudaBackend {
     /// (captured graphs, replays, captures that failed).
     pub fn graph_stats(&self) -> (usize, u64, usize) {
         self.graphs.stats()
+    }
+
+    /// Bytes of weights resident on the device (quantized matrices at their packed size).
+    pub fn weight_bytes(&self) -> usize {
+        self.weight_bytes
     }
 
     /// Activation arena (bytes in use, peak bytes, capacity).
@@ -326,7 +391,366 @@ impl CudaBackend {
         let buf = DeviceBuffer::alloc(bytes, "activations")?;
         let arena = Arena::new(buf.ptr(), bytes);
         self.arena = Some((buf, arena));
+        if self.scratch_bytes > 0 && self.scratch.is_none() {
+            self.scratch = Some(DeviceBuffer::alloc(
+                self.scratch_bytes,
+                "the dequantisation scratch",
+            )?);
+        }
         Ok(())
+    }
+
+    /// Records the dimensions of an uploaded matrix (they size the activation arena).
+    fn note_dims(&mut self, rows: usize, cols: usize) {
+        // The tallest matrix is the vocabulary (embedding / lm head); others size activations.
+        if rows > self.vocab {
+            self.widest = self.widest.max(self.vocab);
+            self.vocab = rows;
+        } else {
+            self.widest = self.widest.max(rows);
+        }
+        self.widest = self.widest.max(cols);
+    }
+
+    fn upload_device(&mut self, d: DeviceMatrix) -> Result<CudaMatrix> {
+        let (rows, cols) = (d.rows, d.cols);
+        self.weight_bytes += d.nbytes();
+        let qgemm = d.qgemm_ok();
+        let smooth = |s: &Option<Vec<f32>>| -> Result<Option<DeviceBuffer>> {
+            s.as_ref().map(|v| upload_slice(v, "weights")).transpose()
+        };
+        let w = match &d.data {
+            DeviceQuant::Fp8 { q, scale } => {
+                if !self.lt_tried {
+                    self.lt_tried = true;
+                    if self.arch >= (8, 9) {
+                        match BlasLt::new() {
+                            Ok(lt) => self.lt = Some(lt),
+                            Err(e) => tracing::warn!("FP8 weights run dequantised to bf16: {e:#}"),
+                        }
+                    } else {
+                        tracing::warn!(
+                            "FP8 weights run dequantised to bf16: sm_{}{} has no FP8 tensor cores (sm_89+)",
+                            self.arch.0,
+                            self.arch.1
+                        );
+                    }
+                }
+                Weights::Fp8 {
+                    q: upload_slice(q, "weights")?,
+                    scale: upload_slice(scale, "weights")?,
+                }
+            }
+            DeviceQuant::Int4 {
+                group,
+                q,
+                scale,
+                zero,
+            } => Weights::Int4 {
+                q: upload_slice(q, "weights")?,
+                scale: upload_slice(scale, "weights")?,
+                zero: upload_slice(zero, "weights")?,
+                group: *group,
+                smooth: smooth(&d.smooth)?,
+                qgemm,
+            },
+            DeviceQuant::Nvfp4 {
+                q,
+                block_scale,
+                row_scale,
+            } => Weights::Nvfp4 {
+                q: upload_slice(q, "weights")?,
+                block_scale: upload_slice(block_scale, "weights")?,
+                row_scale: upload_slice(row_scale, "weights")?,
+                smooth: smooth(&d.smooth)?,
+                qgemm,
+            },
+        };
+        // Every quantized matrix may take the dequantising path (large steps, or FP8
+        // shapes cuBLASLt does not take): the scratch holds its largest tile.
+        self.scratch_bytes = self.scratch_bytes.max(tile_rows(rows, cols) * cols * 2);
+        Ok(CudaMatrix { w, rows, cols })
+    }
+
+    /// `x · Wᵀ` into a new f32 tensor for a quantized `w` (shapes already checked).
+    fn quant_linear(&mut self, x: &CudaTensor, w: &CudaMatrix) -> CudaTensor {
+        let t = x.rows;
+        match &w.w {
+            Weights::Fp8 { q, scale } if fp8_shape_ok(w.cols, w.rows) => {
+                let tp = fp8_pad_tokens(t);
+                let supported = self
+                    .lt
+                    .as_mut()
+                    .is_some_and(|lt| lt.supports(tp, w.cols, w.rows));
+                if supported {
+                    return self.fp8_linear(x, w, q.ptr(), scale.ptr());
+                }
+            }
+            Weights::Int4 { qgemm: true, .. } | Weights::Nvfp4 { qgemm: true, .. }
+                if t <= self.opts.qgemm_max_t =>
+            {
+                return self.qgemm(x, w);
+            }
+            _ => {}
+        }
+        self.dequant_linear(x, w)
+    }
+
+    /// FP8 W8A8: activations to E4M3 per token, cuBLASLt E4M3 GEMM, per-token ×
+    /// per-channel rescale.
+    fn fp8_linear(&mut self, x: &CudaTensor, w: &CudaMatrix, wq: u64, ws: u64) -> CudaTensor {
+        let (t, k, n) = (x.rows, w.cols, w.rows);
+        let tp = fp8_pad_tokens(t);
+        // E4M3 bytes [tp][k] (k is a multiple of 16) and one f32 scale per token.
+        let xq = self.alloc(tp, k / 4, DType::F32, tp);
+        let xs = self.alloc(tp, 1, DType::F32, tp);
+        let mut out = self.alloc(tp, n, DType::F32, x.valid_rows);
+        if !self.ok() {
+            return CudaTensor::empty();
+        }
+        out.rows = t;
+        let args = [
+            Arg::Ptr(x.ptr),
+            Arg::Ptr(xq.ptr),
+            Arg::Ptr(xs.ptr),
+            Arg::I32(t as i32),
+            Arg::I32(k as i32),
+        ];
+        self.launch(
+            self.kernels.fp8_quantize_rows,
+            (tp as u32, 1, 1),
+            256,
+            &args,
+            "fp8_quantize_rows",
+        );
+        if !self.ok() {
+            return out;
+        }
+        let stream = self.cu_stream();
+        let lt = self.lt.as_mut().expect("checked by quant_linear");
+        if let Err(e) = lt.fp8_linear(stream, xq.ptr, wq, out.ptr, tp, k, n) {
+            self.fail(e);
+            return out;
+        }
+        let total = t * n;
+        let args = [
+            Arg::Ptr(out.ptr),
+            Arg::Ptr(xs.ptr),
+            Arg::Ptr(ws),
+            Arg::I32(n as i32),
+            Arg::I64(total as i64),
+        ];
+        self.launch(
+            self.kernels.fp8_rescale,
+            Self::grid_for(total),
+            256,
+            &args,
+            "fp8_rescale",
+        );
+        out
+    }
+
+    /// int4 / NVFP4 weights, small steps: the tensor-core kernel that dequantises in
+    /// registers; split-K partial sums are added in a fixed order (no atomics).
+    fn qgemm(&mut self, x: &CudaTensor, w: &CudaMatrix) -> CudaTensor {
+        let (t, k, n) = (x.rows, w.cols, w.rows);
+        let tiles = n / 16;
+        let steps = k / 64;
+        // Enough warps to keep HBM busy (~2048), at least 4 steps of 64 columns each.
+        let splits = (2048 / tiles.max(1)).clamp(1, (steps / 4).max(1));
+        let per = steps.div_ceil(splits) * 64;
+        let splits = k.div_ceil(per);
+        let out = self.alloc(t, n, DType::F32, x.valid_rows);
+        let part = if splits > 1 {
+            self.alloc(splits * t, n, DType::F32, splits * t)
+        } else {
+            CudaTensor::empty()
+        };
+        if !self.ok() {
+            return out;
+        }
+        let dst = if splits > 1 { part.ptr } else { out.ptr };
+        let which = if t <= 8 {
+            0
+        } else if t <= 16 {
+            1
+        } else {
+            2
+        };
+        let grid = (tiles.div_ceil(4) as u32, splits as u32, 1);
+        let opt = |s: &Option<DeviceBuffer>| s.as_ref().map_or(0, |b| b.ptr());
+        match &w.w {
+            Weights::Int4 {
+                q,
+                scale,
+                zero,
+                group,
+                smooth,
+                ..
+            } => {
+                let args = [
+                    Arg::Ptr(q.ptr()),
+                    Arg::Ptr(scale.ptr()),
+                    Arg::Ptr(zero.ptr()),
+                    Arg::Ptr(opt(smooth)),
+                    Arg::Ptr(x.ptr),
+                    Arg::Ptr(dst),
+                    Arg::I32(n as i32),
+                    Arg::I32(k as i32),
+                    Arg::I32(t as i32),
+                    Arg::I32(per as i32),
+                    Arg::I32(*group as i32),
+                ];
+                self.launch(
+                    self.kernels.qgemm_int4[which],
+                    grid,
+                    128,
+                    &args,
+                    "qgemm_int4",
+                );
+            }
+            Weights::Nvfp4 {
+                q,
+                block_scale,
+                row_scale,
+                smooth,
+                ..
+            } => {
+                let args = [
+                    Arg::Ptr(q.ptr()),
+                    Arg::Ptr(block_scale.ptr()),
+                    Arg::Ptr(row_scale.ptr()),
+                    Arg::Ptr(opt(smooth)),
+                    Arg::Ptr(x.ptr),
+                    Arg::Ptr(dst),
+                    Arg::I32(n as i32),
+                    Arg::I32(k as i32),
+                    Arg::I32(t as i32),
+                    Arg::I32(per as i32),
+                ];
+                self.launch(
+                    self.kernels.qgemm_nvfp4[which],
+                    grid,
+                    128,
+                    &args,
+                    "qgemm_nvfp4",
+                );
+            }
+            _ => self.fail(anyhow!("qgemm: not an int4 or nvfp4 matrix")),
+        }
+        if splits > 1 {
+            let total = t * n;
+            let args = [
+                Arg::Ptr(part.ptr),
+                Arg::Ptr(out.ptr),
+                Arg::I32(splits as i32),
+                Arg::I64(total as i64),
+            ];
+            self.launch(
+                self.kernels.sum_splits,
+                Self::grid_for(total),
+                256,
+                &args,
+                "sum_splits",
+            );
+        }
+        drop(part);
+        out
+    }
+
+    /// Any quantized weight, any step: dequantise tiles of rows into the bf16 scratch and
+    /// run each tile through cuBLAS into its columns of the output.
+    fn dequant_linear(&mut self, x: &CudaTensor, w: &CudaMatrix) -> CudaTensor {
+        let (t, k, n) = (x.rows, w.cols, w.rows);
+        let out = self.alloc(t, n, DType::F32, x.valid_rows);
+        let Some(scratch) = self.scratch.as_ref().map(|b| b.ptr()) else {
+            self.fail(anyhow!(
+                "quantized linear before the KV pool (and the dequantisation scratch) was allocated"
+            ));
+            return out;
+        };
+        let tile = tile_rows(n, k);
+        let opt = |s: &Option<DeviceBuffer>| s.as_ref().map_or(0, |b| b.ptr());
+        for r0 in (0..n).step_by(tile) {
+            if !self.ok() {
+                break;
+            }
+            let nr = tile.min(n - r0);
+            let (f, args, what) = match &w.w {
+                Weights::Fp8 { q, scale } => (
+                    self.kernels.dequant_fp8_bf16,
+                    vec![
+                        Arg::Ptr(q.ptr()),
+                        Arg::Ptr(scale.ptr()),
+                        Arg::Ptr(scratch),
+                        Arg::I32(r0 as i32),
+                        Arg::I32(k as i32),
+                        Arg::I64((nr * k) as i64),
+                    ],
+                    "dequant_fp8_bf16",
+                ),
+                Weights::Int4 {
+                    q,
+                    scale,
+                    zero,
+                    group,
+                    smooth,
+                    ..
+                } => (
+                    self.kernels.dequant_int4_bf16,
+                    vec![
+                        Arg::Ptr(q.ptr()),
+                        Arg::Ptr(scale.ptr()),
+                        Arg::Ptr(zero.ptr()),
+                        Arg::Ptr(opt(smooth)),
+                        Arg::Ptr(scratch),
+                        Arg::I32(r0 as i32),
+                        Arg::I32(k as i32),
+                        Arg::I32(*group as i32),
+                        Arg::I64((nr * k / 2) as i64),
+                    ],
+                    "dequant_int4_bf16",
+                ),
+                Weights::Nvfp4 {
+                    q,
+                    block_scale,
+                    row_scale,
+                    smooth,
+                    ..
+                } => (
+                    self.kernels.dequant_nvfp4_bf16,
+                    vec![
+                        Arg::Ptr(q.ptr()),
+                        Arg::Ptr(block_scale.ptr()),
+                        Arg::Ptr(row_scale.ptr()),
+                        Arg::Ptr(opt(smooth)),
+                        Arg::Ptr(scratch),
+                        Arg::I32(r0 as i32),
+                        Arg::I32(k as i32),
+                        Arg::I64((nr * k / 2) as i64),
+                    ],
+                    "dequant_nvfp4_bf16",
+                ),
+                Weights::Bf16(_) => {
+                    self.fail(anyhow!("dequant_linear on a bf16 matrix"));
+                    break;
+                }
+            };
+            let items = if what == "dequant_fp8_bf16" {
+                nr * k
+            } else {
+                nr * k / 2
+            };
+            self.launch(f, Self::grid_for(items), 256, &args, what);
+            if !self.ok() {
+                break;
+            }
+            let y = out.ptr + 4 * r0 as u64;
+            if let Err(e) = self.blas.linear_ld(x.ptr, scratch, y, t, k, nr, n) {
+                self.fail(e);
+            }
+        }
+        out
     }
 }
 
@@ -359,8 +783,13 @@ pub fn measure_copy_bandwidth(bytes: usize) -> Result<f64> {
 }
 
 fn upload_f32(v: &[f32], what: &str) -> Result<DeviceBuffer> {
-    let buf = DeviceBuffer::alloc(v.len() * 4, what)?;
-    // SAFETY: buf holds v.len() f32.
+    upload_slice(v, what)
+}
+
+/// A device copy of `v` (plain values: u8, u16, f32).
+fn upload_slice<T: Copy>(v: &[T], what: &str) -> Result<DeviceBuffer> {
+    let buf = DeviceBuffer::alloc(std::mem::size_of_val(v).max(1), what)?;
+    // SAFETY: buf holds size_of_val(v) bytes.
     unsafe { result::memcpy_htod_sync(buf.ptr(), v) }
         .map_err(|e| anyhow!("copying {what} to the GPU failed: {e:?}"))?;
     Ok(buf)
@@ -391,29 +820,46 @@ impl Backend for CudaBackend {
             m.cols
         );
         self.bind()?;
+        // Quantisation at load: every matrix but the vocabulary-sized ones (the embedding
+        // is uploaded first; a separate lm head has as many rows).
+        let vocab_sized = self.vocab == 0 || m.rows >= self.vocab;
+        self.note_dims(m.rows, m.cols);
+        if let Some(scheme) = self.opts.weights.filter(|_| !vocab_sized) {
+            let d = quantize_for_load(scheme, &m)?;
+            drop(m);
+            return self.upload_device(d);
+        }
         let bits = to_bf16_bits(&m.data);
         drop(m.data);
-        let buf = DeviceBuffer::alloc(bits.len() * 2, "weights")?;
-        // SAFETY: buf holds bits.len() u16.
-        unsafe { result::memcpy_htod_sync(buf.ptr(), &bits) }
-            .map_err(|e| anyhow!("copying weights to the GPU failed: {e:?}"))?;
-        // The tallest matrix is the vocabulary (embedding / lm head); others size activations.
-        if m.rows > self.vocab {
-            self.widest = self.widest.max(self.vocab);
-            self.vocab = m.rows;
-        } else {
-            self.widest = self.widest.max(m.rows);
-        }
-        self.widest = self.widest.max(m.cols);
+        let buf = upload_slice(&bits, "weights")?;
+        self.weight_bytes += bits.len() * 2;
         Ok(CudaMatrix {
-            buf,
+            w: Weights::Bf16(buf),
             rows: m.rows,
             cols: m.cols,
         })
     }
 
+    fn upload_quantized(&mut self, m: wring_backend::quant::QuantMatrix) -> Result<CudaMatrix> {
+        self.bind()?;
+        let (rows, cols) = (m.rows, m.cols);
+        // Kept quantized where a kernel runs the scheme; int8 (and odd shapes) as bf16.
+        if !DeviceMatrix::supports(&m) {
+            let data = m.dequantize();
+            drop(m);
+            let saved = self.opts.weights.take();
+            let r = self.upload_matrix(HostMatrix { rows, cols, data });
+            self.opts.weights = saved;
+            return r;
+        }
+        let d = DeviceMatrix::from_quant(m).expect("supported");
+        self.note_dims(rows, cols);
+        self.upload_device(d)
+    }
+
     fn upload_vector(&mut self, v: &[f32]) -> Result<CudaVector> {
         self.bind()?;
+        self.weight_bytes += 4 * v.len();
         Ok(CudaVector {
             buf: upload_f32(v, "weights")?,
             len: v.len(),
@@ -511,11 +957,19 @@ impl Backend for CudaBackend {
             ));
             return CudaTensor::empty();
         }
+        let Weights::Bf16(table_buf) = &table.w else {
+            self.fail(anyhow!(
+                "the CUDA embedding lookup needs a bf16 table, got {}",
+                table.scheme()
+            ));
+            return CudaTensor::empty();
+        };
+        let table_ptr = table_buf.ptr();
         let t = self.layout.tokens;
         let out = self.alloc(t, table.cols, DType::F32, t);
         let args = [
             Arg::Ptr(self.meta_ptr(self.layout.off_tokens)),
-            Arg::Ptr(table.buf.ptr()),
+            Arg::Ptr(table_ptr),
             Arg::Ptr(out.ptr),
             Arg::I32(table.cols as i32),
         ];
@@ -604,15 +1058,24 @@ impl Backend for CudaBackend {
             ));
             return CudaTensor::empty();
         }
-        let out = self.alloc(x.rows, w.rows, DType::F32, x.valid_rows);
+        let out = match &w.w {
+            Weights::Bf16(buf) => {
+                let out = self.alloc(x.rows, w.rows, DType::F32, x.valid_rows);
+                if !self.ok() {
+                    return out;
+                }
+                if let Err(e) = self
+                    .blas
+                    .linear(x.ptr, buf.ptr(), out.ptr, x.rows, w.cols, w.rows)
+                {
+                    self.fail(e);
+                    return out;
+                }
+                out
+            }
+            _ => self.quant_linear(x, w),
+        };
         if !self.ok() {
-            return out;
-        }
-        if let Err(e) = self
-            .blas
-            .linear(x.ptr, w.buf.ptr(), out.ptr, x.rows, w.cols, w.rows)
-        {
-            self.fail(e);
             return out;
         }
         if let Some(b) = bias {

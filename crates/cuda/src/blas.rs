@@ -44,6 +44,21 @@ impl Blas {
         n_in: usize,
         n_out: usize,
     ) -> Result<()> {
+        self.linear_ld(x, w, y, tokens, n_in, n_out, n_out)
+    }
+
+    /// As [`Blas::linear`] with output rows `ldy` apart (a tile of a wider output).
+    #[allow(clippy::too_many_arguments)]
+    pub fn linear_ld(
+        &self,
+        x: u64,
+        w: u64,
+        y: u64,
+        tokens: usize,
+        n_in: usize,
+        n_out: usize,
+        ldy: usize,
+    ) -> Result<()> {
         let (alpha, beta) = (1.0f32, 0.0f32);
         // Column-major view: y (n_out × tokens) = wᵀ-of-(n_in × n_out) · x (n_in × tokens).
         // SAFETY: pointers address live device buffers of the stated shapes.
@@ -65,7 +80,7 @@ impl Blas {
                 &beta as *const f32 as *const c_void,
                 y as *mut c_void,
                 sys::cudaDataType::CUDA_R_32F,
-                n_out as i32,
+                ldy as i32,
                 sys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
                 sys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
             )

@@ -18,6 +18,7 @@ pub const SOURCES: &[(&str, &str)] = &[
     ("rope.cu", include_str!("../kernels/rope.cu")),
     ("attention.cu", include_str!("../kernels/attention.cu")),
     ("sampling.cu", include_str!("../kernels/sampling.cu")),
+    ("quant_gemm.cu", include_str!("../kernels/quant_gemm.cu")),
 ];
 
 /// Compiles one source to PTX for `compute_{major}{minor}`, or errors with NVRTC's log.
@@ -101,6 +102,15 @@ pub struct Kernels {
     pub paged_attention: sys::CUfunction,
     pub paged_attention_gqa: sys::CUfunction,
     pub argmax_rows: sys::CUfunction,
+    pub fp8_quantize_rows: sys::CUfunction,
+    pub fp8_rescale: sys::CUfunction,
+    pub dequant_fp8_bf16: sys::CUfunction,
+    pub dequant_int4_bf16: sys::CUfunction,
+    pub dequant_nvfp4_bf16: sys::CUfunction,
+    pub sum_splits: sys::CUfunction,
+    /// Small-T weight-only GEMMs for T <= 8, 16, 32.
+    pub qgemm_int4: [sys::CUfunction; 3],
+    pub qgemm_nvfp4: [sys::CUfunction; 3],
     _modules: Vec<sys::CUmodule>,
 }
 
@@ -147,6 +157,22 @@ impl Kernels {
             paged_attention: get("paged_attention")?,
             paged_attention_gqa: get("paged_attention_gqa")?,
             argmax_rows: get("argmax_rows")?,
+            fp8_quantize_rows: get("fp8_quantize_rows")?,
+            fp8_rescale: get("fp8_rescale")?,
+            dequant_fp8_bf16: get("dequant_fp8_bf16")?,
+            dequant_int4_bf16: get("dequant_int4_bf16")?,
+            dequant_nvfp4_bf16: get("dequant_nvfp4_bf16")?,
+            sum_splits: get("sum_splits")?,
+            qgemm_int4: [
+                get("qgemm_int4_n1")?,
+                get("qgemm_int4_n2")?,
+                get("qgemm_int4_n4")?,
+            ],
+            qgemm_nvfp4: [
+                get("qgemm_nvfp4_n1")?,
+                get("qgemm_nvfp4_n2")?,
+                get("qgemm_nvfp4_n4")?,
+            ],
             _modules: modules,
         })
     }

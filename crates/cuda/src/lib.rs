@@ -1,4 +1,5 @@
-//! The CUDA backend of wring for NVIDIA GPUs (tuned for Hopper): bf16 weights, an
+//! The CUDA backend of wring for NVIDIA GPUs (tuned for Hopper): bf16 weights (or
+//! quantized: FP8 W8A8 via cuBLASLt, int4/NVFP4 weight-only, see [`qweights`]), an
 //! activation arena, a paged bf16 KV pool, kernels compiled at run time by NVRTC,
 //! cuBLAS GEMMs and CUDA graphs for uniform decode/verify steps.
 //!
@@ -9,12 +10,14 @@
 mod arena;
 mod backend;
 mod blas;
+mod blaslt;
 mod device;
 mod graphs;
 pub mod kernels;
 mod loader;
 mod meta;
 mod options;
+pub mod qweights;
 
 pub use backend::{measure_copy_bandwidth, CudaBackend, CudaMatrix, CudaTensor, CudaVector};
 pub use graphs::GraphKey;

@@ -31,6 +31,13 @@ pub struct CudaOptions {
     /// the q/k/v split and SiLU·mul reading the gate|up halves (`WRING_CUDA_FUSED`; on by
     /// default: 135M decode 1.67 → 1.37 ms, 8B 7.34 → 6.70 ms, scripts/gpu/results/run6).
     pub fused: bool,
+    /// Quantise dense weights at load (`WRING_CUDA_WEIGHTS` = bf16 | fp8 | int4 | nvfp4;
+    /// round-to-nearest; the embedding and a vocabulary-sized lm head stay bf16). None: bf16.
+    pub weights: Option<wring_backend::quant::Scheme>,
+    /// Largest step (tokens) that runs int4/nvfp4 weights through the small-T tensor-core
+    /// kernel; larger steps dequantise to a bf16 tile and use cuBLAS
+    /// (`WRING_CUDA_QGEMM_MAX_T`, 0..=32, default 32).
+    pub qgemm_max_t: usize,
 }
 
 impl Default for CudaOptions {
@@ -42,6 +49,8 @@ impl Default for CudaOptions {
             max_tokens: 8192,
             gqa_attention: false,
             fused: true,
+            weights: None,
+            qgemm_max_t: 32,
         }
     }
 }
@@ -65,7 +74,8 @@ impl CudaOptions {
     /// `WRING_CUDA_GRAPHS` = on | off | pad-only, `WRING_CUDA_GRAPH_BUCKETS` = 1,2,4,...,
     /// `WRING_CUDA_GRAPH_K` = 4,6,8,12 (verify lengths 1+K; decode is always included),
     /// `WRING_CUDA_MAX_TOKENS` = 8192, `WRING_CUDA_GQA_ATTENTION` = off | on,
-    /// `WRING_CUDA_FUSED` = on | off.
+    /// `WRING_CUDA_FUSED` = on | off, `WRING_CUDA_WEIGHTS` = bf16 | fp8 | int4 | nvfp4,
+    /// `WRING_CUDA_QGEMM_MAX_T` = 0..=32.
     pub fn from_env() -> Result<Self> {
         let mut o = Self::default();
         let var = |n: &str| std::env::var(n).ok().filter(|v| !v.trim().is_empty());
@@ -95,6 +105,19 @@ impl CudaOptions {
                 .trim()
                 .parse()
                 .with_context(|| format!("WRING_CUDA_MAX_TOKENS={v:?}: expected an integer"))?;
+        }
+        if let Some(v) = var("WRING_CUDA_WEIGHTS") {
+            o.weights = crate::qweights::parse_weights(&v)?;
+        }
+        if let Some(v) = var("WRING_CUDA_QGEMM_MAX_T") {
+            o.qgemm_max_t = v
+                .trim()
+                .parse()
+                .ok()
+                .filter(|&t: &usize| t <= 32)
+                .with_context(|| {
+                    format!("WRING_CUDA_QGEMM_MAX_T={v:?}: expected an integer from 0 to 32")
+                })?;
         }
         if *o.query_lens.iter().max().unwrap_or(&1) > 64 {
             bail!("WRING_CUDA_GRAPH_K: draft lengths above 63 are not supported");

@@ -1,0 +1,326 @@
+//! Quantized weights on the GPU (`gpu_check quant`, `gpu_check quant-bench`).
+
+use super::{argmax, ids, model_source, prompts, step, tables, time_steps, BLOCK};
+use anyhow::{Context, Result};
+use serde_json::Value;
+use std::time::Instant;
+use wring_backend::cpu::CpuBackend;
+use wring_backend::quant::{QuantMatrix, Scheme};
+use wring_backend::{AttnShape, Backend, HostMatrix, KvSpec, RopeSpec, StepInput};
+use wring_cuda::{CudaBackend, CudaOptions, GraphMode};
+use wring_model::llama::LlamaRunner;
+use wring_model::weights::WeightSource;
+use wring_model::{ModelConfig, ModelRunner};
+
+const SCHEMES: [Scheme; 3] = [Scheme::Fp8, Scheme::Int4, Scheme::Nvfp4];
+
+/// The CPU backend with dense weights quantised at upload by the CUDA backend's rule
+/// (`WRING_CUDA_WEIGHTS`): round to nearest, the vocabulary-sized matrices stay dense.
+/// Matrices here are under 2^24 values, so the quantisation is the same single call.
+struct QuantCpu {
+    inner: CpuBackend,
+    scheme: Scheme,
+    vocab: usize,
+}
+
+type T = <CpuBackend as Backend>::Tensor;
+type M = <CpuBackend as Backend>::Matrix;
+type V = <CpuBackend as Backend>::Vector;
+
+impl Backend for QuantCpu {
+    type Tensor = T;
+    type Matrix = M;
+    type Vector = V;
+    fn name(&self) -> String {
+        format!("{} ({} at load)", self.inner.name(), self.scheme)
+    }
+    fn upload_matrix(&mut self, m: HostMatrix) -> Result<M> {
+        let vocab_sized = self.vocab == 0 || m.rows >= self.vocab;
+        self.vocab = self.vocab.max(m.rows);
+        if vocab_sized {
+            return self.inner.upload_matrix(m);
+        }
+        let q = QuantMatrix::quantize_rtn(self.scheme, m.rows, m.cols, &m.data, None, None)?;
+        self.inner.upload_quantized(q)
+    }
+    fn upload_quantized(&mut self, m: QuantMatrix) -> Result<M> {
+        self.inner.upload_quantized(m)
+    }
+    fn upload_vector(&mut self, v: &[f32]) -> Result<V> {
+        self.inner.upload_vector(v)
+    }
+    fn alloc_kv(&mut self, spec: KvSpec) -> Result<()> {
+        self.inner.alloc_kv(spec)
+    }
+    fn begin_step(&mut self, step: &StepInput) -> Result<()> {
+        self.inner.begin_step(step)
+    }
+    fn embed(&mut self, table: &M) -> T {
+        self.inner.embed(table)
+    }
+    fn rms_norm(&mut self, x: &T, w: &V, eps: f32) -> T {
+        self.inner.rms_norm(x, w, eps)
+    }
+    fn add_assign(&mut self, x: &mut T, y: &T) {
+        self.inner.add_assign(x, y)
+    }
+    fn linear(&mut self, x: &T, w: &M, bias: Option<&V>) -> T {
+        self.inner.linear(x, w, bias)
+    }
+    fn rope(&mut self, x: &mut T, n_heads: usize, head_dim: usize, rope: &RopeSpec) {
+        self.inner.rope(x, n_heads, head_dim, rope)
+    }
+    fn attention(&mut self, layer: usize, q: &T, k: &T, v: &T, shape: AttnShape) -> T {
+        self.inner.attention(layer, q, k, v, shape)
+    }
+    fn silu_mul(&mut self, gate: &T, up: &T) -> T {
+        self.inner.silu_mul(gate, up)
+    }
+    fn gather_logit_rows(&mut self, x: &T) -> T {
+        self.inner.gather_logit_rows(x)
+    }
+    fn to_host(&mut self, x: &T) -> Vec<f32> {
+        self.inner.to_host(x)
+    }
+    fn add_rms_norm(&mut self, x: &mut T, y: &T, w: &V, eps: f32) -> T {
+        self.inner.add_rms_norm(x, y, w, eps)
+    }
+    fn argmax_rows(&mut self, logits: &T) -> Option<Vec<u32>> {
+        self.inner.argmax_rows(logits)
+    }
+    fn finish_step(&mut self) -> Result<()> {
+        self.inner.finish_step()
+    }
+}
+
+fn cuda(
+    cfg: &ModelConfig,
+    src: &WeightSource,
+    weights: Option<Scheme>,
+    fused: bool,
+    blocks: usize,
+) -> Result<LlamaRunner<CudaBackend>> {
+    let opts = CudaOptions {
+        weights,
+        fused,
+        graphs: GraphMode::On,
+        ..CudaOptions::from_env()?
+    };
+    LlamaRunner::new(CudaBackend::new(0, opts)?, cfg.clone(), src, blocks, BLOCK)
+}
+
+/// ‖a − b‖ / ‖a‖ and max |a − b| (NaN counts as infinite).
+fn diff(a: &[f32], b: &[f32]) -> (f64, f32) {
+    let (mut num, mut den, mut maxd) = (0f64, 0f64, 0f32);
+    for (x, y) in a.iter().zip(b) {
+        let d = (x - y).abs();
+        num += (d as f64).powi(2);
+        den += (*x as f64).powi(2);
+        maxd = maxd.max(if d.is_nan() { f32::INFINITY } else { d });
+    }
+    let rel = (num / den.max(1e-30)).sqrt();
+    (if rel.is_nan() { f64::INFINITY } else { rel }, maxd)
+}
+
+/// Logits of every position of `prompt ++ forced` (teacher-forced): one prefill step of
+/// the prompt (its last row), then one decode step per forced token.
+fn forced(r: &mut dyn ModelRunner, prompt: &[u32], forced: &[u32]) -> Result<Vec<Vec<f32>>> {
+    let table = tables(1, (prompt.len() + forced.len()).div_ceil(BLOCK) + 1);
+    let mut pre = step(&[prompt.to_vec()], &[0], &table);
+    pre.logit_rows = vec![prompt.len() - 1];
+    let mut out = vec![r.forward(&pre)?.data];
+    for (i, &t) in forced.iter().enumerate() {
+        out.push(
+            r.forward(&step(&[vec![t]], &[prompt.len() + i], &table))?
+                .data,
+        );
+    }
+    Ok(out)
+}
+
+/// One step holding every prompt (a large T: the dequantising path), logits of each
+/// prompt's last position.
+fn batched_prefill(r: &mut dyn ModelRunner, ps: &[Vec<u32>]) -> Result<Vec<f32>> {
+    let tabs = tables(ps.len(), 16);
+    let mut s = step(ps, &vec![0; ps.len()], &tabs);
+    s.logit_rows = (0..ps.len())
+        .map(|i| ps[..=i].iter().map(Vec::len).sum::<usize>() - 1)
+        .collect();
+    Ok(r.forward(&s)?.data)
+}
+
+/// Free-running greedy ids after `prompt`.
+fn greedy(r: &mut dyn ModelRunner, prompt: &[u32], n: usize) -> Result<Vec<u32>> {
+    let table = tables(1, (prompt.len() + n).div_ceil(BLOCK) + 1);
+    let mut pre = step(&[prompt.to_vec()], &[0], &table);
+    pre.logit_rows = vec![prompt.len() - 1];
+    let mut out = vec![argmax(&r.forward(&pre)?.data)];
+    while out.len() < n {
+        let ctx = prompt.len() + out.len() - 1;
+        let l = r.forward(&step(&[vec![*out.last().unwrap()]], &[ctx], &table))?;
+        out.push(argmax(&l.data));
+    }
+    Ok(out)
+}
+
+pub fn check(model: &str, golden: Option<&str>) -> Result<()> {
+    let (cfg, src) = model_source(model)?;
+    // (prompt, the f32 reference's greedy ids when a golden file is given)
+    let cases: Vec<(Vec<u32>, Vec<u32>)> = match golden {
+        Some(g) => std::fs::read_to_string(g)
+            .with_context(|| format!("reading {g}"))?
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .map(|l| {
+                let rec: Value = serde_json::from_str(l)?;
+                Ok((ids(&rec["prompt_ids"]), ids(&rec["greedy_ids"])))
+            })
+            .collect::<Result<_>>()?,
+        None => prompts(4).into_iter().map(|p| (p, vec![])).collect(),
+    };
+    let gen = 24;
+    let mut bf = cuda(&cfg, &src, None, true, 512)?;
+    println!(
+        "## Quantized weights vs the same scheme on the CPU ({model}), {}\n",
+        bf.device_name()
+    );
+    // bf16 greedy continuations: the sequences every scheme is teacher-forced on.
+    let seqs: Vec<Vec<u32>> = cases
+        .iter()
+        .map(|(p, _)| greedy(&mut bf, p, gen))
+        .collect::<Result<_>>()?;
+    let bf_logits: Vec<Vec<Vec<f32>>> = cases
+        .iter()
+        .zip(&seqs)
+        .map(|((p, _), s)| forced(&mut bf, p, &s[..gen - 1]))
+        .collect::<Result<_>>()?;
+    drop(bf);
+    let ps: Vec<Vec<u32>> = cases.iter().map(|c| c.0.clone()).collect();
+    println!("Teacher-forced on the bf16 CUDA greedy continuation ({gen} tokens per prompt, {} prompts): prefill of one prompt (T ≤ 32: the tensor-core kernel for int4/nvfp4) then T = 1 decode steps; plus one step of all prompts together (T = {}: dequantise + cuBLAS). CUDA runs unfused here (the CPU quantises q, k, v, gate, up one by one); `fused` is the default configuration (stacked matrices quantised together: identical weights for fp8/int4, one nvfp4 global scale per stack).\n",
+        cases.len(), ps.iter().map(Vec::len).sum::<usize>());
+    println!("| scheme | CUDA vs CPU ‖Δ‖/‖ref‖ (worst step) | max abs Δ | argmax = CPU | batched prefill ‖Δ‖/‖ref‖ | fused vs unfused ‖Δ‖/‖ref‖ | fused vs bf16 ‖Δ‖/‖ref‖ | argmax = bf16 greedy | argmax = f32 golden |");
+    println!("|---|---|---|---|---|---|---|---|---|");
+    let mut pass = true;
+    for scheme in SCHEMES {
+        let row = || -> Result<bool> {
+            let t0 = Instant::now();
+            let mut cpu = LlamaRunner::new(
+                QuantCpu {
+                    inner: CpuBackend::new(Default::default()),
+                    scheme,
+                    vocab: 0,
+                },
+                cfg.clone(),
+                &src,
+                512,
+                BLOCK,
+            )?;
+            let mut gpu = cuda(&cfg, &src, Some(scheme), false, 512)?;
+            let mut fused = cuda(&cfg, &src, Some(scheme), true, 512)?;
+            let wbytes = gpu.backend().weight_bytes();
+            let (mut worst, mut maxd, mut agree_cpu, mut agree_bf, mut total) =
+                (0f64, 0f32, 0usize, 0usize, 0usize);
+            let (mut worst_fused, mut agree_gold, mut total_gold) = (0f64, 0usize, 0usize);
+            let mut worst_bf = 0f64;
+            for (ci, (p, gold)) in cases.iter().enumerate() {
+                let f = &seqs[ci][..gen - 1];
+                let (a, b, c) = (
+                    forced(&mut cpu, p, f)?,
+                    forced(&mut gpu, p, f)?,
+                    forced(&mut fused, p, f)?,
+                );
+                for (i, ((x, y), z)) in a.iter().zip(&b).zip(&c).enumerate() {
+                    let (rel, m) = diff(x, y);
+                    worst = worst.max(rel);
+                    maxd = maxd.max(m);
+                    worst_fused = worst_fused.max(diff(y, z).0);
+                    agree_cpu += (argmax(x) == argmax(y)) as usize;
+                    agree_bf += (argmax(z) == seqs[ci][i]) as usize;
+                    total += 1;
+                    worst_bf = worst_bf.max(diff(&bf_logits[ci][i], z).0);
+                }
+                // The f32 golden continuation, teacher-forced on its own ids.
+                if !gold.is_empty() {
+                    let n = gold.len();
+                    let g = forced(&mut fused, p, &gold[..n - 1])?;
+                    agree_gold += g.iter().zip(gold).filter(|(l, &t)| argmax(l) == t).count();
+                    total_gold += n;
+                }
+            }
+            let (pa, pb) = (
+                batched_prefill(&mut cpu, &ps)?,
+                batched_prefill(&mut gpu, &ps)?,
+            );
+            let (prel, _) = diff(&pa, &pb);
+            let tol = 5e-2;
+            let ok = worst < tol && prel < tol && agree_cpu * 100 >= total * 95;
+            println!(
+            "| {scheme} ({:.1} MB) | {worst:.2e} | {maxd:.3} | {agree_cpu}/{total} | {prel:.2e} | {worst_fused:.2e} | {worst_bf:.2e} | {agree_bf}/{total} | {} |",
+            wbytes as f64 / 1e6,
+            if total_gold > 0 {
+                format!("{agree_gold}/{total_gold}")
+            } else {
+                "-".into()
+            }
+        );
+            eprintln!("{scheme}: {:.1} s", t0.elapsed().as_secs_f64());
+            Ok(ok)
+        };
+        match row() {
+            Ok(ok) => pass &= ok,
+            Err(e) => {
+                pass = false;
+                println!("| {scheme} | error: {e:#} | | | | | | | |");
+            }
+        }
+    }
+    println!("\nPass: ‖Δ‖/‖ref‖ < 5e-2 on every step and the batched prefill, argmax = CPU on ≥ 95 % of steps (the CPU runs the same quantized weights in f32; CUDA rounds GEMM inputs and dequantised weights to bf16, and fp8 quantises bf16 rather than f32 activations).");
+    println!("\nRESULT quant: {}", if pass { "PASS" } else { "FAIL" });
+    Ok(())
+}
+
+pub fn bench() -> Result<()> {
+    let bw = wring_cuda::measure_copy_bandwidth(2 << 30)?;
+    let cfg = ModelConfig::named_shape("llama-3.1-8b").context("shape")?;
+    println!(
+        "## Dummy llama-3.1-8b per weight scheme\n\nDevice-to-device copy: {:.0} GB/s (bytes read + written). Roofline = (resident weight bytes but the bf16 embedding table + K/V read) / that; ctx 512 per sequence, graphs on.\n",
+        bw / 1e9
+    );
+    println!("| weights | resident GB | load s | batch × q | step ms | tok/s | roofline ms | % of roofline |");
+    println!("|---|---|---|---|---|---|---|---|");
+    let (l, kvd) = (cfg.num_layers, cfg.num_kv_heads * cfg.head_dim);
+    let order =
+        std::env::var("QUANT_BENCH_SCHEMES").unwrap_or_else(|_| "int4,fp8,nvfp4,bf16".into());
+    for name in order.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let scheme = wring_cuda::qweights::parse_weights(name)?;
+        let one = || -> Result<()> {
+            let t0 = Instant::now();
+            let mut r = cuda(&cfg, &WeightSource::Dummy { seed: 0 }, scheme, true, 8192)?;
+            let load = t0.elapsed().as_secs_f64();
+            let wb = r.backend().weight_bytes() as f64;
+            // The embedding table is resident but only its looked-up rows are read per step.
+            let streamed = wb - (cfg.vocab_size * cfg.hidden_size * 2) as f64;
+            let ctx = 512;
+            for (batch, q) in [(1, 1), (8, 1), (32, 1), (32, 5)] {
+                let g = time_steps(&mut r, batch, q, ctx, 12)?;
+                let kv_bytes = (batch * (ctx + 6 * q) * l * 2 * kvd * 2) as f64;
+                let roof = (streamed + kv_bytes) / bw;
+                println!(
+                "| {name} | {:.2} | {load:.0} | {batch} × {q} | {:.3} | {:.0} | {:.3} | {:.0} % |",
+                wb / 1e9,
+                g * 1e3,
+                (batch * q) as f64 / g,
+                roof * 1e3,
+                100.0 * roof / g
+            );
+            }
+            let (captured, replays, failed) = r.backend().graph_stats();
+            eprintln!("{name}: graphs captured {captured}, replays {replays}, failed {failed}");
+            Ok(())
+        };
+        if let Err(e) = one() {
+            println!("| {name} | error: {e:#} | | | | | | |");
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,219 @@
+//! FP8 (E4M3 × E4M3) GEMMs through cuBLASLt: f32 accumulation, f32 output, a fixed
+//! workspace (nothing allocates inside a captured graph), one plan per shape cached at its
+//! first use. Hopper's FP8 kernels need the "TN" layout (weights transposed, activations
+//! not) and leading dimensions that are multiples of 16: callers pad the token count and
+//! fall back to a dequantising path for matrices whose dimensions do not fit.
+
+use crate::device::DeviceBuffer;
+use anyhow::{anyhow, bail, Result};
+use cudarc::cublaslt::{result, sys};
+use std::collections::HashMap;
+use std::ffi::c_void;
+
+const WORKSPACE_BYTES: usize = 32 << 20;
+
+struct Plan {
+    a: sys::cublasLtMatrixLayout_t,
+    b: sys::cublasLtMatrixLayout_t,
+    d: sys::cublasLtMatrixLayout_t,
+    algo: sys::cublasLtMatmulAlgo_t,
+}
+
+pub struct BlasLt {
+    handle: sys::cublasLtHandle_t,
+    desc: sys::cublasLtMatmulDesc_t,
+    pref: sys::cublasLtMatmulPreference_t,
+    workspace: DeviceBuffer,
+    /// Keyed by (tokens, n_in, n_out); None: cuBLASLt has no algorithm for the shape.
+    plans: HashMap<(usize, usize, usize), Option<Plan>>,
+}
+
+// SAFETY: used by one backend on one thread at a time.
+unsafe impl Send for BlasLt {}
+
+fn lt<T>(r: std::result::Result<T, result::CublasError>, what: &str) -> Result<T> {
+    r.map_err(|e| anyhow!("cuBLASLt {what} failed: {e:?}"))
+}
+
+/// Whether the FP8 GEMM can run on `(n_in, n_out)` weights at all.
+pub fn fp8_shape_ok(n_in: usize, n_out: usize) -> bool {
+    n_in.is_multiple_of(16) && n_out.is_multiple_of(16) && n_in > 0 && n_out > 0
+}
+
+/// Tokens padded to what the FP8 GEMM takes.
+pub fn fp8_pad_tokens(tokens: usize) -> usize {
+    tokens.div_ceil(16).max(1) * 16
+}
+
+impl BlasLt {
+    /// Errors (never panics) when libcublasLt cannot be loaded.
+    pub fn new() -> Result<Self> {
+        // SAFETY: only dlopen()s candidate names.
+        if !unsafe { sys::is_culib_present() } {
+            bail!("libcublasLt could not be loaded (it ships with libcublas)");
+        }
+        let handle = lt(result::create_handle(), "create")?;
+        let desc = lt(
+            result::create_matmul_desc(
+                sys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+                sys::cudaDataType::CUDA_R_32F,
+            ),
+            "matmul descriptor",
+        )?;
+        // cublasOperation_t: 1 = CUBLAS_OP_T.
+        let trans: i32 = 1;
+        let pref = lt(result::create_matmul_pref(), "preference")?;
+        let ws = WORKSPACE_BYTES as u64;
+        // SAFETY: attribute buffers are live locals of the documented types.
+        unsafe {
+            lt(
+                result::set_matmul_desc_attribute(
+                    desc,
+                    sys::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_TRANSA,
+                    &trans as *const _ as *const c_void,
+                    std::mem::size_of_val(&trans),
+                ),
+                "TRANSA",
+            )?;
+            lt(
+                result::set_matmul_pref_attribute(
+                    pref,
+                    sys::cublasLtMatmulPreferenceAttributes_t::CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                    &ws as *const u64 as *const c_void,
+                    8,
+                ),
+                "workspace preference",
+            )?;
+        }
+        Ok(Self {
+            handle,
+            desc,
+            pref,
+            workspace: DeviceBuffer::alloc(WORKSPACE_BYTES, "the cuBLASLt workspace")?,
+            plans: HashMap::new(),
+        })
+    }
+
+    /// Whether cuBLASLt has an FP8 algorithm for the shape (planned here, host only).
+    pub fn supports(&mut self, tokens: usize, n_in: usize, n_out: usize) -> bool {
+        self.plan(tokens, n_in, n_out).is_ok()
+    }
+
+    fn plan(&mut self, tokens: usize, n_in: usize, n_out: usize) -> Result<&Plan> {
+        let key = (tokens, n_in, n_out);
+        if !self.plans.contains_key(&key) {
+            let plan = self.make_plan(tokens, n_in, n_out);
+            if let Err(e) = &plan {
+                tracing::warn!("no cuBLASLt FP8 plan for {key:?}: {e:#}");
+            }
+            self.plans.insert(key, plan.ok());
+        }
+        self.plans[&key].as_ref().ok_or_else(|| {
+            anyhow!("cuBLASLt has no FP8 algorithm for tokens {tokens}, in {n_in}, out {n_out}")
+        })
+    }
+
+    fn make_plan(&self, tokens: usize, n_in: usize, n_out: usize) -> Result<Plan> {
+        let e4m3 = sys::cudaDataType::CUDA_R_8F_E4M3;
+        // Column-major: A = weights (n_in × n_out, ld n_in, transposed by the op),
+        // B = activations (n_in × tokens, ld n_in), D = y (n_out × tokens, ld n_out).
+        let a = lt(
+            result::create_matrix_layout(e4m3, n_in as u64, n_out as u64, n_in as i64),
+            "layout A",
+        )?;
+        let b = lt(
+            result::create_matrix_layout(e4m3, n_in as u64, tokens as u64, n_in as i64),
+            "layout B",
+        )?;
+        let d = lt(
+            result::create_matrix_layout(
+                sys::cudaDataType::CUDA_R_32F,
+                n_out as u64,
+                tokens as u64,
+                n_out as i64,
+            ),
+            "layout D",
+        )?;
+        // SAFETY: descriptors created above and in new().
+        let heur = unsafe {
+            result::get_matmul_algo_heuristic(self.handle, self.desc, a, b, d, d, self.pref)
+        };
+        match heur {
+            Ok(h) => Ok(Plan {
+                a,
+                b,
+                d,
+                algo: h.algo,
+            }),
+            Err(e) => {
+                // SAFETY: created above, not used elsewhere.
+                unsafe {
+                    let _ = result::destroy_matrix_layout(a);
+                    let _ = result::destroy_matrix_layout(b);
+                    let _ = result::destroy_matrix_layout(d);
+                }
+                bail!("heuristic: {e:?}")
+            }
+        }
+    }
+
+    /// `y[t][o] = Σ_i xq[t][i] · wq[o][i]` for E4M3 `xq` `[tokens][n_in]` and `wq`
+    /// `[n_out][n_in]` (row-major), f32 `y` `[tokens][n_out]`; scales are applied by the
+    /// caller. `tokens` must already be padded ([`fp8_pad_tokens`]).
+    #[allow(clippy::too_many_arguments)]
+    pub fn fp8_linear(
+        &mut self,
+        stream: cudarc::driver::sys::CUstream,
+        xq: u64,
+        wq: u64,
+        y: u64,
+        tokens: usize,
+        n_in: usize,
+        n_out: usize,
+    ) -> Result<()> {
+        let (handle, desc, ws) = (self.handle, self.desc, self.workspace.ptr());
+        let plan = self.plan(tokens, n_in, n_out)?;
+        let (alpha, beta) = (1.0f32, 0.0f32);
+        // SAFETY: pointers address live device buffers of the planned shapes; the
+        // workspace is fixed and WORKSPACE_BYTES long.
+        unsafe {
+            result::matmul(
+                handle,
+                desc,
+                &alpha as *const f32 as *const c_void,
+                &beta as *const f32 as *const c_void,
+                wq as *const c_void,
+                plan.a,
+                xq as *const c_void,
+                plan.b,
+                y as *const c_void,
+                plan.d,
+                y as *mut c_void,
+                plan.d,
+                &plan.algo,
+                ws as *mut c_void,
+                WORKSPACE_BYTES,
+                stream as sys::cudaStream_t,
+            )
+        }
+        .map_err(|e| {
+            anyhow!("cublasLtMatmul FP8 ({tokens}x{n_in} · {n_out}x{n_in}ᵀ) failed: {e:?}")
+        })
+    }
+}
+
+impl Drop for BlasLt {
+    fn drop(&mut self) {
+        // SAFETY: everything was created by this struct and is destroyed once.
+        unsafe {
+            for plan in self.plans.values().flatten() {
+                let _ = result::destroy_matrix_layout(plan.a);
+                let _ = result::destroy_matrix_layout(plan.b);
+                let _ = result::destroy_matrix_layout(plan.d);
+            }
+            let _ = result::destroy_matmul_pref(self.pref);
+            let _ = result::destroy_matmul_desc(self.desc);
+            let _ = result::destroy_handle(self.handle);
+        }
+    }
+}
