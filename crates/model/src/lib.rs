@@ -14,7 +14,7 @@ pub mod weights;
 
 pub use chat::{ChatMessage, ChatTemplate};
 pub use config::{ModelConfig, RopeScaling};
-pub use runner::{Logits, ModelRunner, SeqInput, StepInput};
+pub use runner::{greedy_continuation, Logits, ModelRunner, SeqInput, StepInput};
 pub use tokenizer::{IncrementalDecoder, Tokenizer};
 pub use wring_backend::cpu::CpuWeights;
 

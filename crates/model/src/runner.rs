@@ -23,3 +23,58 @@ pub trait ModelRunner: Send {
         Ok(None)
     }
 }
+
+/// Greedy continuation of one sequence: the prompt as one prefill step, then one
+/// decode step per token, KV in blocks `0..` of the pool. Stops after `max_new`
+/// tokens or after emitting a token in `stop`. For tests, tools and examples that
+/// need a model's own answer without the engine.
+pub fn greedy_continuation(
+    runner: &mut dyn ModelRunner,
+    prompt: &[u32],
+    max_new: usize,
+    stop: &[u32],
+) -> anyhow::Result<Vec<u32>> {
+    anyhow::ensure!(
+        !prompt.is_empty(),
+        "greedy_continuation needs a non-empty prompt"
+    );
+    let total = prompt.len() + max_new;
+    let blocks = total.div_ceil(runner.block_size());
+    anyhow::ensure!(
+        blocks <= runner.num_blocks(),
+        "{total} tokens need {blocks} KV blocks; the pool has {}",
+        runner.num_blocks()
+    );
+    let table: Vec<u32> = (0..blocks as u32).collect();
+    let mut ids = prompt.to_vec();
+    let mut start = 0;
+    while ids.len() < total {
+        let len = ids.len();
+        let step = StepInput {
+            tokens: ids[start..].to_vec(),
+            positions: (start as u32..len as u32).collect(),
+            seqs: vec![SeqInput {
+                query_start: 0,
+                query_len: len - start,
+                context_len: len,
+                block_table: table.clone(),
+            }],
+            logit_rows: vec![len - start - 1],
+        };
+        let next = match runner.forward_greedy(&step)? {
+            Some(ids) => ids[0],
+            None => {
+                let logits = runner.forward(&step)?;
+                let row = logits.row(0);
+                // First maximum wins, as in the samplers.
+                (0..row.len()).fold(0, |best, i| if row[i] > row[best] { i } else { best }) as u32
+            }
+        };
+        ids.push(next);
+        start = len;
+        if stop.contains(&next) {
+            break;
+        }
+    }
+    Ok(ids.split_off(prompt.len()))
+}

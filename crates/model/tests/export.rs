@@ -4,7 +4,7 @@
 
 use wring_model::export::{export_plain, DenseDtype};
 use wring_model::{
-    load_model, ChatMessage, ModelRunner, ModelSpec, RunnerOptions, SeqInput, StepInput,
+    greedy_continuation, load_model, ChatMessage, ModelRunner, ModelSpec, RunnerOptions,
 };
 
 fn opts() -> RunnerOptions {
@@ -15,33 +15,8 @@ fn opts() -> RunnerOptions {
     }
 }
 
-/// Greedy continuation of `prompt` (one sequence, prefill then decode).
 fn greedy(r: &mut dyn ModelRunner, prompt: &[u32], n: usize) -> Vec<u32> {
-    let bs = r.block_size();
-    let mut ids = prompt.to_vec();
-    let total = prompt.len() + n;
-    let table: Vec<u32> = (0..total.div_ceil(bs) as u32).collect();
-    let mut out = vec![];
-    let mut start = 0;
-    while out.len() < n {
-        let len = ids.len();
-        let step = StepInput {
-            tokens: ids[start..].to_vec(),
-            positions: (start as u32..len as u32).collect(),
-            seqs: vec![SeqInput {
-                query_start: 0,
-                query_len: len - start,
-                context_len: len,
-                block_table: table.clone(),
-            }],
-            logit_rows: vec![len - start - 1],
-        };
-        let next = r.forward_greedy(&step).unwrap().expect("greedy ids")[0];
-        out.push(next);
-        ids.push(next);
-        start = len;
-    }
-    out
+    greedy_continuation(r, prompt, n, &[]).expect("greedy continuation")
 }
 
 #[test]

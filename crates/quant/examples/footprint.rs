@@ -4,7 +4,7 @@
 //! bytes of weight matrices held, and CPU-seconds per decoded token (batch 1).
 
 use std::time::Instant;
-use wring_model::{load_model, ModelSpec, RunnerOptions, SeqInput, StepInput};
+use wring_model::{greedy_continuation, load_model, ModelSpec, RunnerOptions};
 
 /// CPU seconds used by this process (user + system).
 fn cpu_seconds() -> f64 {
@@ -57,33 +57,15 @@ fn main() -> anyhow::Result<()> {
     })?;
     let (load_s, load_cpu) = (t0.elapsed().as_secs_f64(), cpu_seconds() - c0);
     let (peak, steady) = (status_mib("VmHWM:"), status_mib("VmRSS:"));
-    // Decode: a 32-token prompt, then 32 single-token steps.
-    let bs = r.block_size();
-    let table: Vec<u32> = (0..(96usize).div_ceil(bs) as u32).collect();
-    let mut ids: Vec<u32> = (0..32).map(|i| 100 + i * 7).collect();
-    let mut start = 0;
-    let mut c1 = 0.0;
-    for step_i in 0..33 {
-        if step_i == 1 {
-            c1 = cpu_seconds();
-        }
-        let len = ids.len();
-        let step = StepInput {
-            tokens: ids[start..].to_vec(),
-            positions: (start as u32..len as u32).collect(),
-            seqs: vec![SeqInput {
-                query_start: 0,
-                query_len: len - start,
-                context_len: len,
-                block_table: table.clone(),
-            }],
-            logit_rows: vec![len - start - 1],
-        };
-        let next = r.forward_greedy(&step)?.unwrap()[0];
-        ids.push(next);
-        start = len;
-    }
-    let decode_cpu_ms = (cpu_seconds() - c1) / 32.0 * 1e3;
+    // Decode: a 32-token prompt, then 32 single-token steps; the prefill (timed
+    // alone first) is subtracted.
+    let prompt: Vec<u32> = (0..32).map(|i| 100 + i * 7).collect();
+    let c0 = cpu_seconds();
+    greedy_continuation(r.as_mut(), &prompt, 1, &[])?;
+    let prefill_cpu = cpu_seconds() - c0;
+    let c1 = cpu_seconds();
+    greedy_continuation(r.as_mut(), &prompt, 33, &[])?;
+    let decode_cpu_ms = (cpu_seconds() - c1 - prefill_cpu) / 32.0 * 1e3;
     println!(
         "{}",
         serde_json::json!({

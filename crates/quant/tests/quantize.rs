@@ -9,7 +9,7 @@ use wring_model::export::{
 };
 use wring_model::weights::Weight;
 use wring_model::{
-    load_model, ChatMessage, LoadedModel, ModelSpec, RunnerOptions, SeqInput, StepInput,
+    greedy_continuation, load_model, ChatMessage, LoadedModel, ModelSpec, RunnerOptions,
 };
 use wring_quant::{calibrate, quantize_model, quantize_weight, CalibOptions, QuantizeOptions};
 
@@ -53,7 +53,7 @@ fn answer(m: LoadedModel, question: &str, n: usize) -> String {
         .unwrap()
         .render(&[ChatMessage::new("user", question)], true)
         .unwrap();
-    let mut ids = tok.encode(&text).unwrap();
+    let ids = tok.encode(&text).unwrap();
     let mut r = m
         .into_runner(&RunnerOptions {
             kv_cache_bytes: 32 << 20,
@@ -61,29 +61,8 @@ fn answer(m: LoadedModel, question: &str, n: usize) -> String {
             ..Default::default()
         })
         .unwrap();
-    let bs = r.block_size();
-    let (prompt_len, mut start) = (ids.len(), 0);
-    while ids.len() < prompt_len + n {
-        let len = ids.len();
-        let step = StepInput {
-            tokens: ids[start..].to_vec(),
-            positions: (start as u32..len as u32).collect(),
-            seqs: vec![SeqInput {
-                query_start: 0,
-                query_len: len - start,
-                context_len: len,
-                block_table: (0..(prompt_len + n).div_ceil(bs) as u32).collect(),
-            }],
-            logit_rows: vec![len - start - 1],
-        };
-        let next = r.forward_greedy(&step).unwrap().unwrap()[0];
-        start = len;
-        ids.push(next);
-        if next == 2 {
-            break;
-        }
-    }
-    tok.decode(&ids[prompt_len..], true).unwrap()
+    let out = greedy_continuation(r.as_mut(), &ids, n, &[2]).unwrap();
+    tok.decode(&out, true).unwrap()
 }
 
 #[test]
