@@ -38,6 +38,12 @@ pub struct ModelArgs {
     /// CPU weight format: f32 (bit-exact reference) or q8 (8-bit blocks, ~4x less memory traffic).
     #[arg(long, default_value = "f32")]
     pub cpu_weights: wring_model::CpuWeights,
+    /// CUDA weight format, quantised at load by round-to-nearest (the embedding and a separate
+    /// lm head stay bf16): bf16, fp8 (W8A8 through cuBLASLt), int4 (W4A16, group 128) or nvfp4
+    /// (weight-only on Hopper: no FP4 tensor cores before Blackwell). Sets WRING_CUDA_WEIGHTS.
+    /// A `wring quantize` checkpoint keeps its own scheme without this flag.
+    #[arg(long, value_parser = ["bf16", "fp8", "int4", "nvfp4"])]
+    pub gpu_weights: Option<String>,
 }
 
 #[derive(clap::Args, Debug, Clone)]
@@ -209,6 +215,10 @@ impl ModelArgs {
 pub fn start_engine(args: &CommonArgs) -> anyhow::Result<(EngineHandle, EngineInfo)> {
     let cfg = args.engine.to_config()?;
     let device = args.model.device()?;
+    if let Some(w) = &args.model.gpu_weights {
+        // The CUDA backend reads its settings from the environment (wring-cuda options.rs).
+        std::env::set_var("WRING_CUDA_WEIGHTS", w);
+    }
     let model = wring_model::load_model(&args.model.spec()?)?;
     let max_model_len = if cfg.max_model_len > 0 {
         cfg.max_model_len
