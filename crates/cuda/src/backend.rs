@@ -843,8 +843,9 @@ impl Backend for CudaBackend {
     fn upload_quantized(&mut self, m: wring_backend::quant::QuantMatrix) -> Result<CudaMatrix> {
         self.bind()?;
         let (rows, cols) = (m.rows, m.cols);
-        // Kept quantized where a kernel runs the scheme; int8 (and odd shapes) as bf16.
-        if !DeviceMatrix::supports(&m) {
+        // Kept quantized where a kernel runs the scheme (and the kernels are enabled);
+        // int8, odd shapes, or kernels off: dequantised to bf16.
+        if !self.opts.quant_kernels || !DeviceMatrix::supports(&m) {
             let data = m.dequantize();
             drop(m);
             let saved = self.opts.weights.take();

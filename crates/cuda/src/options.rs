@@ -38,6 +38,12 @@ pub struct CudaOptions {
     /// kernel; larger steps dequantise to a bf16 tile and use cuBLAS
     /// (`WRING_CUDA_QGEMM_MAX_T`, 0..=32, default 32).
     pub qgemm_max_t: usize,
+    /// Run quantized weights through the quantized kernels (fp8 cuBLASLt, int4/nvfp4
+    /// dequantising GEMM) instead of dequantising them to bf16 at upload
+    /// (`WRING_CUDA_QUANT_KERNELS` = on). Off by default until the kernels have been
+    /// checked on a GPU (scripts/gpu/quant_check.sh): they compile and their layouts
+    /// are host-tested, but no run on hardware has validated them yet.
+    pub quant_kernels: bool,
 }
 
 impl Default for CudaOptions {
@@ -51,6 +57,7 @@ impl Default for CudaOptions {
             fused: true,
             weights: None,
             qgemm_max_t: 32,
+            quant_kernels: false,
         }
     }
 }
@@ -74,7 +81,7 @@ impl CudaOptions {
     /// `WRING_CUDA_GRAPHS` = on | off | pad-only, `WRING_CUDA_GRAPH_BUCKETS` = 1,2,4,...,
     /// `WRING_CUDA_GRAPH_K` = 4,6,8,12 (verify lengths 1+K; decode is always included),
     /// `WRING_CUDA_MAX_TOKENS` = 8192, `WRING_CUDA_GQA_ATTENTION` = off | on,
-    /// `WRING_CUDA_FUSED` = on | off, `WRING_CUDA_WEIGHTS` = bf16 | fp8 | int4 | nvfp4,
+    /// `WRING_CUDA_FUSED` = on | off, `WRING_CUDA_WEIGHTS` = bf16 | fp8 | int4 | nvfp4 (needs `WRING_CUDA_QUANT_KERNELS` = on),
     /// `WRING_CUDA_QGEMM_MAX_T` = 0..=32.
     pub fn from_env() -> Result<Self> {
         let mut o = Self::default();
@@ -118,6 +125,21 @@ impl CudaOptions {
                 .with_context(|| {
                     format!("WRING_CUDA_QGEMM_MAX_T={v:?}: expected an integer from 0 to 32")
                 })?;
+        }
+        if let Some(v) = var("WRING_CUDA_QUANT_KERNELS") {
+            o.quant_kernels = match v.trim() {
+                "on" | "1" | "true" => true,
+                "off" | "0" | "false" => false,
+                other => bail!("WRING_CUDA_QUANT_KERNELS={other:?}: expected on or off"),
+            };
+        }
+        if o.weights.is_some() && !o.quant_kernels {
+            bail!(
+                "WRING_CUDA_WEIGHTS / --gpu-weights quantise at load for the quantized CUDA \
+                 kernels, which have not been validated on a GPU yet; set \
+                 WRING_CUDA_QUANT_KERNELS=on to use them anyway (scripts/gpu/quant_check.sh \
+                 checks them), or leave the weights bf16"
+            );
         }
         if *o.query_lens.iter().max().unwrap_or(&1) > 64 {
             bail!("WRING_CUDA_GRAPH_K: draft lengths above 63 are not supported");

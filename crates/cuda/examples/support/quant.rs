@@ -104,6 +104,8 @@ fn cuda(
         weights,
         fused,
         graphs: GraphMode::On,
+        // This check is what validates the quantized kernels.
+        quant_kernels: true,
         ..CudaOptions::from_env()?
     };
     LlamaRunner::new(CudaBackend::new(0, opts)?, cfg.clone(), src, blocks, BLOCK)
