@@ -13,7 +13,6 @@
 //! many tokens or rows were computed together, where it sat in a tile, or the threads.
 
 use crate::{AttnShape, RopeSpec, SeqInput};
-use rayon::prelude::*;
 
 /// Dot product in the matmul order (see the module docs): `matmul_t` computes each
 /// output with exactly these operations.
@@ -305,13 +304,48 @@ pub fn matmul_q8(x: &[f32], t_rows: usize, w: &super::q8::Q8Matrix) -> Vec<f32> 
     assert!(x.len() >= t_rows * cols, "matmul_q8: short input");
     let mut xq = vec![0i8; t_rows * cols];
     let mut xs = vec![0f32; t_rows * nb];
-    xq.par_chunks_mut(cols)
-        .zip(xs.par_chunks_mut(nb))
-        .zip(x.par_chunks(cols))
-        .for_each(|((q, s), xr)| quantize_row(xr, q, s));
+    for_rows(t_rows, 16, &mut xq, cols, &mut xs, nb, |t, q, s| {
+        quantize_row(&x[t * cols..(t + 1) * cols], q, s)
+    });
     tiled(t_rows, w.rows, Q8_ROWS, |t, tt, r, rr, res, stride| {
         tile_q8(&xq, &xs, t, tt, w, r, rr, res, stride)
     })
+}
+
+/// Calls `f(row, a_row, b_row)` for every row of two row-major buffers (`a`: `a_cols`
+/// per row, `b`: `b_cols`), in parallel over chunks of `chunk` rows
+/// ([`super::team::par_for`]).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn for_rows<A: Send, B: Send>(
+    rows: usize,
+    chunk: usize,
+    a: &mut [A],
+    a_cols: usize,
+    b: &mut [B],
+    b_cols: usize,
+    f: impl Fn(usize, &mut [A], &mut [B]) + Sync,
+) {
+    let chunk = chunk.max(1);
+    assert!(
+        a.len() >= rows * a_cols && b.len() >= rows * b_cols,
+        "for_rows: short buffer"
+    );
+    let (sa, sb) = (
+        super::team::SharedMut::new(a),
+        super::team::SharedMut::new(b),
+    );
+    super::team::par_for(rows.div_ceil(chunk), |c| {
+        for r in c * chunk..((c + 1) * chunk).min(rows) {
+            // SAFETY: row r belongs to chunk c alone.
+            let (ra, rb) = unsafe {
+                (
+                    sa.slice(r * a_cols, (r + 1) * a_cols),
+                    sb.slice(r * b_cols, (r + 1) * b_cols),
+                )
+            };
+            f(r, ra, rb);
+        }
+    });
 }
 
 /// Fills `out[t][r]` (`[t_rows][w_rows]`) by calling `micro(t, tt, r, rr, res, stride)`
@@ -329,52 +363,56 @@ fn tiled(
 ) -> Vec<f32> {
     const ROWS: usize = 24; // a multiple of every tile height
     const TOKENS: usize = 16;
-    let blocks: Vec<Vec<f32>> = (0..w_rows.div_ceil(ROWS))
-        .into_par_iter()
-        .map(|b| {
-            let (r0, r1) = (b * ROWS, ((b + 1) * ROWS).min(w_rows));
-            // [row - r0][t]
-            let mut res = vec![0.0f32; (r1 - r0) * t_rows];
-            for t0 in (0..t_rows).step_by(TOKENS) {
-                let t1 = (t0 + TOKENS).min(t_rows);
-                // Groups of four tokens, each row tile against all of them (its weights
-                // stay in L1 while the tile's activations are reused from L1 too) ...
-                let full = t0 + (t1 - t0) / 4 * 4;
+    // [row][t]: each block of ROWS weight rows owns one contiguous chunk, so the tasks
+    // write in place (no per-block buffers); one token needs no transpose after.
+    let mut res = vec![0.0f32; w_rows * t_rows];
+    if t_rows == 0 {
+        return res;
+    }
+    let shared = super::team::SharedMut::new(&mut res);
+    super::team::par_for(w_rows.div_ceil(ROWS), |b| {
+        let (r0, r1) = (b * ROWS, ((b + 1) * ROWS).min(w_rows));
+        // SAFETY: block b owns rows r0..r1 of `res`, disjoint from every other block.
+        let res = unsafe { shared.slice(r0 * t_rows, r1 * t_rows) };
+        for t0 in (0..t_rows).step_by(TOKENS) {
+            let t1 = (t0 + TOKENS).min(t_rows);
+            // Groups of four tokens, each row tile against all of them (its weights
+            // stay in L1 while the tile's activations are reused from L1 too) ...
+            let full = t0 + (t1 - t0) / 4 * 4;
+            let mut r = r0;
+            while r < r1 {
+                let rr = (r1 - r).min(max_rows[4]);
+                for t in (t0..full).step_by(4) {
+                    micro(t, 4, r, rr, &mut res[(r - r0) * t_rows + t..], t_rows);
+                }
+                r += rr;
+            }
+            // ... then the one to three tokens left, in taller tiles.
+            if full < t1 {
+                let tt = t1 - full;
                 let mut r = r0;
                 while r < r1 {
-                    let rr = (r1 - r).min(max_rows[4]);
-                    for t in (t0..full).step_by(4) {
-                        micro(t, 4, r, rr, &mut res[(r - r0) * t_rows + t..], t_rows);
-                    }
+                    let rr = (r1 - r).min(max_rows[tt]);
+                    micro(
+                        full,
+                        tt,
+                        r,
+                        rr,
+                        &mut res[(r - r0) * t_rows + full..],
+                        t_rows,
+                    );
                     r += rr;
                 }
-                // ... then the one to three tokens left, in taller tiles.
-                if full < t1 {
-                    let tt = t1 - full;
-                    let mut r = r0;
-                    while r < r1 {
-                        let rr = (r1 - r).min(max_rows[tt]);
-                        micro(
-                            full,
-                            tt,
-                            r,
-                            rr,
-                            &mut res[(r - r0) * t_rows + full..],
-                            t_rows,
-                        );
-                        r += rr;
-                    }
-                }
             }
-            res
-        })
-        .collect();
+        }
+    });
+    if t_rows == 1 {
+        return res;
+    }
     let mut out = vec![0.0f32; t_rows * w_rows];
-    for (b, res) in blocks.iter().enumerate() {
-        for (i, row) in res.chunks(t_rows.max(1)).enumerate() {
-            for (t, &v) in row.iter().enumerate() {
-                out[t * w_rows + b * ROWS + i] = v;
-            }
+    for (r, row) in res.chunks_exact(t_rows).enumerate() {
+        for (t, &v) in row.iter().enumerate() {
+            out[t * w_rows + r] = v;
         }
     }
     out

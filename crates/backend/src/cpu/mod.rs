@@ -1,4 +1,4 @@
-//! The CPU backend: f32 compute, multi-threaded with rayon, batch-invariant.
+//! The CPU backend: f32 compute, multi-threaded (a fork-join team, `team.rs`), batch-invariant.
 //!
 //! Batch invariance: every output value is computed by the same sequence of
 //! floating-point operations whatever else is in the batch — matmuls compute each
@@ -9,11 +9,11 @@
 mod kernels;
 pub mod q8;
 pub mod qmatmul;
+pub mod team;
 
 use crate::quant::QuantMatrix;
 use crate::{AttnShape, Backend, HostMatrix, KvSpec, RopeSpec, StepInput};
 use anyhow::{ensure, Result};
-use rayon::prelude::*;
 
 pub use kernels::{dot, matmul_q8, matmul_t};
 
@@ -188,9 +188,15 @@ impl Backend for CpuBackend {
 
     fn rms_norm(&mut self, x: &CpuTensor, w: &CpuVector, eps: f32) -> CpuTensor {
         let mut out = x.clone();
-        out.data
-            .par_chunks_mut(x.cols)
-            .for_each(|row| kernels::rms_norm_inplace(row, &w.0, eps));
+        kernels::for_rows(
+            x.rows,
+            16,
+            &mut out.data,
+            x.cols,
+            &mut [(); 0],
+            0,
+            |_, row, _| kernels::rms_norm_inplace(row, &w.0, eps),
+        );
         out
     }
 
@@ -228,14 +234,24 @@ impl Backend for CpuBackend {
 
     fn rope(&mut self, x: &mut CpuTensor, n_heads: usize, head_dim: usize, rope: &RopeSpec) {
         let positions = &self.step.positions;
-        x.data
-            .par_chunks_mut(x.cols)
-            .zip(positions.par_iter())
-            .for_each(|(row, &pos)| {
+        let rows = x.rows.min(positions.len());
+        kernels::for_rows(
+            rows,
+            16,
+            &mut x.data,
+            x.cols,
+            &mut [(); 0],
+            0,
+            |t, row, _| {
                 for h in 0..n_heads {
-                    kernels::rope_head(&mut row[h * head_dim..(h + 1) * head_dim], pos, rope);
+                    kernels::rope_head(
+                        &mut row[h * head_dim..(h + 1) * head_dim],
+                        positions[t],
+                        rope,
+                    );
                 }
-            });
+            },
+        );
     }
 
     fn attention(
@@ -268,10 +284,19 @@ impl Backend for CpuBackend {
         let tasks: Vec<(usize, usize)> = (0..self.step.seqs.len())
             .flat_map(|s| (0..shape.n_heads).map(move |h| (s, h)))
             .collect();
-        let results: Vec<Vec<f32>> = tasks
-            .par_iter()
-            .map(|&(s, h)| kernels::attend_head(&self.step.seqs[s], h, &q.data, kl, vl, shape, bs))
-            .collect();
+        let mut results: Vec<Vec<f32>> = vec![Vec::new(); tasks.len()];
+        kernels::for_rows(
+            tasks.len(),
+            1,
+            &mut results,
+            1,
+            &mut [(); 0],
+            0,
+            |i, res, _| {
+                let (s, h) = tasks[i];
+                res[0] = kernels::attend_head(&self.step.seqs[s], h, &q.data, kl, vl, shape, bs);
+            },
+        );
         for (&(s, h), res) in tasks.iter().zip(results) {
             let seq = &self.step.seqs[s];
             for j in 0..seq.query_len {

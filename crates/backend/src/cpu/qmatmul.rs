@@ -11,9 +11,9 @@
 //! Batch-invariant like the rest of the backend: every output is one dot product of one
 //! activation row (quantised on its own) and one weight row, summed in a fixed order.
 
+use super::kernels::for_rows;
 use super::kernels::{dot, dot4};
 use crate::quant::{e4m3_to_f32, f32_to_e4m3, QuantData, QuantMatrix, E4M3_MAX};
-use rayon::prelude::*;
 
 const ROWS: usize = 16;
 const TOKENS: usize = 32;
@@ -62,69 +62,76 @@ pub fn matmul_quant(x: &[f32], t_rows: usize, w: &QuantMatrix) -> Vec<f32> {
     let (xq, xs) = if fp8 {
         let mut xq = vec![0.0f32; t_rows * cols];
         let mut xs = vec![0.0f32; t_rows];
-        xq.par_chunks_mut(cols)
-            .zip(xs.par_iter_mut())
-            .zip(x.par_chunks(cols))
-            .for_each(|((q, s), xr)| *s = fp8_quantize_row(xr, q));
+        for_rows(t_rows, 16, &mut xq, cols, &mut xs, 1, |t, q, s| {
+            s[0] = fp8_quantize_row(&x[t * cols..(t + 1) * cols], q)
+        });
         (xq, xs)
     } else {
         (vec![], vec![])
     };
     let xa: &[f32] = if fp8 { &xq } else { x };
     let xr = |t: usize| &xa[t * cols..(t + 1) * cols];
-    let blocks: Vec<Vec<f32>> = (0..w_rows.div_ceil(ROWS))
-        .into_par_iter()
-        .map(|b| {
-            let (r0, r1) = (b * ROWS, ((b + 1) * ROWS).min(w_rows));
-            let dequant = |r: usize, row: &mut [f32]| match &w.data {
-                // Unscaled E4M3 values; the scales multiply the dot product.
-                QuantData::Fp8 { q, .. } => decode_e4m3(&q[r * cols..(r + 1) * cols], row),
-                _ => w.dequantize_row(r, row),
-            };
-            // Dots of one weight row against tokens t0..t0+out.len().
-            let dots = |wr: &[f32], t0: usize, out: &mut [f32]| {
-                let mut chunks = out.chunks_exact_mut(4);
-                let mut t = t0;
-                for c in &mut chunks {
-                    c.copy_from_slice(&dot4([xr(t), xr(t + 1), xr(t + 2), xr(t + 3)], wr));
-                    t += 4;
-                }
-                for o in chunks.into_remainder() {
-                    *o = dot(xr(t), wr);
-                    t += 1;
-                }
-            };
-            // [row - r0][t]
-            let mut res = vec![0.0f32; (r1 - r0) * t_rows];
-            if t_rows <= TOKENS {
-                // Few tokens (decode): one row at a time, its buffer stays in L1.
-                let mut wr = vec![0.0f32; cols];
-                for (i, r) in (r0..r1).enumerate() {
-                    dequant(r, &mut wr);
-                    dots(&wr, 0, &mut res[i * t_rows..(i + 1) * t_rows]);
-                }
-            } else {
-                let mut wbuf = vec![0.0f32; (r1 - r0) * cols];
-                for (r, row) in (r0..r1).zip(wbuf.chunks_exact_mut(cols)) {
-                    dequant(r, row);
-                }
-                for t0 in (0..t_rows).step_by(TOKENS) {
-                    let t1 = (t0 + TOKENS).min(t_rows);
-                    for (i, wr) in wbuf.chunks_exact(cols).enumerate() {
-                        dots(wr, t0, &mut res[i * t_rows + t0..i * t_rows + t1]);
+    let mut blocks: Vec<Vec<f32>> = vec![Vec::new(); w_rows.div_ceil(ROWS)];
+    for_rows(
+        blocks.len(),
+        1,
+        &mut blocks,
+        1,
+        &mut [(); 0],
+        0,
+        |b, out, _| {
+            out[0] = {
+                let (r0, r1) = (b * ROWS, ((b + 1) * ROWS).min(w_rows));
+                let dequant = |r: usize, row: &mut [f32]| match &w.data {
+                    // Unscaled E4M3 values; the scales multiply the dot product.
+                    QuantData::Fp8 { q, .. } => decode_e4m3(&q[r * cols..(r + 1) * cols], row),
+                    _ => w.dequantize_row(r, row),
+                };
+                // Dots of one weight row against tokens t0..t0+out.len().
+                let dots = |wr: &[f32], t0: usize, out: &mut [f32]| {
+                    let mut chunks = out.chunks_exact_mut(4);
+                    let mut t = t0;
+                    for c in &mut chunks {
+                        c.copy_from_slice(&dot4([xr(t), xr(t + 1), xr(t + 2), xr(t + 3)], wr));
+                        t += 4;
+                    }
+                    for o in chunks.into_remainder() {
+                        *o = dot(xr(t), wr);
+                        t += 1;
+                    }
+                };
+                // [row - r0][t]
+                let mut res = vec![0.0f32; (r1 - r0) * t_rows];
+                if t_rows <= TOKENS {
+                    // Few tokens (decode): one row at a time, its buffer stays in L1.
+                    let mut wr = vec![0.0f32; cols];
+                    for (i, r) in (r0..r1).enumerate() {
+                        dequant(r, &mut wr);
+                        dots(&wr, 0, &mut res[i * t_rows..(i + 1) * t_rows]);
+                    }
+                } else {
+                    let mut wbuf = vec![0.0f32; (r1 - r0) * cols];
+                    for (r, row) in (r0..r1).zip(wbuf.chunks_exact_mut(cols)) {
+                        dequant(r, row);
+                    }
+                    for t0 in (0..t_rows).step_by(TOKENS) {
+                        let t1 = (t0 + TOKENS).min(t_rows);
+                        for (i, wr) in wbuf.chunks_exact(cols).enumerate() {
+                            dots(wr, t0, &mut res[i * t_rows + t0..i * t_rows + t1]);
+                        }
                     }
                 }
-            }
-            if let QuantData::Fp8 { scale, .. } = &w.data {
-                for (i, row) in res.chunks_mut(t_rows.max(1)).enumerate() {
-                    for (t, o) in row.iter_mut().enumerate() {
-                        *o *= scale[r0 + i] * xs[t];
+                if let QuantData::Fp8 { scale, .. } = &w.data {
+                    for (i, row) in res.chunks_mut(t_rows.max(1)).enumerate() {
+                        for (t, o) in row.iter_mut().enumerate() {
+                            *o *= scale[r0 + i] * xs[t];
+                        }
                     }
                 }
+                res
             }
-            res
-        })
-        .collect();
+        },
+    );
     let mut out = vec![0.0f32; t_rows * w_rows];
     for (b, res) in blocks.iter().enumerate() {
         for (i, row) in res.chunks(t_rows.max(1)).enumerate() {

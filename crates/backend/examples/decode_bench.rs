@@ -1,0 +1,90 @@
+//! The matmuls of one decode step of SmolLM2-135M (30 layers × q, k, v, o, gate, up,
+//! down, then the 49152-row lm_head) over 8-bit weights, at 1 and 8 tokens: wall and
+//! CPU milliseconds per step. Weights are synthetic (the kernels' speed does not depend
+//! on the values); attention and the small ops are left out, so this is the matmul floor
+//! of a step.
+//! `cargo run --release -p wring-backend --example decode_bench [-- STEPS [--in-pool]]`
+//! (`--in-pool`: each step runs inside the rayon pool, so its parallel matmuls do not
+//! each cross from the main thread into the pool and back)
+use std::time::Instant;
+use wring_backend::cpu::{matmul_q8, q8::Q8Matrix};
+
+/// Process CPU time in seconds (`CLOCK_PROCESS_CPUTIME_ID`).
+fn cpu_s() -> f64 {
+    #[repr(C)]
+    struct Timespec {
+        sec: i64,
+        nsec: i64,
+    }
+    extern "C" {
+        fn clock_gettime(clock: i32, tp: *mut Timespec) -> i32;
+    }
+    let mut t = Timespec { sec: 0, nsec: 0 };
+    // SAFETY: `t` is a valid timespec; clock 2 is CLOCK_PROCESS_CPUTIME_ID on Linux.
+    if unsafe { clock_gettime(2, &mut t) } != 0 {
+        return 0.0;
+    }
+    t.sec as f64 + t.nsec as f64 * 1e-9
+}
+
+fn matrix(rows: usize, cols: usize, seed: usize) -> Q8Matrix {
+    let w: Vec<f32> = (0..rows * cols)
+        .map(|i| ((i * 7919 + seed * 104729) % 1000) as f32 / 1000.0 - 0.5)
+        .collect();
+    Q8Matrix::from_f32(rows, cols, &w)
+}
+
+fn main() {
+    let steps: usize = std::env::args()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(20);
+    let (h, i, kv, layers, vocab) = (576usize, 1536usize, 192usize, 30usize, 49152usize);
+    // Distinct matrices per layer, so each step streams every weight from memory.
+    let layer_mats: Vec<Vec<Q8Matrix>> = (0..layers)
+        .map(|l| {
+            [(h, h), (kv, h), (kv, h), (h, h), (i, h), (i, h), (h, i)]
+                .iter()
+                .enumerate()
+                .map(|(j, &(r, c))| matrix(r, c, l * 7 + j))
+                .collect()
+        })
+        .collect();
+    let head = matrix(vocab, h, 999);
+    for t in [1usize, 8] {
+        let x: Vec<f32> = (0..t * i)
+            .map(|k| ((k * 104729) % 1000) as f32 / 1000.0 - 0.5)
+            .collect();
+        let step = || {
+            for m in &layer_mats {
+                for w in m {
+                    std::hint::black_box(matmul_q8(&x[..t * w.cols], t, w));
+                }
+            }
+            std::hint::black_box(matmul_q8(&x[..t * h], t, &head));
+        };
+        let in_pool = std::env::args().any(|a| a == "--in-pool");
+        let step = || {
+            if in_pool {
+                rayon::scope(|_| step())
+            } else {
+                step()
+            }
+        };
+        step();
+        let (w0, c0) = (Instant::now(), cpu_s());
+        for _ in 0..steps {
+            step();
+        }
+        let (wall, cpu) = (
+            w0.elapsed().as_secs_f64() / steps as f64,
+            (cpu_s() - c0) / steps as f64,
+        );
+        println!(
+            "T={t}: {:.2} ms wall, {:.2} CPU-ms per step ({:.0} tok/s wall)",
+            wall * 1e3,
+            cpu * 1e3,
+            t as f64 / wall
+        );
+    }
+}
