@@ -51,7 +51,9 @@ impl Default for CudaOptions {
         Self {
             graphs: GraphMode::On,
             buckets: vec![1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128],
-            query_lens: vec![1, 5, 7, 9, 13],
+            // 1 + K for every K the engine's adaptive policy may pick (its CAPTURED_KS:
+            // 0, 1, 4, 6, 8, 12); a K outside this set runs its step eagerly.
+            query_lens: vec![1, 2, 5, 7, 9, 13],
             max_tokens: 8192,
             gqa_attention: false,
             fused: true,
@@ -79,7 +81,7 @@ fn list(name: &str, v: &str) -> Result<Vec<usize>> {
 
 impl CudaOptions {
     /// `WRING_CUDA_GRAPHS` = on | off | pad-only, `WRING_CUDA_GRAPH_BUCKETS` = 1,2,4,...,
-    /// `WRING_CUDA_GRAPH_K` = 4,6,8,12 (verify lengths 1+K; decode is always included),
+    /// `WRING_CUDA_GRAPH_K` = 1,4,6,8,12 (verify lengths 1+K; decode is always included),
     /// `WRING_CUDA_MAX_TOKENS` = 8192, `WRING_CUDA_GQA_ATTENTION` = off | on,
     /// `WRING_CUDA_FUSED` = on | off, `WRING_CUDA_WEIGHTS` = bf16 | fp8 | int4 | nvfp4 (needs `WRING_CUDA_QUANT_KERNELS` = on),
     /// `WRING_CUDA_QGEMM_MAX_T` = 0..=32.

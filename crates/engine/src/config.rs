@@ -323,4 +323,20 @@ mod tests {
         c.max_num_seqs = 0;
         assert!(c.validate().is_err());
     }
+
+    #[test]
+    fn every_adaptive_k_is_a_captured_cuda_shape() {
+        // The adaptive policy picks K from CAPTURED_KS; on CUDA a verify step of 1 + K
+        // query rows replays a graph only if that length is captured, so a missing one
+        // silently runs eagerly (K = 1 did: the adaptive policy ran ~1.4x slower per step
+        // than fixed K on the H200, results/tune-h200-2026-11-30).
+        let lens = wring_cuda::CudaOptions::default().query_lens;
+        for k in CAPTURED_KS {
+            assert!(
+                lens.contains(&(k + 1)),
+                "K={k}: query length {} not captured",
+                k + 1
+            );
+        }
+    }
 }
