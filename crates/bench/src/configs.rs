@@ -95,14 +95,20 @@ impl ServeConfig {
 
 /// Parses a comma-separated list (`all` = the default sweep).
 pub fn parse_config_list(spec: &str) -> Result<Vec<ServeConfig>> {
-    let names: Vec<&str> = if spec.trim() == "all" {
-        DEFAULT_CONFIGS.to_vec()
-    } else {
-        spec.split(',')
-            .map(str::trim)
-            .filter(|s| !s.is_empty())
-            .collect()
-    };
+    // `all` expands to the default sweep anywhere in the list (`all,adaptive-nopad`).
+    let mut names: Vec<&str> = Vec::new();
+    for name in spec.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let expanded: &[&str] = if name == "all" {
+            &DEFAULT_CONFIGS
+        } else {
+            std::slice::from_ref(&name)
+        };
+        for &n in expanded {
+            if !names.contains(&n) {
+                names.push(n);
+            }
+        }
+    }
     if names.is_empty() {
         bail!("no configurations given");
     }
@@ -155,6 +161,9 @@ mod tests {
         assert!(ServeConfig::parse("suffix-kx").is_err());
         assert!(ServeConfig::parse("fast").is_err());
         assert_eq!(parse_config_list("all").unwrap().len(), 12);
+        let extended = parse_config_list("all, adaptive-nopad,nospec").unwrap();
+        assert_eq!(extended.len(), 13);
+        assert_eq!(extended[12].name, "adaptive-nopad");
         assert_eq!(
             parse_config_list("nospec, suffix-k8").unwrap()[1].k,
             Some(8)
