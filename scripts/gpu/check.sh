@@ -13,18 +13,7 @@ STAGE=/tmp/wring-stage
 OUT=${OUT:-/tmp/wring-out}
 mkdir -p "$STAGE" "$OUT"
 
-# CUDA libraries: the driver's libcuda plus nvrtc/cublas from the toolkit or the wheels.
-libdirs=$(python3 - <<'PY' 2>/dev/null
-import glob, os, site
-dirs = set()
-for sp in site.getsitepackages():
-    for lib in glob.glob(os.path.join(sp, "nvidia", "**", "lib*.so*"), recursive=True):
-        if any(n in lib for n in ("nvrtc", "cublas")):
-            dirs.add(os.path.dirname(lib))
-print(":".join(sorted(dirs)))
-PY
-)
-export LD_LIBRARY_PATH="${libdirs}:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+. "$(dirname "${BASH_SOURCE[0]}")/cuda_env.sh"
 export WRING_HOME=/tmp/wring-home
 for d in .dev/p1 .dev/p2; do [ -f $d/gpu_check ] && bin=$d/gpu_check; done
 cp "$bin" /tmp/gpu_check && chmod +x /tmp/gpu_check && bin=/tmp/gpu_check

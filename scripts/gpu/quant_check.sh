@@ -38,17 +38,7 @@ fi
 STAGE=/tmp/wring-stage-q
 OUT=${OUT:-/tmp/wring-out}
 mkdir -p "$STAGE" "$OUT"
-libdirs=$(python3 - <<'PY' 2>/dev/null
-import glob, os, site
-dirs = set()
-for sp in site.getsitepackages():
-    for lib in glob.glob(os.path.join(sp, "nvidia", "**", "lib*.so*"), recursive=True):
-        if any(n in lib for n in ("nvrtc", "cublas")):
-            dirs.add(os.path.dirname(lib))
-print(":".join(sorted(dirs)))
-PY
-)
-export LD_LIBRARY_PATH="${libdirs}:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+. "$(dirname "${BASH_SOURCE[0]}")/cuda_env.sh"
 export WRING_HOME=/tmp/wring-home
 bin=/tmp/gpu_check_q
 gunzip -c $DEV/bin/gpu_check.gz > $bin && chmod +x $bin || exit 1

@@ -41,17 +41,7 @@ run)
     OUT=${OUT:-/tmp/wring-out}
     export WRING_HOME=/tmp/wring-home
     mkdir -p "$WRING_HOME/models" "$OUT"
-    libdirs=$(python3 - <<'PY' 2>/dev/null
-import glob, os, site
-dirs = set()
-for sp in site.getsitepackages():
-    for lib in glob.glob(os.path.join(sp, "nvidia", "**", "lib*.so*"), recursive=True):
-        if any(n in lib for n in ("nvrtc", "cublas")):
-            dirs.add(os.path.dirname(lib))
-print(":".join(sorted(dirs)))
-PY
-)
-    export LD_LIBRARY_PATH="${libdirs}:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+    . "$(dirname "${BASH_SOURCE[0]}")/cuda_env.sh"
     model=$WRING_HOME/models/SmolLM2-135M-Instruct.Q4_1.gguf
     if [ ! -f "$model" ]; then
         cat "$STAGE/model.part00" .dev/t2/model.part01 > "$model" || exit 1
