@@ -9,22 +9,12 @@
 use std::time::Instant;
 use wring_backend::cpu::{matmul_q8, q8::Q8Matrix};
 
-/// Process CPU time in seconds (`CLOCK_PROCESS_CPUTIME_ID`).
+#[path = "support/cpu_time.rs"]
+mod cpu_time;
+
+/// Process CPU time in seconds.
 fn cpu_s() -> f64 {
-    #[repr(C)]
-    struct Timespec {
-        sec: i64,
-        nsec: i64,
-    }
-    extern "C" {
-        fn clock_gettime(clock: i32, tp: *mut Timespec) -> i32;
-    }
-    let mut t = Timespec { sec: 0, nsec: 0 };
-    // SAFETY: `t` is a valid timespec; clock 2 is CLOCK_PROCESS_CPUTIME_ID on Linux.
-    if unsafe { clock_gettime(2, &mut t) } != 0 {
-        return 0.0;
-    }
-    t.sec as f64 + t.nsec as f64 * 1e-9
+    cpu_time::cpu_ns() as f64 * 1e-9
 }
 
 fn matrix(rows: usize, cols: usize, seed: usize) -> Q8Matrix {

@@ -18,24 +18,9 @@ fn cpu_seconds() -> f64 {
         + f.get(12).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
     ticks / 100.0
 }
-/// Process CPU time in nanoseconds (`CLOCK_PROCESS_CPUTIME_ID`): fine-grained, for the
-/// best of many short trials, the figure least disturbed by other load on the machine.
-fn cpu_ns() -> u64 {
-    #[repr(C)]
-    struct Timespec {
-        sec: i64,
-        nsec: i64,
-    }
-    extern "C" {
-        fn clock_gettime(clock: i32, tp: *mut Timespec) -> i32;
-    }
-    let mut t = Timespec { sec: 0, nsec: 0 };
-    // SAFETY: `t` is a valid timespec; clock 2 is CLOCK_PROCESS_CPUTIME_ID on Linux.
-    if unsafe { clock_gettime(2, &mut t) } != 0 {
-        return 0;
-    }
-    t.sec as u64 * 1_000_000_000 + t.nsec as u64
-}
+#[path = "support/cpu_time.rs"]
+mod cpu_time;
+use cpu_time::cpu_ns;
 
 /// GFLOP per CPU-second of the best of 30 trials of `f` (each at least ~1 ms).
 fn best_gflops(flop: f64, mut f: impl FnMut()) -> f64 {
