@@ -44,7 +44,9 @@ bin=/tmp/gpu_check_q
 gunzip -c $DEV/bin/gpu_check.gz > $bin && chmod +x $bin || exit 1
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv,noheader | tee "$OUT/device.txt"
 
-model=$STAGE/SmolLM2-135M-Instruct.Q4_1.gguf
+# QUANT_MODEL / GOLDEN: a model already on the machine (e.g. staged by tune_gpu.sh) and its golden file.
+model=${QUANT_MODEL:-$STAGE/SmolLM2-135M-Instruct.Q4_1.gguf}
+golden=${GOLDEN:-$DEV/p2/smollm2_q41_f32_greedy.jsonl}
 status=0
 for part in "$@"; do
     name=${part%%:*}
@@ -54,7 +56,7 @@ for part in "$@"; do
         stage) cp $DEV/p1/model.part00 "$STAGE/" && ls -la "$STAGE"; continue ;;
         quant)
             args="quant $what"
-            [ "$what" = "$model" ] && args="$args $DEV/p2/smollm2_q41_f32_greedy.jsonl" ;;
+            [ "$what" = "$model" ] && args="$args $golden" ;;
         quant-bench) args="quant-bench" ;;
         *) args="$name $what" ;;
     esac

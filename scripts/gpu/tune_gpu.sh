@@ -25,6 +25,7 @@ prepare)
     sha256sum "$model" | cut -c1-64 > .dev/t2/model.sha256
     strip -o .dev/t2/wring "$bin" && xz -T2 -6 -f .dev/t2/wring
     cp "$shared"/corpora/*.json* .dev/t2/corpora/
+    cp "$shared/golden/smollm2_q41_f32_greedy.jsonl" .dev/t2/   # for quant_check.sh GOLDEN=
     cp "$HOME/.cache/wring/corpora/HumanEval.jsonl.gz" .dev/t2/corpora/
     # The ShareGPT loader keeps every complete record of a truncated file.
     head -c 2000000 "$HOME/.cache/wring/corpora/ShareGPT_V3_unfiltered_cleaned_split.json" \

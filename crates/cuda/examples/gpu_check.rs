@@ -498,6 +498,7 @@ fn bench(model: &str) -> Result<()> {
             (batch * q) as f64 / g
         );
     }
+    print_gemm_tuning(r.backend().gemm_tune_reports(), bw);
     drop(r);
 
     let cfg = ModelConfig::named_shape("llama-3.1-8b").context("shape")?;
@@ -545,5 +546,38 @@ fn bench(model: &str) -> Result<()> {
     }
     let (captured, replays, failed) = r.backend().graph_stats();
     println!("\nGraphs captured {captured}, replays {replays}, failed {failed}.");
+    print_gemm_tuning(r.backend().gemm_tune_reports(), bw);
     Ok(())
+}
+
+/// The per-shape GEMM choices of `WRING_CUDA_GEMM_TUNE=on` (nothing when it is off):
+/// weight bytes read per second as a share of the measured copy bandwidth (the same
+/// yardstick as the roofline column).
+fn print_gemm_tuning(reports: &[wring_cuda::GemmTuneReport], bw: f64) {
+    if reports.is_empty() {
+        return;
+    }
+    println!("\n#### GEMM tuning (cuBLAS default vs cuBLASLt heuristic candidates, host-timed)\n");
+    println!(
+        "| tokens | in | out | cuBLAS µs | % BW | best cuBLASLt µs | % BW | candidates | kept |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|");
+    for t in reports {
+        let bytes = 2.0 * (t.n_in * t.n_out) as f64;
+        let pct = |us: f64| 100.0 * bytes / (us * 1e-6) / bw;
+        let best = t.lt_us.iter().copied().fold(f64::INFINITY, f64::min);
+        println!(
+            "| {} | {} | {} | {:.1} | {:.0} | {:.1} | {:.0} | {} | {} |",
+            t.tokens,
+            t.n_in,
+            t.n_out,
+            t.gemm_ex_us,
+            pct(t.gemm_ex_us),
+            best,
+            pct(best),
+            t.lt_us.len(),
+            t.chosen
+                .map_or("cuBLAS".to_string(), |i| format!("Lt #{i}"))
+        );
+    }
 }

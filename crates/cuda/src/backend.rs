@@ -182,7 +182,7 @@ impl CudaBackend {
             .compute_capability()
             .map_err(|e| anyhow!("cannot read the compute capability: {e:?}"))?;
         let kernels = Kernels::load(arch).context("loading the CUDA kernels")?;
-        let blas = Blas::new(stream.cu_stream())?;
+        let blas = Blas::new(stream.cu_stream(), opts.gemm_tune)?;
         let name = format!(
             "cuda:{ordinal} ({}, sm_{}{})",
             ctx.name().unwrap_or_else(|_| "unknown GPU".into()),
@@ -228,6 +228,11 @@ impl CudaBackend {
     /// Switches how uniform steps run; captured graphs are kept for when it is `On` again.
     pub fn set_graph_mode(&mut self, mode: GraphMode) {
         self.opts.graphs = mode;
+    }
+
+    /// The GEMM shapes tuned so far (`WRING_CUDA_GEMM_TUNE=on`).
+    pub fn gemm_tune_reports(&self) -> &[crate::blas::GemmTuneReport] {
+        self.blas.tune_reports()
     }
 
     /// (captured graphs, replays, captures that failed).
@@ -1065,9 +1070,10 @@ impl Backend for CudaBackend {
                 if !self.ok() {
                     return out;
                 }
-                if let Err(e) = self
-                    .blas
-                    .linear(x.ptr, buf.ptr(), out.ptr, x.rows, w.cols, w.rows)
+                let may_tune = !self.graphs.capturing();
+                if let Err(e) =
+                    self.blas
+                        .linear(x.ptr, buf.ptr(), out.ptr, x.rows, w.cols, w.rows, may_tune)
                 {
                     self.fail(e);
                     return out;

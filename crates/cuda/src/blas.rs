@@ -1,23 +1,60 @@
 //! bf16 GEMMs through cuBLAS with a fixed workspace (so nothing allocates inside a
 //! captured graph), f32 accumulation and f32 output.
+//!
+//! Optional per-shape tuning (`WRING_CUDA_GEMM_TUNE=on`): the first time a shape runs
+//! outside a capture, cuBLAS's default choice is timed against cuBLASLt's heuristic
+//! candidates and the fastest is kept for that (tokens, n_in, n_out) from then on, so an
+//! eager step and the graph captured from the same shape run the same algorithm.
+//! Why: cuBLAS's default for skinny decode GEMMs (a few tokens × a large weight) reads the
+//! weights well below the HBM bandwidth on an H200 (issue 7's 8B roofline numbers).
 
+use crate::blaslt::BlasLt;
 use crate::device::DeviceBuffer;
 use anyhow::{anyhow, Result};
 use cudarc::cublas::{result, sys};
+use std::collections::HashMap;
 use std::ffi::c_void;
+use std::time::Instant;
 
 const WORKSPACE_BYTES: usize = 32 << 20;
 
 pub struct Blas {
     handle: sys::cublasHandle_t,
     _workspace: DeviceBuffer,
+    stream: cudarc::driver::sys::CUstream,
+    tune: bool,
+    /// Created by the first tuning (needs libcublasLt).
+    lt: Option<BlasLt>,
+    choices: HashMap<(usize, usize, usize), Choice>,
+    reports: Vec<GemmTuneReport>,
 }
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Choice {
+    GemmEx,
+    Lt(usize),
+}
+
+/// One tuned shape: microseconds per GEMM (host clock over back-to-back runs) of plain
+/// cuBLAS and of each cuBLASLt candidate, and which candidate was kept (None: cuBLAS).
+#[derive(Debug, Clone)]
+pub struct GemmTuneReport {
+    pub tokens: usize,
+    pub n_in: usize,
+    pub n_out: usize,
+    pub gemm_ex_us: f64,
+    pub lt_us: Vec<f64>,
+    pub chosen: Option<usize>,
+}
+
+/// A cuBLASLt candidate replaces cuBLAS only when it is this much faster (timing noise).
+const MIN_GAIN: f64 = 0.97;
 
 // SAFETY: the handle is used by one backend on one thread at a time.
 unsafe impl Send for Blas {}
 
 impl Blas {
-    pub fn new(stream: cudarc::driver::sys::CUstream) -> Result<Self> {
+    pub fn new(stream: cudarc::driver::sys::CUstream, tune: bool) -> Result<Self> {
         let handle = result::create_handle().map_err(|e| anyhow!("cublasCreate failed: {e:?}"))?;
         let workspace = DeviceBuffer::alloc(WORKSPACE_BYTES, "the cuBLAS workspace")?;
         // SAFETY: handle is fresh; stream and workspace outlive it (owned by the backend).
@@ -31,20 +68,126 @@ impl Blas {
         Ok(Self {
             handle,
             _workspace: workspace,
+            stream,
+            tune,
+            lt: None,
+            choices: HashMap::new(),
+            reports: vec![],
         })
     }
 
+    /// Shapes tuned so far (empty unless tuning is on).
+    pub fn tune_reports(&self) -> &[GemmTuneReport] {
+        &self.reports
+    }
+
     /// `y[t][o] = Σ_i x[t][i] · w[o][i]` with x, w bf16 row-major and y f32 row-major.
+    /// `may_tune`: the stream is not capturing, so an untuned shape may be timed now.
+    #[allow(clippy::too_many_arguments)]
     pub fn linear(
-        &self,
+        &mut self,
         x: u64,
         w: u64,
         y: u64,
         tokens: usize,
         n_in: usize,
         n_out: usize,
+        may_tune: bool,
     ) -> Result<()> {
-        self.linear_ld(x, w, y, tokens, n_in, n_out, n_out)
+        let key = (tokens, n_in, n_out);
+        let choice = match self.choices.get(&key) {
+            Some(&c) => c,
+            None if self.tune && may_tune => {
+                let c = self.tune_shape(x, w, y, tokens, n_in, n_out)?;
+                self.choices.insert(key, c);
+                c
+            }
+            None => Choice::GemmEx,
+        };
+        match choice {
+            Choice::GemmEx => self.linear_ld(x, w, y, tokens, n_in, n_out, n_out),
+            Choice::Lt(i) => {
+                let lt = self
+                    .lt
+                    .as_mut()
+                    .expect("a cuBLASLt choice implies a handle");
+                lt.bf16_linear(self.stream, x, w, y, tokens, n_in, n_out, i)
+            }
+        }
+    }
+
+    fn sync(&self) -> Result<()> {
+        // SAFETY: the stream outlives the backend that owns this handle.
+        unsafe { cudarc::driver::result::stream::synchronize(self.stream) }
+            .map_err(|e| anyhow!("stream synchronize while tuning a GEMM: {e:?}"))
+    }
+
+    /// Times `run` over back-to-back repetitions (after warm-up), in microseconds.
+    fn time(&mut self, mut run: impl FnMut(&mut Self) -> Result<()>) -> Result<f64> {
+        const WARM: usize = 3;
+        const REPS: usize = 10;
+        for _ in 0..WARM {
+            run(self)?;
+        }
+        self.sync()?;
+        let t0 = Instant::now();
+        for _ in 0..REPS {
+            run(self)?;
+        }
+        self.sync()?;
+        Ok(t0.elapsed().as_secs_f64() * 1e6 / REPS as f64)
+    }
+
+    fn tune_shape(
+        &mut self,
+        x: u64,
+        w: u64,
+        y: u64,
+        tokens: usize,
+        n_in: usize,
+        n_out: usize,
+    ) -> Result<Choice> {
+        if self.lt.is_none() {
+            match BlasLt::new() {
+                Ok(lt) => self.lt = Some(lt),
+                Err(e) => {
+                    tracing::warn!("GEMM tuning off: {e:#}");
+                    self.tune = false;
+                    return Ok(Choice::GemmEx);
+                }
+            }
+        }
+        self.sync()?;
+        let gemm_ex_us = self.time(|b| b.linear_ld(x, w, y, tokens, n_in, n_out, n_out))?;
+        let n = self
+            .lt
+            .as_mut()
+            .map_or(0, |lt| lt.bf16_candidates(tokens, n_in, n_out));
+        let mut lt_us = Vec::with_capacity(n);
+        for i in 0..n {
+            let stream = self.stream;
+            let t = self.time(|b| {
+                let lt = b.lt.as_mut().expect("created above");
+                lt.bf16_linear(stream, x, w, y, tokens, n_in, n_out, i)
+            });
+            // A candidate that fails to launch is skipped, not fatal.
+            lt_us.push(t.unwrap_or(f64::INFINITY));
+        }
+        let best = (0..n).min_by(|&a, &b| lt_us[a].total_cmp(&lt_us[b]));
+        let chosen = best.filter(|&i| lt_us[i] < MIN_GAIN * gemm_ex_us);
+        tracing::debug!(
+            "GEMM {tokens}x{n_in}x{n_out}: cuBLAS {gemm_ex_us:.1} us, cuBLASLt best {:?}, kept {chosen:?}",
+            best.map(|i| lt_us[i])
+        );
+        self.reports.push(GemmTuneReport {
+            tokens,
+            n_in,
+            n_out,
+            gemm_ex_us,
+            lt_us,
+            chosen,
+        });
+        Ok(chosen.map_or(Choice::GemmEx, Choice::Lt))
     }
 
     /// As [`Blas::linear`] with output rows `ldy` apart (a tile of a wider output).

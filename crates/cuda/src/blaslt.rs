@@ -1,6 +1,7 @@
-//! FP8 (E4M3 × E4M3) GEMMs through cuBLASLt: f32 accumulation, f32 output, a fixed
-//! workspace (nothing allocates inside a captured graph), one plan per shape cached at its
-//! first use. Hopper's FP8 kernels need the "TN" layout (weights transposed, activations
+//! GEMMs through cuBLASLt: FP8 (E4M3 × E4M3) and bf16 × bf16, f32 accumulation, f32
+//! output, a fixed workspace (nothing allocates inside a captured graph), one plan per
+//! shape cached at its first use. bf16 plans keep several heuristic candidates so that
+//! [`crate::blas::Blas`] can time them against plain cuBLAS and keep the fastest. Hopper's FP8 kernels need the "TN" layout (weights transposed, activations
 //! not) and leading dimensions that are multiples of 16: callers pad the token count and
 //! fall back to a dequantising path for matrices whose dimensions do not fit.
 
@@ -26,6 +27,18 @@ pub struct BlasLt {
     workspace: DeviceBuffer,
     /// Keyed by (tokens, n_in, n_out); None: cuBLASLt has no algorithm for the shape.
     plans: HashMap<(usize, usize, usize), Option<Plan>>,
+    /// bf16 plans, same key; each holds up to [`BF16_CANDIDATES`] algorithms.
+    bf16_plans: HashMap<(usize, usize, usize), Option<Bf16Plan>>,
+}
+
+/// Heuristic candidates kept per bf16 shape (timed by the caller).
+pub const BF16_CANDIDATES: usize = 12;
+
+struct Bf16Plan {
+    a: sys::cublasLtMatrixLayout_t,
+    b: sys::cublasLtMatrixLayout_t,
+    d: sys::cublasLtMatrixLayout_t,
+    algos: Vec<sys::cublasLtMatmulAlgo_t>,
 }
 
 // SAFETY: used by one backend on one thread at a time.
@@ -91,6 +104,7 @@ impl BlasLt {
             pref,
             workspace: DeviceBuffer::alloc(WORKSPACE_BYTES, "the cuBLASLt workspace")?,
             plans: HashMap::new(),
+            bf16_plans: HashMap::new(),
         })
     }
 
@@ -114,26 +128,7 @@ impl BlasLt {
     }
 
     fn make_plan(&self, tokens: usize, n_in: usize, n_out: usize) -> Result<Plan> {
-        let e4m3 = sys::cudaDataType::CUDA_R_8F_E4M3;
-        // Column-major: A = weights (n_in × n_out, ld n_in, transposed by the op),
-        // B = activations (n_in × tokens, ld n_in), D = y (n_out × tokens, ld n_out).
-        let a = lt(
-            result::create_matrix_layout(e4m3, n_in as u64, n_out as u64, n_in as i64),
-            "layout A",
-        )?;
-        let b = lt(
-            result::create_matrix_layout(e4m3, n_in as u64, tokens as u64, n_in as i64),
-            "layout B",
-        )?;
-        let d = lt(
-            result::create_matrix_layout(
-                sys::cudaDataType::CUDA_R_32F,
-                n_out as u64,
-                tokens as u64,
-                n_out as i64,
-            ),
-            "layout D",
-        )?;
+        let [a, b, d] = Self::layouts(sys::cudaDataType::CUDA_R_8F_E4M3, tokens, n_in, n_out)?;
         // SAFETY: descriptors created above and in new().
         let heur = unsafe {
             result::get_matmul_algo_heuristic(self.handle, self.desc, a, b, d, d, self.pref)
@@ -155,6 +150,146 @@ impl BlasLt {
                 bail!("heuristic: {e:?}")
             }
         }
+    }
+
+    /// Column-major layouts of one GEMM: A = weights (n_in × n_out, ld n_in, transposed by
+    /// the op), B = activations (n_in × tokens, ld n_in), D = y (n_out × tokens, ld n_out).
+    fn layouts(
+        input: sys::cudaDataType,
+        tokens: usize,
+        n_in: usize,
+        n_out: usize,
+    ) -> Result<[sys::cublasLtMatrixLayout_t; 3]> {
+        let a = lt(
+            result::create_matrix_layout(input, n_in as u64, n_out as u64, n_in as i64),
+            "layout A",
+        )?;
+        let b = lt(
+            result::create_matrix_layout(input, n_in as u64, tokens as u64, n_in as i64),
+            "layout B",
+        )?;
+        let d = lt(
+            result::create_matrix_layout(
+                sys::cudaDataType::CUDA_R_32F,
+                n_out as u64,
+                tokens as u64,
+                n_out as i64,
+            ),
+            "layout D",
+        )?;
+        Ok([a, b, d])
+    }
+
+    /// How many bf16 algorithms cuBLASLt offers for the shape (0: none; planned here,
+    /// host only, cached).
+    pub fn bf16_candidates(&mut self, tokens: usize, n_in: usize, n_out: usize) -> usize {
+        let key = (tokens, n_in, n_out);
+        if !self.bf16_plans.contains_key(&key) {
+            let plan = self.make_bf16_plan(tokens, n_in, n_out);
+            if let Err(e) = &plan {
+                tracing::debug!("no cuBLASLt bf16 plan for {key:?}: {e:#}");
+            }
+            self.bf16_plans.insert(key, plan.ok());
+        }
+        self.bf16_plans[&key].as_ref().map_or(0, |p| p.algos.len())
+    }
+
+    fn make_bf16_plan(&self, tokens: usize, n_in: usize, n_out: usize) -> Result<Bf16Plan> {
+        let [a, b, d] = Self::layouts(sys::cudaDataType::CUDA_R_16BF, tokens, n_in, n_out)?;
+        let mut found = [std::mem::MaybeUninit::<sys::cublasLtMatmulHeuristicResult_t>::uninit();
+            BF16_CANDIDATES];
+        let mut count: i32 = 0;
+        // SAFETY: descriptors are live; `found` holds BF16_CANDIDATES results and
+        // cuBLASLt writes at most that many (count says how many).
+        let status = unsafe {
+            sys::cublasLtMatmulAlgoGetHeuristic(
+                self.handle,
+                self.desc,
+                a,
+                b,
+                d,
+                d,
+                self.pref,
+                BF16_CANDIDATES as i32,
+                found.as_mut_ptr() as *mut sys::cublasLtMatmulHeuristicResult_t,
+                &mut count,
+            )
+        };
+        let algos: Vec<_> = if status == sys::cublasStatus_t::CUBLAS_STATUS_SUCCESS {
+            found[..count.clamp(0, BF16_CANDIDATES as i32) as usize]
+                .iter()
+                // SAFETY: the first `count` entries were written by cuBLASLt.
+                .map(|r| unsafe { r.assume_init() })
+                .filter(|r| {
+                    r.state == sys::cublasStatus_t::CUBLAS_STATUS_SUCCESS
+                        && r.workspaceSize <= WORKSPACE_BYTES
+                })
+                .map(|r| r.algo)
+                .collect()
+        } else {
+            vec![]
+        };
+        if algos.is_empty() {
+            // SAFETY: created above, not used elsewhere.
+            unsafe {
+                let _ = result::destroy_matrix_layout(a);
+                let _ = result::destroy_matrix_layout(b);
+                let _ = result::destroy_matrix_layout(d);
+            }
+            bail!("heuristic: {status:?}, no usable algorithm");
+        }
+        Ok(Bf16Plan { a, b, d, algos })
+    }
+
+    /// `y[t][o] = Σ_i x[t][i] · w[o][i]` (bf16 in, f32 out, row-major) with candidate
+    /// `algo` of the shape's plan ([`BlasLt::bf16_candidates`] first).
+    #[allow(clippy::too_many_arguments)]
+    pub fn bf16_linear(
+        &mut self,
+        stream: cudarc::driver::sys::CUstream,
+        x: u64,
+        w: u64,
+        y: u64,
+        tokens: usize,
+        n_in: usize,
+        n_out: usize,
+        algo: usize,
+    ) -> Result<()> {
+        let (handle, desc, ws) = (self.handle, self.desc, self.workspace.ptr());
+        let plan = self
+            .bf16_plans
+            .get(&(tokens, n_in, n_out))
+            .and_then(Option::as_ref)
+            .filter(|p| algo < p.algos.len())
+            .ok_or_else(|| {
+                anyhow!("no cuBLASLt bf16 algorithm {algo} planned for {tokens}x{n_in}x{n_out}")
+            })?;
+        let (alpha, beta) = (1.0f32, 0.0f32);
+        // SAFETY: pointers address live device buffers of the planned shapes; the
+        // workspace is fixed and WORKSPACE_BYTES long.
+        unsafe {
+            result::matmul(
+                handle,
+                desc,
+                &alpha as *const f32 as *const c_void,
+                &beta as *const f32 as *const c_void,
+                w as *const c_void,
+                plan.a,
+                x as *const c_void,
+                plan.b,
+                y as *const c_void,
+                plan.d,
+                y as *mut c_void,
+                plan.d,
+                &plan.algos[algo],
+                ws as *mut c_void,
+                WORKSPACE_BYTES,
+                stream as sys::cudaStream_t,
+            )
+        }
+        .map_err(|e| {
+            anyhow!("cublasLtMatmul bf16 ({tokens}x{n_in} · {n_out}x{n_in}ᵀ) failed: {e:?}")
+        })
     }
 
     /// `y[t][o] = Σ_i xq[t][i] · wq[o][i]` for E4M3 `xq` `[tokens][n_in]` and `wq`
@@ -206,10 +341,10 @@ impl Drop for BlasLt {
     fn drop(&mut self) {
         // SAFETY: everything was created by this struct and is destroyed once.
         unsafe {
-            for plan in self.plans.values().flatten() {
-                let _ = result::destroy_matrix_layout(plan.a);
-                let _ = result::destroy_matrix_layout(plan.b);
-                let _ = result::destroy_matrix_layout(plan.d);
+            let fp8 = self.plans.values().flatten().map(|p| [p.a, p.b, p.d]);
+            let bf16 = self.bf16_plans.values().flatten().map(|p| [p.a, p.b, p.d]);
+            for layout in fp8.chain(bf16).flatten() {
+                let _ = result::destroy_matrix_layout(layout);
             }
             let _ = result::destroy_matmul_pref(self.pref);
             let _ = result::destroy_matmul_desc(self.desc);

@@ -20,6 +20,7 @@ mod options;
 pub mod qweights;
 
 pub use backend::{measure_copy_bandwidth, CudaBackend, CudaMatrix, CudaTensor, CudaVector};
+pub use blas::GemmTuneReport;
 pub use graphs::GraphKey;
 pub use loader::{ensure_cuda_libraries, ensure_nvrtc};
 pub use options::{CudaOptions, GraphMode};

@@ -44,6 +44,9 @@ pub struct CudaOptions {
     /// checked on a GPU (scripts/gpu/quant_check.sh): they compile and their layouts
     /// are host-tested, but no run on hardware has validated them yet.
     pub quant_kernels: bool,
+    /// Time cuBLAS against cuBLASLt candidates per GEMM shape at its first eager use and
+    /// keep the fastest (`blas.rs`).
+    pub gemm_tune: bool,
 }
 
 impl Default for CudaOptions {
@@ -60,6 +63,7 @@ impl Default for CudaOptions {
             weights: None,
             qgemm_max_t: 32,
             quant_kernels: false,
+            gemm_tune: false,
         }
     }
 }
@@ -84,7 +88,7 @@ impl CudaOptions {
     /// `WRING_CUDA_GRAPH_K` = 1,4,6,8,12 (verify lengths 1+K; decode is always included),
     /// `WRING_CUDA_MAX_TOKENS` = 8192, `WRING_CUDA_GQA_ATTENTION` = off | on,
     /// `WRING_CUDA_FUSED` = on | off, `WRING_CUDA_WEIGHTS` = bf16 | fp8 | int4 | nvfp4 (needs `WRING_CUDA_QUANT_KERNELS` = on),
-    /// `WRING_CUDA_QGEMM_MAX_T` = 0..=32.
+    /// `WRING_CUDA_QGEMM_MAX_T` = 0..=32, `WRING_CUDA_GEMM_TUNE` = off | on.
     pub fn from_env() -> Result<Self> {
         let mut o = Self::default();
         let var = |n: &str| std::env::var(n).ok().filter(|v| !v.trim().is_empty());
@@ -127,6 +131,13 @@ impl CudaOptions {
                 .with_context(|| {
                     format!("WRING_CUDA_QGEMM_MAX_T={v:?}: expected an integer from 0 to 32")
                 })?;
+        }
+        if let Some(v) = var("WRING_CUDA_GEMM_TUNE") {
+            o.gemm_tune = match v.trim() {
+                "on" | "1" | "true" => true,
+                "off" | "0" | "false" => false,
+                other => bail!("WRING_CUDA_GEMM_TUNE={other:?}: expected on or off"),
+            };
         }
         if let Some(v) = var("WRING_CUDA_QUANT_KERNELS") {
             o.quant_kernels = match v.trim() {
