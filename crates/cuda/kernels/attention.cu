@@ -251,3 +251,165 @@ paged_attention_gqa(const float* __restrict__ q, bf16_t* __restrict__ out,
         orow[e] = f2bf(s * inv_l[e / head_dim]);
     }
 }
+
+// Decode and verify steps (few query tokens per sequence): one block per (sequence, KV
+// head, chunk of SEQ_ROWS query rows), the rows being the sequence's query tokens × the
+// query heads that share the KV head. Each K/V tile is loaded into shared memory once
+// per block and serves all its rows, where `paged_attention` reads it once per (token,
+// head): a verify step of 1+K tokens with G heads per KV head reads K/V (1+K)·G times
+// less. A block is launched per token (grid.x = T) and only the first token of each
+// sequence's run works, so no extra metadata is needed (tokens of a sequence are
+// contiguous, positions ascending). Per row: the dot over head_dim in order, an online
+// softmax over SEQ_TILE-key tiles from position 0 (a tile past a row's own position is an
+// exact no-op for it: p = 0, correction 1), sums over the row's 8 lanes by a symmetric
+// xor-shuffle tree (every lane gets the same bits). A row's result therefore depends on
+// its own sequence only, never on the other rows of its block or of the batch.
+// head_dim must be 64 or 128; at most SEQ_MAX_Q query tokens per sequence.
+#define SEQ_TILE 64
+#define SEQ_ROWS 16
+#define SEQ_MAX_Q 64
+#define SEQ_MAX_HEAD_DIM 128
+#define SEQ_THREADS 128
+#define SEQ_LANES (SEQ_THREADS / SEQ_ROWS)  // 8 threads per row
+#define SEQ_KEYS_PER_LANE (SEQ_TILE / SEQ_LANES)
+#define SEQ_MAX_PAIRS (SEQ_MAX_HEAD_DIM / 2 / SEQ_LANES)  // output dim pairs per thread
+
+__device__ __forceinline__ float seq_row_sum(float v) {
+    v += __shfl_xor_sync(0xffffffffu, v, 4);
+    v += __shfl_xor_sync(0xffffffffu, v, 2);
+    v += __shfl_xor_sync(0xffffffffu, v, 1);
+    return v;
+}
+
+__device__ __forceinline__ float seq_row_max(float v) {
+    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 4));
+    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
+    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
+    return v;
+}
+
+extern "C" __global__ void __launch_bounds__(SEQ_THREADS)
+paged_attention_seq(const float* __restrict__ q, bf16_t* __restrict__ out,
+                    const bf16_t* __restrict__ k_pool, const bf16_t* __restrict__ v_pool,
+                    const u32* __restrict__ positions, const u32* __restrict__ token_seq,
+                    const u32* __restrict__ seq_bt_off, const u32* __restrict__ block_tables,
+                    int n_tokens, int n_heads, int n_kv_heads, int head_dim, int block_size,
+                    float scale) {
+    // Row strides padded by one 4-byte word so the 8 lanes of a row (different keys)
+    // and the 4 rows of a warp hit different banks.
+    __shared__ float qs[SEQ_ROWS][SEQ_MAX_HEAD_DIM + 1];
+    __shared__ u32 ks[SEQ_TILE][SEQ_MAX_HEAD_DIM / 2 + 1];
+    __shared__ u32 vs[SEQ_TILE][SEQ_MAX_HEAD_DIM / 2];
+    __shared__ float ps[SEQ_ROWS][SEQ_TILE + 1];
+
+    const int t0 = blockIdx.x, kvh = blockIdx.y, tid = threadIdx.x;
+    const u32 seq = token_seq[t0];
+    if (t0 > 0 && token_seq[t0 - 1] == seq) return;
+    int nq = 1;
+    while (nq < SEQ_MAX_Q && t0 + nq < n_tokens && token_seq[t0 + nq] == seq) ++nq;
+    const int group = n_heads / n_kv_heads;
+    const int r0 = blockIdx.z * SEQ_ROWS;
+    const int nr = min(SEQ_ROWS, nq * group - r0);
+    if (nr <= 0) return;
+
+    const int kv_width = n_kv_heads * head_dim;
+    const int words = head_dim / 2;  // u32 words (bf16 pairs) per K/V row
+    const u32 bt_off = seq_bt_off[seq];
+    for (int e = tid; e < SEQ_ROWS * head_dim; e += SEQ_THREADS) {
+        const int rr = e / head_dim, d = e % head_dim;
+        float v = 0.0f;
+        if (rr < nr) {
+            const int r = r0 + rr;
+            v = q[(size_t)(t0 + r / group) * n_heads * head_dim +
+                  (size_t)(kvh * group + r % group) * head_dim + d];
+        }
+        qs[rr][d] = v;
+    }
+    const int my_r = tid / SEQ_LANES, sub = tid % SEQ_LANES;
+    const bool row_ok = my_r < nr;
+    const u32 my_pos = row_ok ? positions[t0 + (r0 + my_r) / group] : 0;
+    // Rows are ordered by token, so the chunk's last row has its largest position.
+    const u32 last = positions[t0 + (r0 + nr - 1) / group];
+    const int pairs = words / SEQ_LANES;  // 4 (head_dim 64) or 8 (128)
+    float acc[2 * SEQ_MAX_PAIRS];
+#pragma unroll
+    for (int i = 0; i < 2 * SEQ_MAX_PAIRS; ++i) acc[i] = 0.0f;
+    float m = (-WRING_INF), l = 0.0f;
+    const int vec_per_row = head_dim / 8;  // 16-byte vectors per K/V row
+
+    for (u32 start = 0; start <= last; start += SEQ_TILE) {
+        const int n = min((u32)SEQ_TILE, last + 1 - start);
+        __syncthreads();  // the previous tile's K/V/p are no longer read
+        for (int e = tid; e < n * vec_per_row; e += SEQ_THREADS) {
+            const int j = e / vec_per_row, c = e % vec_per_row;
+            const u32 slot = kv_slot(block_tables, bt_off, start + j, block_size);
+            const size_t off = (size_t)slot * kv_width + (size_t)kvh * head_dim + (size_t)c * 8;
+            const uint4 kw = *(const uint4*)(k_pool + off);
+            const uint4 vw = *(const uint4*)(v_pool + off);
+            u32* kd = &ks[j][c * 4];
+            kd[0] = kw.x; kd[1] = kw.y; kd[2] = kw.z; kd[3] = kw.w;
+            u32* vd = &vs[j][c * 4];
+            vd[0] = vw.x; vd[1] = vw.y; vd[2] = vw.z; vd[3] = vw.w;
+        }
+        __syncthreads();
+
+        float s[SEQ_KEYS_PER_LANE];
+        float tmax = (-WRING_INF);
+#pragma unroll
+        for (int i = 0; i < SEQ_KEYS_PER_LANE; ++i) {
+            const int j = sub + SEQ_LANES * i;
+            s[i] = (-WRING_INF);
+            if (row_ok && j < n && start + j <= my_pos) {
+                float dot = 0.0f;
+                for (int w = 0; w < words; ++w) {
+                    const u32 kw = ks[j][w];
+                    dot += qs[my_r][2 * w] * __uint_as_float(kw << 16);
+                    dot += qs[my_r][2 * w + 1] * __uint_as_float(kw & 0xffff0000u);
+                }
+                s[i] = dot * scale;
+            }
+            tmax = fmaxf(tmax, s[i]);
+        }
+        tmax = seq_row_max(tmax);
+        // Tile 0 always holds position 0 <= every row's position, so m is finite after
+        // it for a real row; padding rows (row_ok false) keep p = 0 and corr = 1.
+        const float new_m = row_ok ? fmaxf(m, tmax) : 0.0f;
+        float psum = 0.0f;
+#pragma unroll
+        for (int i = 0; i < SEQ_KEYS_PER_LANE; ++i) {
+            const float p = s[i] == (-WRING_INF) ? 0.0f : __expf(s[i] - new_m);
+            ps[my_r][sub + SEQ_LANES * i] = p;
+            psum += p;
+        }
+        psum = seq_row_sum(psum);
+        const float corr = (row_ok && m != (-WRING_INF)) ? __expf(m - new_m) : 1.0f;
+        l = l * corr + psum;
+        m = row_ok ? new_m : m;
+        __syncthreads();
+#pragma unroll
+        for (int i = 0; i < 2 * SEQ_MAX_PAIRS; ++i) acc[i] *= corr;
+        for (int j = 0; j < n; ++j) {
+            const float pj = ps[my_r][j];
+#pragma unroll
+            for (int i = 0; i < SEQ_MAX_PAIRS; ++i) {
+                if (i < pairs) {
+                    const u32 vw = vs[j][sub + SEQ_LANES * i];
+                    acc[2 * i] += pj * __uint_as_float(vw << 16);
+                    acc[2 * i + 1] += pj * __uint_as_float(vw & 0xffff0000u);
+                }
+            }
+        }
+    }
+    if (!row_ok) return;
+    const int r = r0 + my_r;
+    u32* orow = (u32*)(out + (size_t)(t0 + r / group) * n_heads * head_dim +
+                       (size_t)(kvh * group + r % group) * head_dim);
+    const float inv_l = 1.0f / l;
+#pragma unroll
+    for (int i = 0; i < SEQ_MAX_PAIRS; ++i) {
+        if (i < pairs) {
+            const u32 lo = f2bf(acc[2 * i] * inv_l), hi = f2bf(acc[2 * i + 1] * inv_l);
+            orow[sub + SEQ_LANES * i] = lo | (hi << 16);
+        }
+    }
+}

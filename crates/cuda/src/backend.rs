@@ -144,6 +144,8 @@ pub struct CudaBackend {
     /// Argmax output, one id per logit row (outside the arena: graph outputs live there).
     ids: Option<DeviceBuffer>,
     layout: StepLayout,
+    /// Most query tokens any sequence of the current step carries (padding included).
+    max_query_len: usize,
     key: Option<GraphKey>,
     graphs: Graphs,
     rope_freqs: Vec<(Vec<f32>, DeviceBuffer)>,
@@ -201,6 +203,7 @@ impl CudaBackend {
             meta: None,
             ids: None,
             layout: StepLayout::default(),
+            max_query_len: 0,
             key: None,
             graphs: Graphs::default(),
             rope_freqs: vec![],
@@ -221,6 +224,10 @@ impl CudaBackend {
     }
 
     /// Chooses the grouped-query attention kernel (true) or one block per head.
+    pub fn set_seq_attention(&mut self, on: bool) {
+        self.opts.seq_attention = on;
+    }
+
     pub fn set_gqa_attention(&mut self, on: bool) {
         self.opts.gqa_attention = on;
     }
@@ -759,6 +766,10 @@ impl CudaBackend {
     }
 }
 
+/// `paged_attention_seq`'s limits (attention.cu: SEQ_MAX_Q, SEQ_ROWS).
+const SEQ_ATTENTION_MAX_Q: usize = 64;
+const SEQ_ATTENTION_ROWS: usize = 16;
+
 /// Device-to-device copy bandwidth (bytes read + written per second) over `bytes`.
 pub fn measure_copy_bandwidth(bytes: usize) -> Result<f64> {
     crate::loader::ensure_cuda_libraries()?;
@@ -946,6 +957,10 @@ impl Backend for CudaBackend {
         }
         .map_err(|e| anyhow!("copying step metadata to the GPU failed: {e:?}"))?;
         self.layout = layout;
+        self.max_query_len = key.map_or_else(
+            || step.seqs.iter().map(|s| s.query_len).max().unwrap_or(0),
+            |k| k.query_len,
+        );
         self.key = key;
         Ok(())
     }
@@ -1196,7 +1211,27 @@ impl Backend for CudaBackend {
         // Heads sharing a KV head go in one block (each K/V row read once) when their
         // accumulators fit the kernel's registers.
         let group = shape.n_heads / shape.n_kv_heads;
-        if self.opts.gqa_attention && group > 1 && group <= 8 && group * shape.head_dim / 32 <= 32 {
+        if self.opts.seq_attention
+            && self.max_query_len <= SEQ_ATTENTION_MAX_Q
+            && matches!(shape.head_dim, 64 | 128)
+            && shape.n_heads % shape.n_kv_heads == 0
+        {
+            let mut args = attn.to_vec();
+            args.insert(8, Arg::I32(t as i32));
+            let chunks = (self.max_query_len.max(1) * group).div_ceil(SEQ_ATTENTION_ROWS);
+            let grid = (t, shape.n_kv_heads as u32, chunks as u32);
+            self.launch(
+                self.kernels.paged_attention_seq,
+                grid,
+                128,
+                &args,
+                "paged_attention_seq",
+            );
+        } else if self.opts.gqa_attention
+            && group > 1
+            && group <= 8
+            && group * shape.head_dim / 32 <= 32
+        {
             let grid = (t, shape.n_kv_heads as u32, 1);
             self.launch(
                 self.kernels.paged_attention_gqa,

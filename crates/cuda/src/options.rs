@@ -27,6 +27,10 @@ pub struct CudaOptions {
     /// One attention block per KV head serving its query-head group (else one per head).
     /// Off by default: bitwise equal but slower on the H200 (scripts/gpu/results/run4).
     pub gqa_attention: bool,
+    /// Decode/verify steps (≤ 64 query tokens per sequence, head_dim 64 or 128) use one
+    /// attention block per (sequence, KV head) that loads each K/V tile once for all the
+    /// sequence's query tokens and heads (`WRING_CUDA_SEQ_ATTENTION` = on | off).
+    pub seq_attention: bool,
     /// q|k|v and gate|up weights concatenated at upload: one GEMM each, RoPE fused into
     /// the q/k/v split and SiLU·mul reading the gate|up halves (`WRING_CUDA_FUSED`; on by
     /// default: 135M decode 1.67 → 1.37 ms, 8B 7.34 → 6.70 ms, scripts/gpu/results/run6).
@@ -59,6 +63,7 @@ impl Default for CudaOptions {
             query_lens: vec![1, 2, 5, 7, 9, 13],
             max_tokens: 8192,
             gqa_attention: false,
+            seq_attention: false,
             fused: true,
             weights: None,
             qgemm_max_t: 32,
@@ -87,6 +92,7 @@ impl CudaOptions {
     /// `WRING_CUDA_GRAPHS` = on | off | pad-only, `WRING_CUDA_GRAPH_BUCKETS` = 1,2,4,...,
     /// `WRING_CUDA_GRAPH_K` = 1,4,6,8,12 (verify lengths 1+K; decode is always included),
     /// `WRING_CUDA_MAX_TOKENS` = 8192, `WRING_CUDA_GQA_ATTENTION` = off | on,
+    /// `WRING_CUDA_SEQ_ATTENTION` = off | on,
     /// `WRING_CUDA_FUSED` = on | off, `WRING_CUDA_WEIGHTS` = bf16 | fp8 | int4 | nvfp4 (needs `WRING_CUDA_QUANT_KERNELS` = on),
     /// `WRING_CUDA_QGEMM_MAX_T` = 0..=32, `WRING_CUDA_GEMM_TUNE` = off | on.
     pub fn from_env() -> Result<Self> {
@@ -109,6 +115,13 @@ impl CudaOptions {
         }
         if let Some(v) = var("WRING_CUDA_GQA_ATTENTION") {
             o.gqa_attention = !matches!(v.trim(), "0" | "off" | "false");
+        }
+        if let Some(v) = var("WRING_CUDA_SEQ_ATTENTION") {
+            o.seq_attention = match v.trim() {
+                "on" | "1" | "true" => true,
+                "off" | "0" | "false" => false,
+                other => bail!("WRING_CUDA_SEQ_ATTENTION={other:?}: expected on or off"),
+            };
         }
         if let Some(v) = var("WRING_CUDA_FUSED") {
             o.fused = !matches!(v.trim(), "0" | "off" | "false");
