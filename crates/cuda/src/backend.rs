@@ -1214,7 +1214,7 @@ impl Backend for CudaBackend {
         if self.opts.seq_attention
             && self.max_query_len <= SEQ_ATTENTION_MAX_Q
             && matches!(shape.head_dim, 64 | 128)
-            && shape.n_heads % shape.n_kv_heads == 0
+            && shape.n_heads.is_multiple_of(shape.n_kv_heads)
         {
             let mut args = attn.to_vec();
             args.insert(8, Arg::I32(t as i32));
