@@ -1,7 +1,7 @@
-//! Matmul throughput of the CPU kernels (f32, q8, and the checkpoint schemes int8, int4,
+//! Matmul throughput of the CPU kernels (f32, q8, q4, and the checkpoint schemes int8, int4,
 //! fp8, nvfp4 of `wring quantize`) at prefill and decode shapes.
 //! `RAYON_NUM_THREADS=1 cargo run --release -p wring-backend --example matmul_bench`
-//! (`-- --f32-q8`: only the f32 and q8 kernels, skipping the checkpoint schemes)
+//! (`-- --f32-q8`: only the f32, q8 and q4 kernels, skipping the checkpoint schemes)
 use std::time::Instant;
 
 /// CPU seconds this process has used (user + system), from /proc: shared machines
@@ -39,7 +39,7 @@ fn best_gflops(flop: f64, mut f: impl FnMut()) -> f64 {
     flop / best as f64
 }
 
-use wring_backend::cpu::{q8::Q8Matrix, qmatmul::matmul_quant, CpuBackend};
+use wring_backend::cpu::{q4::Q4Matrix, q8::Q8Matrix, qmatmul::matmul_quant, CpuBackend};
 use wring_backend::quant::{QuantMatrix, Scheme};
 
 fn main() {
@@ -49,6 +49,7 @@ fn main() {
         .map(|i| ((i * 7919) % 1000) as f32 / 1000.0 - 0.5)
         .collect();
     let wq = Q8Matrix::from_f32(rows, cols, &w);
+    let w4 = Q4Matrix::from_f32(rows, cols, &w).unwrap();
     let schemes: Vec<QuantMatrix> = Scheme::ALL
         .iter()
         .map(|&s| QuantMatrix::quantize_rtn(s, rows, cols, &w, None, None).unwrap())
@@ -77,12 +78,26 @@ fn main() {
         let qb = best_gflops(flop, || {
             std::hint::black_box(wring_backend::cpu::matmul_q8(&x, t, &wq));
         });
+        let (t4, c4) = (Instant::now(), cpu_seconds());
+        for _ in 0..reps {
+            std::hint::black_box(wring_backend::cpu::matmul_q4(&x, t, &w4));
+        }
+        let q4 = t4.elapsed().as_secs_f64() / reps as f64;
+        let q4c = (cpu_seconds() - c4) / reps as f64;
+        let q4b = best_gflops(flop, || {
+            std::hint::black_box(wring_backend::cpu::matmul_q4(&x, t, &w4));
+        });
         println!(
             "T={t:4}: f32 {:.3} ms wall, {:.1} GFLOP per CPU-second (best trial {fb:.1}) | q8 {:.3} ms wall, {:.1} GFLOP per CPU-second (best trial {qb:.1})",
             f * 1e3,
             flop / fc / 1e9,
             q * 1e3,
             flop / qc / 1e9
+        );
+        println!(
+            "        q4 {:.3} ms wall, {:.1} GFLOP per CPU-second (best trial {q4b:.1})",
+            q4 * 1e3,
+            flop / q4c / 1e9
         );
         if std::env::args().any(|a| a == "--f32-q8") {
             continue;

@@ -11,7 +11,7 @@ pub struct ModelInfo {
     pub model: String,
     pub name: String,
     pub device: String,
-    /// CPU weight format (f32 | q8); absent on other devices.
+    /// CPU weight format (f32 | q8 | q4); absent on other devices.
     pub cpu_weights: Option<String>,
     pub load_seconds: f64,
 }

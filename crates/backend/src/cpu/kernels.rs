@@ -312,6 +312,31 @@ pub fn matmul_q8(x: &[f32], t_rows: usize, w: &super::q8::Q8Matrix) -> Vec<f32> 
     })
 }
 
+/// Like [`matmul_q8`] over 4-bit weights; each activation row is quantised on its own
+/// (q8's int8 blocks plus their sums, [`super::q4::quantize_row`]).
+pub fn matmul_q4(x: &[f32], t_rows: usize, w: &super::q4::Q4Matrix) -> Vec<f32> {
+    use super::q4::{pad8, quantize_row, tile_q4, Q4_ROWS, QK};
+    let cols = w.cols;
+    let (nb, nbp) = (cols / QK, pad8(cols / QK));
+    assert!(x.len() >= t_rows * cols, "matmul_q4: short input");
+    let mut xq = vec![0i8; t_rows * cols];
+    // Scales and block sums of a row side by side: `nb + nbp` values.
+    let mut xss = vec![0f32; t_rows * (nb + nbp)];
+    for_rows(t_rows, 16, &mut xq, cols, &mut xss, nb + nbp, |t, q, ss| {
+        let (s, sums) = ss.split_at_mut(nb);
+        quantize_row(&x[t * cols..(t + 1) * cols], q, s, sums)
+    });
+    let mut xs = Vec::with_capacity(t_rows * nb);
+    let mut xsum = Vec::with_capacity(t_rows * nbp);
+    for ss in xss.chunks_exact(nb + nbp) {
+        xs.extend_from_slice(&ss[..nb]);
+        xsum.extend_from_slice(&ss[nb..]);
+    }
+    tiled(t_rows, w.rows, Q4_ROWS, |t, tt, r, rr, res, stride| {
+        tile_q4(&xq, &xs, &xsum, t, tt, w, r, rr, res, stride)
+    })
+}
+
 /// Calls `f(row, a_row, b_row)` for every row of two row-major buffers (`a`: `a_cols`
 /// per row, `b`: `b_cols`), in parallel over chunks of `chunk` rows
 /// ([`super::team::par_for`]).

@@ -35,7 +35,8 @@ pub struct ModelArgs {
     /// Tokens per KV block.
     #[arg(long, default_value_t = 16)]
     pub block_size: usize,
-    /// CPU weight format: f32 (bit-exact reference) or q8 (8-bit blocks, ~4x less memory traffic).
+    /// CPU weight format: f32 (bit-exact reference), q8 (8-bit blocks, ~4x less memory traffic)
+    /// or q4 (4-bit blocks with scale and minimum, Q4_1's shape; the embedding/lm head stay q8).
     #[arg(long, default_value = "f32")]
     pub cpu_weights: wring_model::CpuWeights,
     /// CUDA weight format, quantised at load by round-to-nearest (the embedding and a separate

@@ -67,10 +67,10 @@ pub struct Args {
     /// Device of the candidate only (overrides --device).
     #[arg(long)]
     pub candidate_device: Option<String>,
-    /// CPU weight format of the reference (f32 | q8).
+    /// CPU weight format of the reference (f32 | q8 | q4).
     #[arg(long, default_value = "f32")]
     pub reference_cpu_weights: CpuWeights,
-    /// CPU weight format of the candidate (f32 | q8).
+    /// CPU weight format of the candidate (f32 | q8 | q4).
     #[arg(long, default_value = "f32")]
     pub candidate_cpu_weights: CpuWeights,
     /// No progress bars.
