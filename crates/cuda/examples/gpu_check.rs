@@ -53,8 +53,14 @@ type Runner = LlamaRunner<CudaBackend>;
 /// Weights of the model at `path`, or deterministic random weights of the default
 /// model's shape when `path` is "dummy".
 fn model_source(path: &str) -> Result<(ModelConfig, WeightSource)> {
-    if path == "dummy" {
-        let cfg = ModelConfig::named_shape("smollm2-135m").context("shape")?;
+    // `dummy`: random SmolLM2-135M weights (head_dim 64); `dummy-8b`: llama-3.1-8b (128).
+    let shape = match path {
+        "dummy" => Some("smollm2-135m"),
+        "dummy-8b" => Some("llama-3.1-8b"),
+        _ => None,
+    };
+    if let Some(shape) = shape {
+        let cfg = ModelConfig::named_shape(shape).context("shape")?;
         return Ok((cfg, WeightSource::Dummy { seed: 0 }));
     }
     let cfg = wring_model::load_model(&wring_model::ModelSpec {
