@@ -5,7 +5,8 @@
 #
 #   scripts/gpu/tune_gpu.sh prepare          # here: .dev/t1 (model part 1), .dev/t2 (rest, binary, corpora)
 #   scripts/gpu/tune_gpu.sh stage            # device call 1, carry .dev/t1
-#   scripts/gpu/tune_gpu.sh run 32 [CONFIGS] # device call 2.., carry .dev/t2; env GRAPHS=off runs eagerly
+#   scripts/gpu/tune_gpu.sh run 32 [CONFIGS] # device call 2.., carry .dev/t2; env GRAPHS=off runs eagerly,
+#                                            # WEIGHTS=fp8|int4|nvfp4 quantises at load (--gpu-weights)
 #
 # Every call after the first needs the machine still warm (/tmp/wring-stage holds part 1).
 # Results: $OUT/tune-c<N>[-eager]/ (raw JSON per configuration, report.md, charts, k_profile.json).
@@ -52,6 +53,12 @@ run)
     [ -x $W ] || { xz -dc .dev/t2/wring.xz > $W && chmod +x $W; } || exit 1
     suffix=""
     [ "${GRAPHS:-on}" = off ] && { export WRING_CUDA_GRAPHS=off; suffix="-eager"; }
+    extra=()
+    if [ -n "${WEIGHTS:-}" ]; then
+        export WRING_CUDA_QUANT_KERNELS=on
+        extra=(--serve-arg=--gpu-weights="$WEIGHTS")
+        suffix="$suffix-$WEIGHTS"
+    fi
     # Prompts per corpus: two waves at concurrency ≥ 8, eight requests at concurrency 1.
     np=${NP:-$((conc * 2))}; [ $np -lt 8 ] && np=8
     warm=$conc; [ $warm -gt 8 ] && warm=8
@@ -60,7 +67,7 @@ run)
     $W tune --model "$model" --configs "$configs" --corpus all --corpus-dir "$PWD/.dev/t2/corpora" \
         --concurrency "$conc" --max-tokens 256 --num-prompts "$np" --runs 1 --warmup "$warm" \
         --max-prompt-chars 6000 --device "NVIDIA H200 (graphs ${GRAPHS:-on})" \
-        --serve-arg=--device=cuda --startup-timeout-s 120 --request-timeout-s 120 --no-progress \
+        --serve-arg=--device=cuda "${extra[@]}" --startup-timeout-s 120 --request-timeout-s 120 --no-progress \
         --out "$dir" > "$dir.log" 2>&1
     echo "tune rc=$? in $(( $(date +%s) - start )) s"
     tail -5 "$dir.log"
