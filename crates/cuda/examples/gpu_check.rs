@@ -332,43 +332,56 @@ fn graphs(model: &str) -> Result<()> {
             if ok { "identical" } else { "DIFFERENT" }
         );
     }
-    // The per-sequence kernel sums in another order than the per-head one: compare
-    // within a tolerance and by argmax (`WRING_CUDA_SEQ_ATTENTION` picks the default).
-    let seq_default = CudaOptions::from_env()?.seq_attention;
-    for q in [1usize, 5, 13] {
-        let new: Vec<Vec<u32>> = (0..batch)
-            .map(|i| (0..q).map(|j| (700 + 3 * i + j) as u32).collect())
-            .collect();
-        let s = step(&new, &ctx, &tabs);
-        r.backend_mut().set_seq_attention(false);
-        let per_head = r.forward(&s)?;
-        r.backend_mut().set_seq_attention(true);
-        let per_seq = r.forward(&s)?;
-        r.backend_mut().set_seq_attention(seq_default);
-        let (d, scale) = per_head
-            .data
-            .iter()
-            .zip(&per_seq.data)
-            .fold((0f32, 0f32), |(d, m), (a, b)| {
-                (d.max((a - b).abs()), m.max(a.abs()))
-            });
-        let cols = per_head.vocab;
-        let rows = per_head.data.len() / cols.max(1);
-        let argmax = |x: &[f32], row: usize| {
-            let r = &x[row * cols..(row + 1) * cols];
-            (0..cols)
-                .max_by(|&a, &b| r[a].total_cmp(&r[b]))
-                .unwrap_or(0)
-        };
-        let agree = (0..rows)
-            .filter(|&i| argmax(&per_head.data, i) == argmax(&per_seq.data, i))
-            .count();
-        let ok = d <= 2e-2 * scale.max(1.0) && agree * 100 >= rows * 95;
-        all_same &= ok;
-        println!(
-            "\nPer-sequence attention kernel vs per-head kernel, q {q}: max |Δ logit| {d:.4} (max |logit| {scale:.1}), argmax {agree}/{rows}: {}",
-            if ok { "ok" } else { "DIFFERENT" }
-        );
+    // The per-sequence and split-KV kernels sum in another order than the per-head one:
+    // compare within a tolerance and by argmax (the environment picks the defaults).
+    let env = CudaOptions::from_env()?;
+    type Variant = (&'static str, fn(&mut CudaBackend, bool));
+    let variants: [Variant; 2] = [
+        ("Per-sequence attention kernel", |b, on| {
+            b.set_seq_attention(on)
+        }),
+        ("Split-KV attention (4 splits)", |b, on| {
+            b.set_attn_splits(if on { 4 } else { 1 })
+        }),
+    ];
+    for (label, set) in variants {
+        for q in [1usize, 5, 13] {
+            let new: Vec<Vec<u32>> = (0..batch)
+                .map(|i| (0..q).map(|j| (700 + 3 * i + j) as u32).collect())
+                .collect();
+            let s = step(&new, &ctx, &tabs);
+            r.backend_mut().set_seq_attention(false);
+            r.backend_mut().set_attn_splits(1);
+            let per_head = r.forward(&s)?;
+            set(r.backend_mut(), true);
+            let other = r.forward(&s)?;
+            r.backend_mut().set_seq_attention(env.seq_attention);
+            r.backend_mut().set_attn_splits(env.attn_splits);
+            let (d, scale) = per_head
+                .data
+                .iter()
+                .zip(&other.data)
+                .fold((0f32, 0f32), |(d, m), (a, b)| {
+                    (d.max((a - b).abs()), m.max(a.abs()))
+                });
+            let cols = per_head.vocab;
+            let rows = per_head.data.len() / cols.max(1);
+            let argmax = |x: &[f32], row: usize| {
+                let r = &x[row * cols..(row + 1) * cols];
+                (0..cols)
+                    .max_by(|&a, &b| r[a].total_cmp(&r[b]))
+                    .unwrap_or(0)
+            };
+            let agree = (0..rows)
+                .filter(|&i| argmax(&per_head.data, i) == argmax(&other.data, i))
+                .count();
+            let ok = d <= 2e-2 * scale.max(1.0) && agree * 100 >= rows * 95;
+            all_same &= ok;
+            println!(
+                "\n{label} vs per-head kernel, q {q}: max |Δ logit| {d:.4} (max |logit| {scale:.1}), argmax {agree}/{rows}: {}",
+                if ok { "ok" } else { "DIFFERENT" }
+            );
+        }
     }
     r.backend_mut().set_graph_mode(GraphMode::On);
 

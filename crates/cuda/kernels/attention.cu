@@ -35,17 +35,19 @@ extern "C" __global__ void kv_store(const float* __restrict__ k, const float* __
 // (batch-invariant).
 #define ATTN_WARPS (ATTN_TILE / 32)
 #define ATTN_MAX_DPL (ATTN_MAX_HEAD_DIM / 32)
-extern "C" __global__ void __launch_bounds__(ATTN_TILE)
-paged_attention(const float* __restrict__ q, bf16_t* __restrict__ out,
-                const bf16_t* __restrict__ k_pool, const bf16_t* __restrict__ v_pool,
-                const u32* __restrict__ positions, const u32* __restrict__ token_seq,
-                const u32* __restrict__ seq_bt_off, const u32* __restrict__ block_tables,
-                int n_heads, int n_kv_heads, int head_dim, int block_size, float scale) {
+// The per-(token, head) attention over key tiles first_tile, first_tile + tile_step, ...
+// (all tiles: 0, 1). Leaves this warp's partial accumulators in `partial[warp]` (summed
+// across warps by the caller, in warp order) and returns the running max and sum.
+__device__ __forceinline__ void attention_head_tiles(
+    const float* __restrict__ q, const bf16_t* __restrict__ k_pool, const bf16_t* __restrict__ v_pool,
+    const u32* __restrict__ positions, const u32* __restrict__ token_seq,
+    const u32* __restrict__ seq_bt_off, const u32* __restrict__ block_tables,
+    int n_heads, int n_kv_heads, int head_dim, int block_size, float scale,
+    u32 first_tile, u32 tile_step, float (*partial)[ATTN_MAX_HEAD_DIM], float* m_out, float* l_out) {
     __shared__ float qs[ATTN_MAX_HEAD_DIM];
     __shared__ float probs[ATTN_TILE];
     __shared__ u32 slots[ATTN_TILE];
     __shared__ float scratch[32];
-    __shared__ float partial[ATTN_WARPS][ATTN_MAX_HEAD_DIM];
 
     const int t = blockIdx.x, h = blockIdx.y, tid = threadIdx.x;
     const int lane = tid & 31, warp = tid >> 5;
@@ -63,7 +65,7 @@ paged_attention(const float* __restrict__ q, bf16_t* __restrict__ out,
     for (int i = 0; i < ATTN_MAX_DPL; ++i) acc[i] = 0.0f;
     float m = (-WRING_INF), l = 0.0f;
     const size_t head_off = (size_t)kvh * head_dim + (size_t)lane * dpl;
-    for (u32 start = 0; start <= last; start += ATTN_TILE) {
+    for (u32 start = first_tile * ATTN_TILE; start <= last; start += tile_step * ATTN_TILE) {
         const u32 pos = start + tid;
         float score = (-WRING_INF);
         if (pos <= last) {
@@ -114,6 +116,21 @@ paged_attention(const float* __restrict__ q, bf16_t* __restrict__ out,
     for (int i = 0; i < ATTN_MAX_DPL; ++i)
         if (i < dpl) partial[warp][lane * dpl + i] = acc[i];
     __syncthreads();
+    *m_out = m;
+    *l_out = l;
+}
+
+extern "C" __global__ void __launch_bounds__(ATTN_TILE)
+paged_attention(const float* __restrict__ q, bf16_t* __restrict__ out,
+                const bf16_t* __restrict__ k_pool, const bf16_t* __restrict__ v_pool,
+                const u32* __restrict__ positions, const u32* __restrict__ token_seq,
+                const u32* __restrict__ seq_bt_off, const u32* __restrict__ block_tables,
+                int n_heads, int n_kv_heads, int head_dim, int block_size, float scale) {
+    __shared__ float partial[ATTN_WARPS][ATTN_MAX_HEAD_DIM];
+    float m, l;
+    attention_head_tiles(q, k_pool, v_pool, positions, token_seq, seq_bt_off, block_tables, n_heads,
+                         n_kv_heads, head_dim, block_size, scale, 0, 1, partial, &m, &l);
+    const int t = blockIdx.x, h = blockIdx.y, tid = threadIdx.x;
     bf16_t* orow = out + (size_t)t * n_heads * head_dim + (size_t)h * head_dim;
     const float inv_l = 1.0f / l;
     for (int d = tid; d < head_dim; d += ATTN_TILE) {
@@ -121,6 +138,58 @@ paged_attention(const float* __restrict__ q, bf16_t* __restrict__ out,
 #pragma unroll
         for (int w = 0; w < ATTN_WARPS; ++w) s += partial[w][d];
         orow[d] = f2bf(s * inv_l);
+    }
+}
+
+// Split-KV decode (flash-decoding): block (t, h, s) of gridDim.z = S splits takes key tiles
+// s, s+S, s+2S, ... and writes its unnormalised partial [m, l, acc[head_dim]] to
+// parts[(t * n_heads + h) * S + s]; `attention_combine` merges the S partials in split
+// order. S is a constant of the launch (not of the batch), so a row's result depends on
+// its own sequence only. A split with no tile writes m = -inf, l = 0, acc = 0.
+extern "C" __global__ void __launch_bounds__(ATTN_TILE)
+paged_attention_split(const float* __restrict__ q, float* __restrict__ parts,
+                      const bf16_t* __restrict__ k_pool, const bf16_t* __restrict__ v_pool,
+                      const u32* __restrict__ positions, const u32* __restrict__ token_seq,
+                      const u32* __restrict__ seq_bt_off, const u32* __restrict__ block_tables,
+                      int n_heads, int n_kv_heads, int head_dim, int block_size, float scale) {
+    __shared__ float partial[ATTN_WARPS][ATTN_MAX_HEAD_DIM];
+    float m, l;
+    const u32 splits = gridDim.z, s = blockIdx.z;
+    attention_head_tiles(q, k_pool, v_pool, positions, token_seq, seq_bt_off, block_tables, n_heads,
+                         n_kv_heads, head_dim, block_size, scale, s, splits, partial, &m, &l);
+    const int t = blockIdx.x, h = blockIdx.y, tid = threadIdx.x;
+    float* prow = parts + ((size_t)(t * n_heads + h) * splits + s) * (head_dim + 2);
+    if (tid == 0) { prow[0] = m; prow[1] = l; }
+    for (int d = tid; d < head_dim; d += ATTN_TILE) {
+        float a = 0.0f;
+#pragma unroll
+        for (int w = 0; w < ATTN_WARPS; ++w) a += partial[w][d];
+        prow[2 + d] = a;
+    }
+}
+
+// One block per (token, head), one thread per output dim: out = Σ_s acc_s·e^(m_s−M) / Σ_s l_s·e^(m_s−M)
+// with M = max_s m_s, summed in split order (split 0 always holds position 0, so M is finite).
+extern "C" __global__ void attention_combine(const float* __restrict__ parts, bf16_t* __restrict__ out,
+                                             int n_heads, int head_dim, int splits) {
+    const int t = blockIdx.x, h = blockIdx.y;
+    const float* p = parts + (size_t)(t * n_heads + h) * splits * (head_dim + 2);
+    float mx = (-WRING_INF);
+    for (int s = 0; s < splits; ++s) mx = fmaxf(mx, p[s * (head_dim + 2)]);
+    float l = 0.0f;
+    for (int s = 0; s < splits; ++s) {
+        const float ms = p[s * (head_dim + 2)];
+        if (ms != (-WRING_INF)) l += p[s * (head_dim + 2) + 1] * __expf(ms - mx);
+    }
+    const float inv_l = 1.0f / l;
+    bf16_t* orow = out + (size_t)t * n_heads * head_dim + (size_t)h * head_dim;
+    for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
+        float a = 0.0f;
+        for (int s = 0; s < splits; ++s) {
+            const float ms = p[s * (head_dim + 2)];
+            if (ms != (-WRING_INF)) a += p[s * (head_dim + 2) + 2 + d] * __expf(ms - mx);
+        }
+        orow[d] = f2bf(a * inv_l);
     }
 }
 

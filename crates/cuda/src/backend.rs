@@ -224,6 +224,10 @@ impl CudaBackend {
     }
 
     /// Chooses the grouped-query attention kernel (true) or one block per head.
+    pub fn set_attn_splits(&mut self, splits: usize) {
+        self.opts.attn_splits = splits.clamp(1, 16);
+    }
+
     pub fn set_seq_attention(&mut self, on: bool) {
         self.opts.seq_attention = on;
     }
@@ -1226,6 +1230,41 @@ impl Backend for CudaBackend {
                 128,
                 &args,
                 "paged_attention_seq",
+            );
+        } else if self.opts.attn_splits > 1 && self.max_query_len <= SEQ_ATTENTION_MAX_Q {
+            let splits = self.opts.attn_splits;
+            let parts = self.alloc(
+                q.rows * shape.n_heads * splits,
+                shape.head_dim + 2,
+                DType::F32,
+                q.rows * shape.n_heads * splits,
+            );
+            if !self.ok() {
+                return out;
+            }
+            let mut args = attn;
+            args[1] = Arg::Ptr(parts.ptr);
+            let grid = (t, shape.n_heads as u32, splits as u32);
+            self.launch(
+                self.kernels.paged_attention_split,
+                grid,
+                128,
+                &args,
+                "paged_attention_split",
+            );
+            let combine = [
+                Arg::Ptr(parts.ptr),
+                Arg::Ptr(out.ptr),
+                Arg::I32(shape.n_heads as i32),
+                Arg::I32(shape.head_dim as i32),
+                Arg::I32(splits as i32),
+            ];
+            self.launch(
+                self.kernels.attention_combine,
+                (t, shape.n_heads as u32, 1),
+                128,
+                &combine,
+                "attention_combine",
             );
         } else if self.opts.gqa_attention
             && group > 1

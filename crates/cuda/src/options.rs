@@ -31,6 +31,10 @@ pub struct CudaOptions {
     /// attention block per (sequence, KV head) that loads each K/V tile once for all the
     /// sequence's query tokens and heads (`WRING_CUDA_SEQ_ATTENTION` = on | off).
     pub seq_attention: bool,
+    /// Decode/verify steps (≤ 64 query tokens per sequence) split each (token, head)'s keys
+    /// over this many blocks, merged by a second kernel (`WRING_CUDA_ATTN_SPLITS`; 1 = off).
+    /// A constant of the backend, so a row's result still depends on its sequence only.
+    pub attn_splits: usize,
     /// q|k|v and gate|up weights concatenated at upload: one GEMM each, RoPE fused into
     /// the q/k/v split and SiLU·mul reading the gate|up halves (`WRING_CUDA_FUSED`; on by
     /// default: 135M decode 1.67 → 1.37 ms, 8B 7.34 → 6.70 ms, scripts/gpu/results/run6).
@@ -64,6 +68,7 @@ impl Default for CudaOptions {
             max_tokens: 8192,
             gqa_attention: false,
             seq_attention: false,
+            attn_splits: 1,
             fused: true,
             weights: None,
             qgemm_max_t: 32,
@@ -92,7 +97,7 @@ impl CudaOptions {
     /// `WRING_CUDA_GRAPHS` = on | off | pad-only, `WRING_CUDA_GRAPH_BUCKETS` = 1,2,4,...,
     /// `WRING_CUDA_GRAPH_K` = 1,4,6,8,12 (verify lengths 1+K; decode is always included),
     /// `WRING_CUDA_MAX_TOKENS` = 8192, `WRING_CUDA_GQA_ATTENTION` = off | on,
-    /// `WRING_CUDA_SEQ_ATTENTION` = off | on,
+    /// `WRING_CUDA_SEQ_ATTENTION` = off | on, `WRING_CUDA_ATTN_SPLITS` = 1..=16,
     /// `WRING_CUDA_FUSED` = on | off, `WRING_CUDA_WEIGHTS` = bf16 | fp8 | int4 | nvfp4 (needs `WRING_CUDA_QUANT_KERNELS` = on),
     /// `WRING_CUDA_QGEMM_MAX_T` = 0..=32, `WRING_CUDA_GEMM_TUNE` = off | on.
     pub fn from_env() -> Result<Self> {
@@ -122,6 +127,16 @@ impl CudaOptions {
                 "off" | "0" | "false" => false,
                 other => bail!("WRING_CUDA_SEQ_ATTENTION={other:?}: expected on or off"),
             };
+        }
+        if let Some(v) = var("WRING_CUDA_ATTN_SPLITS") {
+            o.attn_splits = v
+                .trim()
+                .parse()
+                .ok()
+                .filter(|&s: &usize| (1..=16).contains(&s))
+                .with_context(|| {
+                    format!("WRING_CUDA_ATTN_SPLITS={v:?}: expected an integer from 1 to 16")
+                })?;
         }
         if let Some(v) = var("WRING_CUDA_FUSED") {
             o.fused = !matches!(v.trim(), "0" | "off" | "false");
