@@ -341,7 +341,7 @@ fn graphs(model: &str) -> Result<()> {
             b.set_seq_attention(on)
         }),
         ("Split-KV attention (4 splits)", |b, on| {
-            b.set_attn_splits(if on { 4 } else { 1 })
+            b.set_attn_splits(if on { 4 } else { 1 }, None)
         }),
     ];
     for (label, set) in variants {
@@ -351,12 +351,13 @@ fn graphs(model: &str) -> Result<()> {
                 .collect();
             let s = step(&new, &ctx, &tabs);
             r.backend_mut().set_seq_attention(false);
-            r.backend_mut().set_attn_splits(1);
+            r.backend_mut().set_attn_splits(1, None);
             let per_head = r.forward(&s)?;
             set(r.backend_mut(), true);
             let other = r.forward(&s)?;
             r.backend_mut().set_seq_attention(env.seq_attention);
-            r.backend_mut().set_attn_splits(env.attn_splits);
+            r.backend_mut()
+                .set_attn_splits(env.attn_splits, env.attn_split_max_rows);
             let (d, scale) = per_head
                 .data
                 .iter()

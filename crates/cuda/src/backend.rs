@@ -224,8 +224,11 @@ impl CudaBackend {
     }
 
     /// Chooses the grouped-query attention kernel (true) or one block per head.
-    pub fn set_attn_splits(&mut self, splits: usize) {
+    /// Split-KV attention with `splits` blocks (1: off) for decode/verify steps of at most
+    /// `max_rows` (token, head) pairs (None: all of them).
+    pub fn set_attn_splits(&mut self, splits: usize, max_rows: Option<usize>) {
         self.opts.attn_splits = splits.clamp(1, 16);
+        self.opts.attn_split_max_rows = max_rows;
     }
 
     pub fn set_seq_attention(&mut self, on: bool) {
@@ -1231,7 +1234,13 @@ impl Backend for CudaBackend {
                 &args,
                 "paged_attention_seq",
             );
-        } else if self.opts.attn_splits > 1 && self.max_query_len <= SEQ_ATTENTION_MAX_Q {
+        } else if self.opts.attn_splits > 1
+            && self.max_query_len <= SEQ_ATTENTION_MAX_Q
+            && self
+                .opts
+                .attn_split_max_rows
+                .is_none_or(|max| q.rows * shape.n_heads <= max)
+        {
             let splits = self.opts.attn_splits;
             let parts = self.alloc(
                 q.rows * shape.n_heads * splits,
