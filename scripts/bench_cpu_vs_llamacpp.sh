@@ -9,7 +9,7 @@
 #   scripts/llamacpp/build.sh)  CONCURRENCY="1 8 32"  MAX_TOKENS=256  NUM_PROMPTS=32  RUNS=1  WARMUP=2
 #   CORPUS=mix  MAX_PROMPT_CHARS=2000 (llama-server splits -c over its slots: long prompts would not fit)
 #   CTX_PER_SLOT=4096 (llama-server's -c is split over its --parallel slots)  THREADS=$(nproc)
-#   TABLE_ONLY= (set: only rebuild $OUT/table.md from the JSON already there)  WRING_SERVE_ARGS=""  SERVERS="llama.cpp wring wring-q8" (wring-q8: --cpu-weights q8)
+#   TABLE_ONLY= (set: only rebuild $OUT/table.md from the JSON already there)  WRING_SERVE_ARGS=""  SERVERS="llama.cpp wring wring-q8" (wring-q8/-q4: --cpu-weights q8/q4)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -70,11 +70,11 @@ for c in $CONCURRENCY; do
         "$WRING" serve --model "$MODEL" --port "$port" --max-num-seqs "$c" "${WRING_SERVE_ARGS[@]}" \
           >"$OUT/logs/wring_c$c.log" 2>&1 &
         ;;
-      wring-q8)
-        "$WRING" serve --model "$MODEL" --port "$port" --max-num-seqs "$c" --cpu-weights q8 \
-          "${WRING_SERVE_ARGS[@]}" >"$OUT/logs/wring-q8_c$c.log" 2>&1 &
+      wring-q8 | wring-q4)
+        "$WRING" serve --model "$MODEL" --port "$port" --max-num-seqs "$c" --cpu-weights "${server#wring-}" \
+          "${WRING_SERVE_ARGS[@]}" >"$OUT/logs/${server}_c$c.log" 2>&1 &
         ;;
-      *) echo "unknown server $server (llama.cpp, wring, wring-q8)" >&2; exit 1 ;;
+      *) echo "unknown server $server (llama.cpp, wring, wring-q8, wring-q4)" >&2; exit 1 ;;
     esac
     server_pid=$!
     wait_healthy "http://127.0.0.1:$port" "$server_pid"
