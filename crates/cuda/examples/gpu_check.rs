@@ -11,6 +11,7 @@
 //! `gpu_check quant MODEL.gguf|dummy [GOLDEN.jsonl]` — each quantized weight scheme
 //!   (fp8, int4, nvfp4; quantised at load) versus the same scheme on the CPU backend, and
 //!   greedy agreement with bf16.
+//! `gpu_check qgemm` — one GEMM per weight scheme and token count vs a host reference.
 //! `gpu_check quant-bench` — dummy llama-3.1-8b per weight scheme: load time, weight
 //!   memory, decode step times against the HBM roofline.
 
@@ -38,7 +39,8 @@ fn main() -> Result<()> {
         "cpu-compare" => cpu_compare(arg(&args, 2)?),
         "quant" => quant::check(arg(&args, 2)?, args.get(3).map(String::as_str)),
         "quant-bench" => quant::bench(),
-        _ => bail!("usage: gpu_check golden MODEL GOLDEN | graphs MODEL | bench MODEL | cpu-compare MODEL | quant MODEL [GOLDEN] | quant-bench (MODEL: a .gguf, or dummy)"),
+        "qgemm" => quant::gemm_check(),
+        _ => bail!("usage: gpu_check golden MODEL GOLDEN | graphs MODEL | bench MODEL | cpu-compare MODEL | quant MODEL [GOLDEN] | quant-bench | qgemm (MODEL: a .gguf, dummy or dummy-8b)"),
     }
 }
 

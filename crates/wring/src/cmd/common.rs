@@ -42,9 +42,9 @@ pub struct ModelArgs {
     /// CUDA weight format, quantised at load by round-to-nearest (the embedding and a separate
     /// lm head stay bf16): bf16, fp8 (W8A8 through cuBLASLt), int4 (W4A16, group 128) or nvfp4
     /// (weight-only on Hopper: no FP4 tensor cores before Blackwell). Sets WRING_CUDA_WEIGHTS.
-    /// A `wring quantize` checkpoint keeps its own scheme without this flag. Experimental:
-    /// the quantized kernels are not yet validated on a GPU, so anything but bf16 also needs
-    /// WRING_CUDA_QUANT_KERNELS=on (without it quantized checkpoints run dequantised to bf16).
+    /// Saves memory (int4 2.7x less than bf16), not time: on the H200 every scheme is slower
+    /// than bf16 (BENCHMARKS run 9). A `wring quantize` checkpoint runs dequantised to bf16
+    /// unless WRING_CUDA_QUANT_KERNELS=on.
     #[arg(long, value_parser = ["bf16", "fp8", "int4", "nvfp4"])]
     pub gpu_weights: Option<String>,
 }
