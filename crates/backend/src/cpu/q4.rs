@@ -1,5 +1,6 @@
 //! 4-bit weights for the CPU (`--cpu-weights q4`): blocks of 32 unsigned 4-bit values
-//! with an f16 scale `d` and minimum `m` (the Q4_1 shape, `x ≈ d·q + m`, `q ∈ 0..15`),
+//! with a scale `d` and minimum `m` rounded to f16 (the Q4_1 shape, `x ≈ d·q + m`,
+//! `q ∈ 0..15`),
 //! multiplied against activations quantised per token row as for q8 (int8 blocks of 32
 //! with an f32 scale `d_a`) plus each block's `d_a·Σq_a` (for the `m` term).
 //!
@@ -12,9 +13,11 @@
 //! Row layout (one contiguous run of bytes per weight row, rows back to back, so a tile
 //! of consecutive rows is one memory stream): `nb·16` bytes of quants (block `b`'s byte
 //! `j` holds `q[j]` in its low nibble and `q[j + 16]` in its high one, llama.cpp's
-//! order: one shift and mask give the 32 values in order), then `nb` f16 scales, then
-//! `nbp` f16 minimums (`nb` rounded up to 8, zero-padded, so the `m` term runs 8 blocks
-//! per vector).
+//! order: one shift and mask give the 32 values in order), then `nb` scales as f32, then
+//! `nbp` minimums as f16 (`nb` rounded up to 8, zero-padded, so the `m` term runs 8
+//! blocks per vector through one F16C conversion). 22 bytes per 32 weights: the scale
+//! as f32 is 10 % more bytes than f16 but one broadcast load instead of a scalar
+//! conversion per block and row, and measured ~8 % faster at one token (BENCHMARKS.md).
 
 use half::f16;
 
@@ -52,11 +55,11 @@ impl Q4Matrix {
         }
         assert_eq!(data.len(), rows * cols, "Q4Matrix::from_f32: data length");
         let nb = cols / QK;
-        let stride = nb * 16 + nb * 2 + pad8(nb) * 2;
+        let stride = nb * 16 + nb * 4 + pad8(nb) * 2;
         let mut out = vec![0u8; rows * stride];
         for (x, row) in data.chunks_exact(cols).zip(out.chunks_exact_mut(stride)) {
             let (qs, rest) = row.split_at_mut(nb * 16);
-            let (ds, ms) = rest.split_at_mut(nb * 2);
+            let (ds, ms) = rest.split_at_mut(nb * 4);
             for (b, xb) in x.chunks_exact(QK).enumerate() {
                 let (mut lo, mut hi) = (f32::INFINITY, f32::NEG_INFINITY);
                 for &v in xb {
@@ -73,7 +76,7 @@ impl Q4Matrix {
                 for j in 0..16 {
                     qs[b * 16 + j] = q(xb[j]) | (q(xb[j + 16]) << 4);
                 }
-                ds[2 * b..2 * b + 2].copy_from_slice(&d.to_bits().to_le_bytes());
+                ds[4 * b..4 * b + 4].copy_from_slice(&df.to_le_bytes());
                 ms[2 * b..2 * b + 2].copy_from_slice(&m.to_bits().to_le_bytes());
             }
         }
@@ -106,8 +109,11 @@ impl Q4Matrix {
         };
         (
             &b[..nb * 16],
-            half(&b[nb * 16..nb * 18]),
-            half(&b[nb * 18..]),
+            b[nb * 16..nb * 20]
+                .chunks_exact(4)
+                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect(),
+            half(&b[nb * 20..]),
         )
     }
 
@@ -146,7 +152,9 @@ pub fn quantize_row(x: &[f32], q: &mut [i8], s: &mut [f32], sums: &mut [f32]) {
 }
 
 /// Largest weight-row count of a q4 tile of `tt` activation rows (index `tt`, 1..=4).
-pub const Q4_ROWS: [usize; 5] = [0, 4, 4, 3, 2];
+/// Small tiles: every shape here keeps both halves' chains interleaved within the 16
+/// registers (1x4 or 2x4 tiles spill, and measured 1.2-1.5x slower per token).
+pub const Q4_ROWS: [usize; 5] = [0, 2, 2, 1, 1];
 
 /// One value in the q4 order, without SIMD: per block, `d = d_w·d_a` and the 8 lanes'
 /// integer sums (lane `l` = values `4l..4l+4`) FMA'd into an 8-lane chain; blocks
@@ -285,8 +293,7 @@ unsafe fn step<const TT: usize, const RR: usize>(
         // Low nibbles are values 0..16, high nibbles 16..32.
         let both = _mm256_set_m128i(_mm_srli_epi16(packed, 4), packed);
         wv[r] = _mm256_and_si256(both, low);
-        let bits = (w[r].add(nb * 16 + 2 * b) as *const u16).read_unaligned();
-        dw[r] = _mm256_broadcastss_ps(_mm_cvtph_ps(_mm_cvtsi32_si128(bits as i32)));
+        dw[r] = _mm256_set1_ps((w[r].add(nb * 16 + 4 * b) as *const f32).read_unaligned());
     }
     for t in 0..TT {
         let xv = _mm256_loadu_si256(x.q[t].add(b * QK) as *const __m256i);
@@ -346,7 +353,7 @@ unsafe fn tile_avx2<const TT: usize, const RR: usize>(
     for g in 0..pad8(nb) / 8 {
         let mut mv = [_mm256_setzero_ps(); RR];
         for r in 0..RR {
-            let p = w[r].add(nb * 18 + 16 * g) as *const __m128i;
+            let p = w[r].add(nb * 20 + 16 * g) as *const __m128i;
             mv[r] = _mm256_cvtph_ps(_mm_loadu_si128(p));
         }
         for t in 0..TT {
@@ -400,7 +407,7 @@ mod tests {
                 assert_eq!(a.to_bits(), b.to_bits(), "row {r}");
             }
         }
-        assert_eq!(w.nbytes(), rows * (3 * 16 + 3 * 2 + 8 * 2));
+        assert_eq!(w.nbytes(), rows * (3 * 16 + 3 * 4 + 8 * 2));
         // Arbitrary values: within half a step of their block.
         let y = data(rows * cols, 3);
         let w = Q4Matrix::from_f32(rows, cols, &y).unwrap();

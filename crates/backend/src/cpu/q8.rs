@@ -75,7 +75,8 @@ impl Q8Matrix {
 }
 
 /// Largest weight-row count of a q8 tile of `tt` activation rows (index `tt`, 1..=4).
-pub const Q8_ROWS: [usize; 5] = [0, 4, 4, 3, 2];
+/// One token: 1x2 (a 1x4 tile spills registers; 1x2 measured ~15 % faster per step).
+pub const Q8_ROWS: [usize; 5] = [0, 2, 4, 3, 2];
 
 /// Σ over blocks of `sa·sb·Σ(a·b)` in the q8 order: per block, `d = sa·sb` and the
 /// 8 lanes' integer sums (lane `l` = bytes `4l..4l+4`) FMA'd into an 8-lane chain; the
