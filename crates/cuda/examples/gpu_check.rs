@@ -343,7 +343,7 @@ fn graphs(model: &str) -> Result<()> {
             b.set_seq_attention(on)
         }),
         ("Split-KV attention (4 splits)", |b, on| {
-            b.set_attn_splits(if on { 4 } else { 1 }, None)
+            b.set_attn_splits(if on { 4 } else { 1 })
         }),
     ];
     for (label, set) in variants {
@@ -353,13 +353,12 @@ fn graphs(model: &str) -> Result<()> {
                 .collect();
             let s = step(&new, &ctx, &tabs);
             r.backend_mut().set_seq_attention(false);
-            r.backend_mut().set_attn_splits(1, None);
+            r.backend_mut().set_attn_splits(1);
             let per_head = r.forward(&s)?;
             set(r.backend_mut(), true);
             let other = r.forward(&s)?;
             r.backend_mut().set_seq_attention(env.seq_attention);
-            r.backend_mut()
-                .set_attn_splits(env.attn_splits, env.attn_split_max_rows);
+            r.backend_mut().set_attn_splits(env.attn_splits);
             let (d, scale) = per_head
                 .data
                 .iter()

@@ -224,11 +224,9 @@ impl CudaBackend {
     }
 
     /// Chooses the grouped-query attention kernel (true) or one block per head.
-    /// Split-KV attention with `splits` blocks (1: off) for decode/verify steps of at most
-    /// `max_rows` (token, head) pairs (None: all of them).
-    pub fn set_attn_splits(&mut self, splits: usize, max_rows: Option<usize>) {
+    /// Split-KV attention with `splits` blocks for decode/verify steps (1: off).
+    pub fn set_attn_splits(&mut self, splits: usize) {
         self.opts.attn_splits = splits.clamp(1, 16);
-        self.opts.attn_split_max_rows = max_rows;
     }
 
     pub fn set_seq_attention(&mut self, on: bool) {
@@ -1234,13 +1232,7 @@ impl Backend for CudaBackend {
                 &args,
                 "paged_attention_seq",
             );
-        } else if self.opts.attn_splits > 1
-            && self.max_query_len <= SEQ_ATTENTION_MAX_Q
-            && self
-                .opts
-                .attn_split_max_rows
-                .is_none_or(|max| q.rows * shape.n_heads <= max)
-        {
+        } else if self.opts.attn_splits > 1 && self.max_query_len <= SEQ_ATTENTION_MAX_Q {
             let splits = self.opts.attn_splits;
             let parts = self.alloc(
                 q.rows * shape.n_heads * splits,

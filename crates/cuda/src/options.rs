@@ -32,13 +32,10 @@ pub struct CudaOptions {
     /// sequence's query tokens and heads (`WRING_CUDA_SEQ_ATTENTION` = on | off).
     pub seq_attention: bool,
     /// Decode/verify steps (≤ 64 query tokens per sequence) split each (token, head)'s keys
-    /// over this many blocks, merged by a second kernel; 1 = off. A constant of the
-    /// backend, so a row's result depends on its own sequence and the step's size only.
+    /// over this many blocks, merged by a second kernel (`WRING_CUDA_ATTN_SPLITS`; 1 = off,
+    /// default 4: +15 % no-spec at c=1, +10 % K=4 at c=32 on the H200, BENCHMARKS run 9).
+    /// A constant of the backend, so a row's result depends on its own sequence only.
     pub attn_splits: usize,
-    /// Split only steps of at most this many (token, head) pairs (the unsplit grid leaves
-    /// the GPU idle there; above it splitting cost 2-4 % on the H200, run 9). None: every
-    /// decode/verify step (`WRING_CUDA_ATTN_SPLITS` set explicitly).
-    pub attn_split_max_rows: Option<usize>,
     /// q|k|v and gate|up weights concatenated at upload: one GEMM each, RoPE fused into
     /// the q/k/v split and SiLU·mul reading the gate|up halves (`WRING_CUDA_FUSED`; on by
     /// default: 135M decode 1.67 → 1.37 ms, 8B 7.34 → 6.70 ms, scripts/gpu/results/run6).
@@ -73,7 +70,6 @@ impl Default for CudaOptions {
             gqa_attention: false,
             seq_attention: false,
             attn_splits: 4,
-            attn_split_max_rows: Some(512),
             fused: true,
             weights: None,
             qgemm_max_t: 32,
@@ -102,7 +98,7 @@ impl CudaOptions {
     /// `WRING_CUDA_GRAPHS` = on | off | pad-only, `WRING_CUDA_GRAPH_BUCKETS` = 1,2,4,...,
     /// `WRING_CUDA_GRAPH_K` = 1,4,6,8,12 (verify lengths 1+K; decode is always included),
     /// `WRING_CUDA_MAX_TOKENS` = 8192, `WRING_CUDA_GQA_ATTENTION` = off | on,
-    /// `WRING_CUDA_SEQ_ATTENTION` = off | on, `WRING_CUDA_ATTN_SPLITS` = 1..=16 (default: 4 on small steps),
+    /// `WRING_CUDA_SEQ_ATTENTION` = off | on, `WRING_CUDA_ATTN_SPLITS` = 1..=16 (default 4),
     /// `WRING_CUDA_FUSED` = on | off, `WRING_CUDA_WEIGHTS` = bf16 | fp8 | int4 | nvfp4, `WRING_CUDA_QUANT_KERNELS` = off | on,
     /// `WRING_CUDA_QGEMM_MAX_T` = 0..=32, `WRING_CUDA_GEMM_TUNE` = off | on.
     pub fn from_env() -> Result<Self> {
@@ -142,7 +138,6 @@ impl CudaOptions {
                 .with_context(|| {
                     format!("WRING_CUDA_ATTN_SPLITS={v:?}: expected an integer from 1 to 16")
                 })?;
-            o.attn_split_max_rows = None;
         }
         if let Some(v) = var("WRING_CUDA_FUSED") {
             o.fused = !matches!(v.trim(), "0" | "off" | "false");
