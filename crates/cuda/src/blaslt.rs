@@ -255,7 +255,6 @@ impl BlasLt {
         n_out: usize,
         algo: usize,
     ) -> Result<()> {
-        let (handle, desc, ws) = (self.handle, self.desc, self.workspace.ptr());
         let plan = self
             .bf16_plans
             .get(&(tokens, n_in, n_out))
@@ -264,32 +263,45 @@ impl BlasLt {
             .ok_or_else(|| {
                 anyhow!("no cuBLASLt bf16 algorithm {algo} planned for {tokens}x{n_in}x{n_out}")
             })?;
+        self.matmul(stream, [plan.a, plan.b, plan.d], &plan.algos[algo], w, x, y)
+            .map_err(|e| {
+                anyhow!("cublasLtMatmul bf16 ({tokens}x{n_in} · {n_out}x{n_in}ᵀ) failed: {e:?}")
+            })
+    }
+
+    /// `D = W·X` on the planned layouts `[a, b, d]` with `algo` (beta 0, D in place of C).
+    fn matmul(
+        &self,
+        stream: cudarc::driver::sys::CUstream,
+        [a, b, d]: [sys::cublasLtMatrixLayout_t; 3],
+        algo: &sys::cublasLtMatmulAlgo_t,
+        w: u64,
+        x: u64,
+        y: u64,
+    ) -> std::result::Result<(), result::CublasError> {
         let (alpha, beta) = (1.0f32, 0.0f32);
         // SAFETY: pointers address live device buffers of the planned shapes; the
         // workspace is fixed and WORKSPACE_BYTES long.
         unsafe {
             result::matmul(
-                handle,
-                desc,
+                self.handle,
+                self.desc,
                 &alpha as *const f32 as *const c_void,
                 &beta as *const f32 as *const c_void,
                 w as *const c_void,
-                plan.a,
+                a,
                 x as *const c_void,
-                plan.b,
+                b,
                 y as *const c_void,
-                plan.d,
+                d,
                 y as *mut c_void,
-                plan.d,
-                &plan.algos[algo],
-                ws as *mut c_void,
+                d,
+                algo,
+                self.workspace.ptr() as *mut c_void,
                 WORKSPACE_BYTES,
                 stream as sys::cudaStream_t,
             )
         }
-        .map_err(|e| {
-            anyhow!("cublasLtMatmul bf16 ({tokens}x{n_in} · {n_out}x{n_in}ᵀ) failed: {e:?}")
-        })
     }
 
     /// `y[t][o] = Σ_i xq[t][i] · wq[o][i]` for E4M3 `xq` `[tokens][n_in]` and `wq`
@@ -306,34 +318,14 @@ impl BlasLt {
         n_in: usize,
         n_out: usize,
     ) -> Result<()> {
-        let (handle, desc, ws) = (self.handle, self.desc, self.workspace.ptr());
-        let plan = self.plan(tokens, n_in, n_out)?;
-        let (alpha, beta) = (1.0f32, 0.0f32);
-        // SAFETY: pointers address live device buffers of the planned shapes; the
-        // workspace is fixed and WORKSPACE_BYTES long.
-        unsafe {
-            result::matmul(
-                handle,
-                desc,
-                &alpha as *const f32 as *const c_void,
-                &beta as *const f32 as *const c_void,
-                wq as *const c_void,
-                plan.a,
-                xq as *const c_void,
-                plan.b,
-                y as *const c_void,
-                plan.d,
-                y as *mut c_void,
-                plan.d,
-                &plan.algo,
-                ws as *mut c_void,
-                WORKSPACE_BYTES,
-                stream as sys::cudaStream_t,
-            )
-        }
-        .map_err(|e| {
-            anyhow!("cublasLtMatmul FP8 ({tokens}x{n_in} · {n_out}x{n_in}ᵀ) failed: {e:?}")
-        })
+        self.plan(tokens, n_in, n_out)?;
+        let plan = self.plans[&(tokens, n_in, n_out)]
+            .as_ref()
+            .expect("planned just above");
+        self.matmul(stream, [plan.a, plan.b, plan.d], &plan.algo, wq, xq, y)
+            .map_err(|e| {
+                anyhow!("cublasLtMatmul FP8 ({tokens}x{n_in} · {n_out}x{n_in}ᵀ) failed: {e:?}")
+            })
     }
 }
 
