@@ -36,8 +36,8 @@ extern "C" __global__ void kv_store(const float* __restrict__ k, const float* __
 #define ATTN_WARPS (ATTN_TILE / 32)
 #define ATTN_MAX_DPL (ATTN_MAX_HEAD_DIM / 32)
 // The per-(token, head) attention over key tiles first_tile, first_tile + tile_step, ...
-// (all tiles: 0, 1). Leaves this warp's partial accumulators in `partial[warp]` (summed
-// across warps by the caller, in warp order) and returns the running max and sum.
+// (all tiles: 0, 1). Leaves the unnormalised output (the warps' accumulators summed in
+// warp order) in `partial[0][0..head_dim]` and returns the running max and sum.
 __device__ __forceinline__ void attention_head_tiles(
     const float* __restrict__ q, const bf16_t* __restrict__ k_pool, const bf16_t* __restrict__ v_pool,
     const u32* __restrict__ positions, const u32* __restrict__ token_seq,
@@ -116,6 +116,13 @@ __device__ __forceinline__ void attention_head_tiles(
     for (int i = 0; i < ATTN_MAX_DPL; ++i)
         if (i < dpl) partial[warp][lane * dpl + i] = acc[i];
     __syncthreads();
+    for (int d = tid; d < head_dim; d += ATTN_TILE) {
+        float s = 0.0f;
+#pragma unroll
+        for (int w = 0; w < ATTN_WARPS; ++w) s += partial[w][d];
+        partial[0][d] = s;
+    }
+    __syncthreads();
     *m_out = m;
     *l_out = l;
 }
@@ -133,12 +140,7 @@ paged_attention(const float* __restrict__ q, bf16_t* __restrict__ out,
     const int t = blockIdx.x, h = blockIdx.y, tid = threadIdx.x;
     bf16_t* orow = out + (size_t)t * n_heads * head_dim + (size_t)h * head_dim;
     const float inv_l = 1.0f / l;
-    for (int d = tid; d < head_dim; d += ATTN_TILE) {
-        float s = 0.0f;
-#pragma unroll
-        for (int w = 0; w < ATTN_WARPS; ++w) s += partial[w][d];
-        orow[d] = f2bf(s * inv_l);
-    }
+    for (int d = tid; d < head_dim; d += ATTN_TILE) orow[d] = f2bf(partial[0][d] * inv_l);
 }
 
 // Split-KV decode (flash-decoding): block (t, h, s) of gridDim.z = S splits takes key tiles
@@ -160,12 +162,7 @@ paged_attention_split(const float* __restrict__ q, float* __restrict__ parts,
     const int t = blockIdx.x, h = blockIdx.y, tid = threadIdx.x;
     float* prow = parts + ((size_t)(t * n_heads + h) * splits + s) * (head_dim + 2);
     if (tid == 0) { prow[0] = m; prow[1] = l; }
-    for (int d = tid; d < head_dim; d += ATTN_TILE) {
-        float a = 0.0f;
-#pragma unroll
-        for (int w = 0; w < ATTN_WARPS; ++w) a += partial[w][d];
-        prow[2 + d] = a;
-    }
+    for (int d = tid; d < head_dim; d += ATTN_TILE) prow[2 + d] = partial[0][d];
 }
 
 // One block per (token, head), one thread per output dim: out = Σ_s acc_s·e^(m_s−M) / Σ_s l_s·e^(m_s−M)

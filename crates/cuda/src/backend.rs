@@ -10,7 +10,7 @@
 //! ops become no-ops, and `finish_step` reports it.
 
 use crate::arena::{Arena, Block};
-use crate::blas::Blas;
+use crate::blas::{Blas, Gemm};
 use crate::blaslt::{fp8_pad_tokens, fp8_shape_ok, BlasLt};
 use crate::device::{launch, Arg, DeviceBuffer, PinnedBuffer};
 use crate::graphs::{GraphKey, Graphs};
@@ -763,7 +763,15 @@ impl CudaBackend {
                 break;
             }
             let y = out.ptr + 4 * r0 as u64;
-            if let Err(e) = self.blas.linear_ld(x.ptr, scratch, y, t, k, nr, n) {
+            let tile = Gemm {
+                x: x.ptr,
+                w: scratch,
+                y,
+                tokens: t,
+                n_in: k,
+                n_out: nr,
+            };
+            if let Err(e) = self.blas.linear_ld(tile, n) {
                 self.fail(e);
             }
         }
@@ -1090,11 +1098,15 @@ impl Backend for CudaBackend {
                 if !self.ok() {
                     return out;
                 }
-                let may_tune = !self.graphs.capturing();
-                if let Err(e) =
-                    self.blas
-                        .linear(x.ptr, buf.ptr(), out.ptr, x.rows, w.cols, w.rows, may_tune)
-                {
+                let g = Gemm {
+                    x: x.ptr,
+                    w: buf.ptr(),
+                    y: out.ptr,
+                    tokens: x.rows,
+                    n_in: w.cols,
+                    n_out: w.rows,
+                };
+                if let Err(e) = self.blas.linear(g, !self.graphs.capturing()) {
                     self.fail(e);
                     return out;
                 }

@@ -47,6 +47,24 @@ pub struct GemmTuneReport {
     pub chosen: Option<usize>,
 }
 
+/// One GEMM `y[t][o] = Σ_i x[t][i] · w[o][i]`: device addresses of bf16 `x` `[tokens][n_in]`,
+/// bf16 `w` `[n_out][n_in]` and f32 `y` (row-major), and the shape.
+#[derive(Debug, Clone, Copy)]
+pub struct Gemm {
+    pub x: u64,
+    pub w: u64,
+    pub y: u64,
+    pub tokens: usize,
+    pub n_in: usize,
+    pub n_out: usize,
+}
+
+impl Gemm {
+    fn shape(&self) -> (usize, usize, usize) {
+        (self.tokens, self.n_in, self.n_out)
+    }
+}
+
 /// A cuBLASLt candidate replaces cuBLAS only when it is this much faster (timing noise).
 const MIN_GAIN: f64 = 0.97;
 
@@ -81,37 +99,30 @@ impl Blas {
         &self.reports
     }
 
-    /// `y[t][o] = Σ_i x[t][i] · w[o][i]` with x, w bf16 row-major and y f32 row-major.
-    /// `may_tune`: the stream is not capturing, so an untuned shape may be timed now.
-    #[allow(clippy::too_many_arguments)]
-    pub fn linear(
-        &mut self,
-        x: u64,
-        w: u64,
-        y: u64,
-        tokens: usize,
-        n_in: usize,
-        n_out: usize,
-        may_tune: bool,
-    ) -> Result<()> {
-        let key = (tokens, n_in, n_out);
-        let choice = match self.choices.get(&key) {
+    /// Runs `g` (f32 accumulation). `may_tune`: the stream is not capturing, so an
+    /// untuned shape may be timed now.
+    pub fn linear(&mut self, g: Gemm, may_tune: bool) -> Result<()> {
+        // Tuning off (the default): straight to cuBLAS, no lookup per GEMM.
+        if !self.tune && self.choices.is_empty() {
+            return self.linear_ld(g, g.n_out);
+        }
+        let choice = match self.choices.get(&g.shape()) {
             Some(&c) => c,
             None if self.tune && may_tune => {
-                let c = self.tune_shape(x, w, y, tokens, n_in, n_out)?;
-                self.choices.insert(key, c);
+                let c = self.tune_shape(g)?;
+                self.choices.insert(g.shape(), c);
                 c
             }
             None => Choice::GemmEx,
         };
         match choice {
-            Choice::GemmEx => self.linear_ld(x, w, y, tokens, n_in, n_out, n_out),
+            Choice::GemmEx => self.linear_ld(g, g.n_out),
             Choice::Lt(i) => {
                 let lt = self
                     .lt
                     .as_mut()
                     .expect("a cuBLASLt choice implies a handle");
-                lt.bf16_linear(self.stream, x, w, y, tokens, n_in, n_out, i)
+                lt.bf16_linear(self.stream, g, i)
             }
         }
     }
@@ -138,15 +149,8 @@ impl Blas {
         Ok(t0.elapsed().as_secs_f64() * 1e6 / REPS as f64)
     }
 
-    fn tune_shape(
-        &mut self,
-        x: u64,
-        w: u64,
-        y: u64,
-        tokens: usize,
-        n_in: usize,
-        n_out: usize,
-    ) -> Result<Choice> {
+    fn tune_shape(&mut self, g: Gemm) -> Result<Choice> {
+        let (tokens, n_in, n_out) = g.shape();
         if self.lt.is_none() {
             match BlasLt::new() {
                 Ok(lt) => self.lt = Some(lt),
@@ -158,7 +162,7 @@ impl Blas {
             }
         }
         self.sync()?;
-        let gemm_ex_us = self.time(|b| b.linear_ld(x, w, y, tokens, n_in, n_out, n_out))?;
+        let gemm_ex_us = self.time(|b| b.linear_ld(g, n_out))?;
         let n = self
             .lt
             .as_mut()
@@ -168,7 +172,7 @@ impl Blas {
             let stream = self.stream;
             let t = self.time(|b| {
                 let lt = b.lt.as_mut().expect("created above");
-                lt.bf16_linear(stream, x, w, y, tokens, n_in, n_out, i)
+                lt.bf16_linear(stream, g, i)
             });
             // A candidate that fails to launch is skipped, not fatal.
             lt_us.push(t.unwrap_or(f64::INFINITY));
@@ -190,18 +194,17 @@ impl Blas {
         Ok(chosen.map_or(Choice::GemmEx, Choice::Lt))
     }
 
-    /// As [`Blas::linear`] with output rows `ldy` apart (a tile of a wider output).
-    #[allow(clippy::too_many_arguments)]
-    pub fn linear_ld(
-        &self,
-        x: u64,
-        w: u64,
-        y: u64,
-        tokens: usize,
-        n_in: usize,
-        n_out: usize,
-        ldy: usize,
-    ) -> Result<()> {
+    /// `g` through cuBLAS's default algorithm, output rows `ldy` apart (`n_out` for a
+    /// whole output, more for a tile of a wider one).
+    pub fn linear_ld(&self, g: Gemm, ldy: usize) -> Result<()> {
+        let Gemm {
+            x,
+            w,
+            y,
+            tokens,
+            n_in,
+            n_out,
+        } = g;
         let (alpha, beta) = (1.0f32, 0.0f32);
         // Column-major view: y (n_out × tokens) = wᵀ-of-(n_in × n_out) · x (n_in × tokens).
         // SAFETY: pointers address live device buffers of the stated shapes.

@@ -241,20 +241,22 @@ impl BlasLt {
         Ok(Bf16Plan { a, b, d, algos })
     }
 
-    /// `y[t][o] = Σ_i x[t][i] · w[o][i]` (bf16 in, f32 out, row-major) with candidate
-    /// `algo` of the shape's plan ([`BlasLt::bf16_candidates`] first).
-    #[allow(clippy::too_many_arguments)]
+    /// `g` (bf16 in, f32 out) with candidate `algo` of the shape's plan
+    /// ([`BlasLt::bf16_candidates`] first).
     pub fn bf16_linear(
         &mut self,
         stream: cudarc::driver::sys::CUstream,
-        x: u64,
-        w: u64,
-        y: u64,
-        tokens: usize,
-        n_in: usize,
-        n_out: usize,
+        g: crate::blas::Gemm,
         algo: usize,
     ) -> Result<()> {
+        let crate::blas::Gemm {
+            x,
+            w,
+            y,
+            tokens,
+            n_in,
+            n_out,
+        } = g;
         let plan = self
             .bf16_plans
             .get(&(tokens, n_in, n_out))

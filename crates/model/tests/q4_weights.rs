@@ -2,28 +2,14 @@
 //! weights): q4 holds those weights exactly, greedy output on the golden prompts stays
 //! close to the f32 reference, and the backend stays batch-invariant.
 
-use serde_json::Value;
-use std::path::PathBuf;
+mod support;
+
+use support::{golden, ids, prefill_batch};
 use wring_backend::cpu::q4::Q4Matrix;
 use wring_model::gguf::{GgmlType, GgufFile};
 use wring_model::{
-    greedy_continuation, load_model, CpuWeights, ModelRunner, ModelSpec, RunnerOptions, SeqInput,
-    StepInput,
+    greedy_continuation, load_model, CpuWeights, ModelRunner, ModelSpec, RunnerOptions,
 };
-
-fn shared_dir() -> PathBuf {
-    std::env::var_os("WRING_SHARED")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared"))
-}
-
-fn ids(v: &Value) -> Vec<u32> {
-    v.as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_u64().unwrap() as u32)
-        .collect()
-}
 
 fn runner(w: CpuWeights) -> Box<dyn ModelRunner> {
     let m = load_model(&ModelSpec::default()).expect("default model loads (run `wring pull`)");
@@ -79,14 +65,7 @@ fn q4_holds_the_gguf_q4_1_weights_exactly() {
 /// (`../shared/golden`): agreement of the first token and of the whole continuation.
 #[test]
 fn q4_greedy_on_golden_prompts_stays_close_to_f32() {
-    let path = shared_dir().join("golden/smollm2_q41_f32_greedy.jsonl");
-    let text = std::fs::read_to_string(&path)
-        .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
-    let golden: Vec<Value> = text
-        .lines()
-        .filter(|l| !l.trim().is_empty())
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let golden = golden();
     let mut r = runner(CpuWeights::Q4);
     let (mut first, mut all, mut prefix) = (0, 0, 0);
     for rec in &golden {
@@ -119,28 +98,6 @@ fn q4_greedy_on_golden_prompts_stays_close_to_f32() {
     );
 }
 
-/// Last-row logits of `seqs` prefilled together, each in its own blocks.
-fn prefill(r: &mut dyn ModelRunner, seqs: &[Vec<u32>], first_block: u32) -> Vec<Vec<f32>> {
-    let bs = r.block_size();
-    let mut step = StepInput::default();
-    let mut next = first_block;
-    for s in seqs {
-        let nb = s.len().div_ceil(bs) as u32;
-        step.seqs.push(SeqInput {
-            query_start: step.tokens.len(),
-            query_len: s.len(),
-            context_len: s.len(),
-            block_table: (next..next + nb).collect(),
-        });
-        next += nb;
-        step.positions.extend(0..s.len() as u32);
-        step.tokens.extend_from_slice(s);
-        step.logit_rows.push(step.tokens.len() - 1);
-    }
-    let l = r.forward(&step).unwrap();
-    (0..l.rows).map(|i| l.row(i).to_vec()).collect()
-}
-
 #[test]
 fn q4_cpu_backend_is_batch_invariant() {
     let mut r = runner(CpuWeights::Q4);
@@ -151,11 +108,11 @@ fn q4_cpu_backend_is_batch_invariant() {
     ];
     let solo: Vec<Vec<f32>> = prompts
         .iter()
-        .map(|p| prefill(r.as_mut(), std::slice::from_ref(p), 0).remove(0))
+        .map(|p| prefill_batch(r.as_mut(), std::slice::from_ref(p), 0).remove(0))
         .collect();
-    let together = prefill(r.as_mut(), &prompts, 0);
+    let together = prefill_batch(r.as_mut(), &prompts, 0);
     let rev: Vec<Vec<u32>> = prompts.iter().rev().cloned().collect();
-    let mut together_rev = prefill(r.as_mut(), &rev, 9);
+    let mut together_rev = prefill_batch(r.as_mut(), &rev, 9);
     together_rev.reverse();
     for i in 0..prompts.len() {
         assert!(solo[i] == together[i], "prompt {i}: batch of 1 vs 3 differ");

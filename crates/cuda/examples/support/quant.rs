@@ -372,11 +372,7 @@ pub fn gemm_check() -> Result<()> {
                 })?,
                 // bf16 weights: the reference rounds them the same way.
                 w.iter()
-                    .map(|&v| {
-                        f32::from_bits(
-                            (v.to_bits() + 0x7fff + ((v.to_bits() >> 16) & 1)) & 0xffff_0000,
-                        )
-                    })
+                    .map(|&v| half::bf16::from_f32(v).to_f32())
                     .collect::<Vec<f32>>(),
             ),
             Some(s) => {

@@ -1,0 +1,56 @@
+//! Helpers shared by the model's integration tests (golden file, prefill of a batch).
+
+use serde_json::Value;
+use std::path::PathBuf;
+use wring_model::{ModelRunner, SeqInput, StepInput};
+
+pub fn shared_dir() -> PathBuf {
+    std::env::var_os("WRING_SHARED")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared"))
+}
+
+/// The records of ../shared/golden/smollm2_q41_f32_greedy.jsonl.
+pub fn golden() -> Vec<Value> {
+    let path = shared_dir().join("golden/smollm2_q41_f32_greedy.jsonl");
+    let text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
+    text.lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+pub fn ids(v: &Value) -> Vec<u32> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap() as u32)
+        .collect()
+}
+
+/// Prefill `seqs` together in one step, each with its own blocks; returns last-row logits.
+pub fn prefill_batch(
+    r: &mut dyn ModelRunner,
+    seqs: &[Vec<u32>],
+    first_block: u32,
+) -> Vec<Vec<f32>> {
+    let bs = r.block_size();
+    let mut step = StepInput::default();
+    let mut next_block = first_block;
+    for s in seqs {
+        let nb = s.len().div_ceil(bs) as u32;
+        step.seqs.push(SeqInput {
+            query_start: step.tokens.len(),
+            query_len: s.len(),
+            context_len: s.len(),
+            block_table: (next_block..next_block + nb).collect(),
+        });
+        next_block += nb;
+        step.positions.extend(0..s.len() as u32);
+        step.tokens.extend_from_slice(s);
+        step.logit_rows.push(step.tokens.len() - 1);
+    }
+    let l = r.forward(&step).unwrap();
+    (0..l.rows).map(|i| l.row(i).to_vec()).collect()
+}
