@@ -7,9 +7,14 @@
 //! helpers, and only waits for chunks a helper is still running. Helpers spin briefly
 //! between jobs (the next op of a step comes microseconds later), then park.
 //!
-//! Chunks are claimed dynamically, so a helper the OS has descheduled holds up at most
-//! the one chunk it took. Which thread runs a chunk never changes what it computes:
-//! callers give each chunk a fixed range of outputs.
+//! Chunks are split into one contiguous range per thread, so each core streams its own
+//! stretch of a weight matrix (handing out chunks one by one from a shared counter
+//! interleaved the two cores' streams and measured no faster than one core: the head
+//! matmul took 3.1-3.4 ms on 2 threads vs 1.6-2.0 ms with contiguous halves). A thread
+//! takes chunks from the front of its own range and, once that is empty, steals single
+//! chunks from the back of the others', so a helper the OS has descheduled (or that
+//! never woke) holds up at most the one chunk it took. Which thread runs a chunk never
+//! changes what it computes: callers give each chunk a fixed range of outputs.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex, OnceLock};
@@ -24,16 +29,71 @@ const INSIDE: u64 = CLOSED - 1;
 
 type JobFn = *const (dyn Fn(usize) + Sync);
 
+#[repr(align(128))]
+struct Padded(AtomicU64);
+
+const fn pack(lo: usize, hi: usize) -> u64 {
+    lo as u64 | (hi as u64) << 32
+}
+
+/// Takes the first chunk of range `i` (its owner's end).
+fn take_front(s: &Shared, i: usize) -> Option<usize> {
+    let r = &s.ranges[i].0;
+    let mut cur = r.load(Ordering::Acquire);
+    loop {
+        let (lo, hi) = ((cur & 0xffff_ffff) as usize, (cur >> 32) as usize);
+        if lo >= hi {
+            return None;
+        }
+        match r.compare_exchange_weak(cur, pack(lo + 1, hi), Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => return Some(lo),
+            Err(c) => cur = c,
+        }
+    }
+}
+
+/// Takes the last chunk of range `i` (a thief's end).
+fn take_back(s: &Shared, i: usize) -> Option<usize> {
+    let r = &s.ranges[i].0;
+    let mut cur = r.load(Ordering::Acquire);
+    loop {
+        let (lo, hi) = ((cur & 0xffff_ffff) as usize, (cur >> 32) as usize);
+        if lo >= hi {
+            return None;
+        }
+        match r.compare_exchange_weak(cur, pack(lo, hi - 1), Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => return Some(hi - 1),
+            Err(c) => cur = c,
+        }
+    }
+}
+
+/// Runs the chunks of range `me`, then steals from the other ranges until all are empty.
+fn work(s: &Shared, me: usize, f: &(dyn Fn(usize) + Sync)) {
+    while let Some(i) = take_front(s, me) {
+        f(i);
+    }
+    let parts = s.parts.load(Ordering::Acquire);
+    for k in 1..parts {
+        let victim = (me + k) % parts;
+        while let Some(i) = take_back(s, victim) {
+            f(i);
+        }
+    }
+}
+
 fn noop(_: usize) {}
 
 struct Shared {
     state: AtomicU64,
-    /// The job: its closure, chunk count and the most helpers it takes.
+    /// The job: its closure and the most helpers it takes.
     f: std::cell::UnsafeCell<JobFn>,
-    n: AtomicUsize,
     max_helpers: AtomicU64,
-    /// Next chunk to claim.
-    next: AtomicUsize,
+    /// Chunks not yet claimed: one `lo..hi` range per participant (caller first), packed
+    /// as `lo | hi << 32`, each on its own cache line.
+    ranges: Box<[Padded]>,
+    /// Participants of the current job (the caller plus at most this many - 1 helpers).
+    parts: AtomicUsize,
     sleepers: AtomicUsize,
     /// A chunk panicked on a helper; the caller re-raises it.
     panicked: std::sync::atomic::AtomicBool,
@@ -59,9 +119,11 @@ fn team() -> &'static Team {
         let shared: &'static Shared = Box::leak(Box::new(Shared {
             state: AtomicU64::new(0),
             f: std::cell::UnsafeCell::new(&noop as &(dyn Fn(usize) + Sync) as JobFn),
-            n: AtomicUsize::new(0),
             max_helpers: AtomicU64::new(0),
-            next: AtomicUsize::new(0),
+            ranges: (0..rayon::current_num_threads().max(1))
+                .map(|_| Padded(AtomicU64::new(0)))
+                .collect(),
+            parts: AtomicUsize::new(0),
             sleepers: AtomicUsize::new(0),
             panicked: std::sync::atomic::AtomicBool::new(false),
             park: Mutex::new(()),
@@ -112,34 +174,29 @@ fn helper(s: &'static Shared) {
         seen = gen;
         // Enter the job unless it is closed or has its helpers already.
         let mut cur = s.state.load(Ordering::Acquire);
-        let entered = loop {
+        // The helpers inside before this one: its range is the next after the caller's.
+        let slot = loop {
             if cur >> 32 != gen
                 || cur & CLOSED != 0
                 || cur & INSIDE >= s.max_helpers.load(Ordering::Acquire)
             {
-                break false;
+                break None;
             }
             match s
                 .state
                 .compare_exchange(cur, cur + 1, Ordering::AcqRel, Ordering::Acquire)
             {
-                Ok(_) => break true,
+                Ok(_) => break Some((cur & INSIDE) as usize + 1),
                 Err(c) => cur = c,
             }
         };
-        if !entered {
+        let Some(slot) = slot else {
             continue;
-        }
-        // SAFETY: entered job `gen`: the caller rewrites `f` and `n` only after this
-        // helper has left, and keeps the closure alive until then.
-        let (f, n) = unsafe { (&**s.f.get(), s.n.load(Ordering::Acquire)) };
-        let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| loop {
-            let i = s.next.fetch_add(1, Ordering::AcqRel);
-            if i >= n {
-                break;
-            }
-            f(i);
-        }));
+        };
+        // SAFETY: entered job `gen`: the caller rewrites `f` and the ranges only after
+        // this helper has left, and keeps the closure alive until then.
+        let f = unsafe { &**s.f.get() };
+        let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| work(s, slot, f)));
         if run.is_err() {
             s.panicked.store(true, Ordering::Release);
         }
@@ -175,10 +232,13 @@ pub fn par_for(n: usize, f: impl Fn(usize) + Sync) {
     // SAFETY: we hold `busy` and the previous job is closed with no helper inside, so
     // no other thread reads `f` now.
     unsafe { *s.f.get() = fptr };
-    s.n.store(n, Ordering::Release);
-    s.max_helpers
-        .store((threads - 1).min(t.helpers) as u64, Ordering::Release);
-    s.next.store(0, Ordering::Release);
+    let helpers = (threads - 1).min(t.helpers).min(s.ranges.len() - 1);
+    let parts = helpers + 1;
+    for (i, r) in s.ranges[..parts].iter().enumerate() {
+        r.0.store(pack(i * n / parts, (i + 1) * n / parts), Ordering::Release);
+    }
+    s.parts.store(parts, Ordering::Release);
+    s.max_helpers.store(helpers as u64, Ordering::Release);
     let gen = ((prev >> 32) + 1) & 0xffff_ffff;
     s.state.store(gen << 32, Ordering::SeqCst);
     if s.sleepers.load(Ordering::SeqCst) > 0 {
@@ -201,13 +261,7 @@ pub fn par_for(n: usize, f: impl Fn(usize) + Sync) {
         }
     }
     let close = Close(s);
-    loop {
-        let i = s.next.fetch_add(1, Ordering::AcqRel);
-        if i >= n {
-            break;
-        }
-        f(i);
-    }
+    work(s, 0, &f);
     drop(close);
     let panicked = s.panicked.swap(false, Ordering::AcqRel);
     drop(guard);
