@@ -506,12 +506,27 @@ pub fn rms_norm_inplace(row: &mut [f32], w: &[f32], eps: f32) {
     }
 }
 
-pub fn rope_head(x: &mut [f32], pos: u32, rope: &RopeSpec) {
-    let half = x.len() / 2;
-    for (i, &f) in rope.inv_freq.iter().enumerate().take(half) {
+/// Appends `(sin, cos)` of every rotary angle of position `pos` for a head of
+/// `head_dim` (what [`rope_head`] rotates by), so a step computes them once per
+/// position rather than once per head and layer.
+pub fn rope_angles(pos: u32, rope: &RopeSpec, head_dim: usize, out: &mut Vec<(f32, f32)>) {
+    out.extend(rope.inv_freq.iter().take(head_dim / 2).map(|&f| {
         let angle = pos as f64 * f as f64;
-        let (sin, cos) = (angle.sin() as f32, angle.cos() as f32);
-        let (a, b) = if rope.interleaved {
+        (angle.sin() as f32, angle.cos() as f32)
+    }));
+}
+
+pub fn rope_head(x: &mut [f32], pos: u32, rope: &RopeSpec) {
+    let mut angles = Vec::new();
+    rope_angles(pos, rope, x.len(), &mut angles);
+    rope_head_at(x, &angles, rope.interleaved);
+}
+
+/// Rotates one head by precomputed [`rope_angles`].
+pub fn rope_head_at(x: &mut [f32], angles: &[(f32, f32)], interleaved: bool) {
+    let half = x.len() / 2;
+    for (i, &(sin, cos)) in angles.iter().enumerate() {
+        let (a, b) = if interleaved {
             (2 * i, 2 * i + 1)
         } else {
             (i, i + half)
@@ -536,11 +551,109 @@ pub fn attend_head(
     #[cfg(target_arch = "x86_64")]
     {
         if has_avx2() {
-            // SAFETY: the features were detected at run time.
-            return unsafe { attend_head_fma(seq, h, q, k_pool, v_pool, shape, block_size) };
+            let a = (seq, h, q, k_pool, v_pool, shape, block_size);
+            // SAFETY (all three): the features were detected at run time.
+            return match shape.head_dim {
+                64 => unsafe { attend_head_avx2::<8>(a) },
+                128 => unsafe { attend_head_avx2::<16>(a) },
+                _ => unsafe { attend_head_fma(seq, h, q, k_pool, v_pool, shape, block_size) },
+            };
         }
     }
     attend_head_impl(seq, h, q, k_pool, v_pool, shape, block_size)
+}
+
+type AttendArgs<'a> = (
+    &'a SeqInput,
+    usize,
+    &'a [f32],
+    &'a [f32],
+    &'a [f32],
+    AttnShape,
+    usize,
+);
+
+/// Offset of each context position's K/V row for KV head `kvh`, checked against the
+/// pool once so the kernels below can read rows unchecked.
+fn kv_row_bases(
+    seq: &SeqInput,
+    kvh: usize,
+    shape: AttnShape,
+    block_size: usize,
+    pool: usize,
+) -> Vec<usize> {
+    let d = shape.head_dim;
+    let kv_width = shape.n_kv_heads * d;
+    let bases: Vec<usize> = (0..seq.context_len)
+        .map(|pos| {
+            let slot = seq.block_table[pos / block_size] as usize * block_size + pos % block_size;
+            slot * kv_width + kvh * d
+        })
+        .collect();
+    let end = bases.iter().max().map_or(0, |&b| b + d);
+    assert!(
+        end <= pool,
+        "attention: K/V row {end} beyond the pool ({pool})"
+    );
+    bases
+}
+
+/// [`attend_head_impl`] for `head_dim = 8·N`, with the query row and the output row
+/// held in registers across the context instead of reloaded per position. Every value
+/// goes through the same operations in the same order as the portable version (the
+/// score is [`dot_attn`]'s two chains and [`hsum`], the output one FMA per position),
+/// so results are bit-identical to it.
+///
+/// # Safety
+/// AVX2 and FMA must be available; `shape.head_dim == 8 * N` with N even.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+#[allow(clippy::needless_range_loop)]
+unsafe fn attend_head_avx2<const N: usize>(a: AttendArgs) -> Vec<f32> {
+    use std::arch::x86_64::*;
+    let (seq, h, q, k_pool, v_pool, shape, block_size) = a;
+    let d = shape.head_dim;
+    assert!(d == 8 * N && N % 2 == 0, "attend_head_avx2: head_dim {d}");
+    let q_width = shape.n_heads * d;
+    let kvh = h / (shape.n_heads / shape.n_kv_heads);
+    let scale = 1.0 / (d as f32).sqrt();
+    let mut out = vec![0.0f32; seq.query_len * d];
+    let mut scores = vec![0.0f32; seq.context_len];
+    let bases = kv_row_bases(seq, kvh, shape, block_size, k_pool.len().min(v_pool.len()));
+    for j in 0..seq.query_len {
+        let t = seq.query_start + j;
+        let qv = &q[t * q_width + h * d..t * q_width + (h + 1) * d];
+        let qr: [__m256; N] = std::array::from_fn(|i| _mm256_loadu_ps(qv.as_ptr().add(8 * i)));
+        let last = seq.context_len - seq.query_len + j; // causal: attend to 0..=last
+        let mut max = f32::NEG_INFINITY;
+        for (s, &base) in scores.iter_mut().zip(&bases).take(last + 1) {
+            let kp = k_pool.as_ptr().add(base);
+            let (mut a0, mut a1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+            for i in (0..N).step_by(2) {
+                a0 = _mm256_fmadd_ps(qr[i], _mm256_loadu_ps(kp.add(8 * i)), a0);
+                a1 = _mm256_fmadd_ps(qr[i + 1], _mm256_loadu_ps(kp.add(8 * i + 8)), a1);
+            }
+            *s = hsum(_mm256_add_ps(a0, a1)) * scale;
+            max = max.max(*s);
+        }
+        let mut denom = 0.0f32;
+        for s in scores.iter_mut().take(last + 1) {
+            *s = (*s - max).exp();
+            denom += *s;
+        }
+        let mut o = [_mm256_setzero_ps(); N];
+        for (&s, &base) in scores.iter().zip(&bases).take(last + 1) {
+            let p = _mm256_set1_ps(s / denom);
+            let vp = v_pool.as_ptr().add(base);
+            for i in 0..N {
+                o[i] = _mm256_fmadd_ps(p, _mm256_loadu_ps(vp.add(8 * i)), o[i]);
+            }
+        }
+        for i in 0..N {
+            _mm256_storeu_ps(out[j * d + 8 * i..].as_mut_ptr(), o[i]);
+        }
+    }
+    out
 }
 
 /// The same code compiled with FMA enabled: `mul_add` becomes one `vfmadd` per element
@@ -572,18 +685,12 @@ fn attend_head_impl(
 ) -> Vec<f32> {
     let d = shape.head_dim;
     let q_width = shape.n_heads * d;
-    let kv_width = shape.n_kv_heads * d;
     let kvh = h / (shape.n_heads / shape.n_kv_heads);
     let scale = 1.0 / (d as f32).sqrt();
     let mut out = vec![0.0f32; seq.query_len * d];
     let mut scores = vec![0.0f32; seq.context_len];
     // Offset of each position's K/V row for this head, looked up once for all queries.
-    let bases: Vec<usize> = (0..seq.context_len)
-        .map(|pos| {
-            let slot = seq.block_table[pos / block_size] as usize * block_size + pos % block_size;
-            slot * kv_width + kvh * d
-        })
-        .collect();
+    let bases = kv_row_bases(seq, kvh, shape, block_size, k_pool.len().min(v_pool.len()));
     for j in 0..seq.query_len {
         let t = seq.query_start + j;
         let qv = &q[t * q_width + h * d..t * q_width + (h + 1) * d];
@@ -677,5 +784,46 @@ mod tests {
             dot_attn(&a, &b).to_bits(),
             dot_attn_scalar(&a, &b).to_bits()
         );
+    }
+
+    /// The register-resident attention kernels (head_dim 64 and 128) give the portable
+    /// kernel's bits for every head, for decode and verify shapes over a paged, shuffled
+    /// block table.
+    #[test]
+    fn attention_kernels_match_the_portable_order_bitwise() {
+        for d in [64, 128] {
+            let shape = AttnShape {
+                n_heads: 6,
+                n_kv_heads: 2,
+                head_dim: d,
+            };
+            let (bs, blocks) = (16, 12);
+            let kv_width = shape.n_kv_heads * d;
+            let (k, v) = (
+                data(blocks * bs * kv_width, 5),
+                data(blocks * bs * kv_width, 6),
+            );
+            for (query_len, context_len) in [(1, 1), (1, 150), (5, 77), (13, 190)] {
+                let seq = SeqInput {
+                    query_start: 2,
+                    query_len,
+                    context_len,
+                    block_table: (0..context_len.div_ceil(bs) as u32)
+                        .map(|b| (b * 7) % blocks as u32)
+                        .collect(),
+                };
+                let q = data((2 + query_len) * shape.n_heads * d, query_len);
+                for h in 0..shape.n_heads {
+                    let got = attend_head(&seq, h, &q, &k, &v, shape, bs);
+                    let want = attend_head_impl(&seq, h, &q, &k, &v, shape, bs);
+                    let bits = |x: &[f32]| x.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+                    assert_eq!(
+                        bits(&got),
+                        bits(&want),
+                        "d {d} q {query_len} ctx {context_len} head {h}"
+                    );
+                }
+            }
+        }
     }
 }
