@@ -507,19 +507,13 @@ pub fn rms_norm_inplace(row: &mut [f32], w: &[f32], eps: f32) {
 }
 
 /// Appends `(sin, cos)` of every rotary angle of position `pos` for a head of
-/// `head_dim` (what [`rope_head`] rotates by), so a step computes them once per
+/// `head_dim` (what [`rope_head_at`] rotates by), so a step computes them once per
 /// position rather than once per head and layer.
 pub fn rope_angles(pos: u32, rope: &RopeSpec, head_dim: usize, out: &mut Vec<(f32, f32)>) {
     out.extend(rope.inv_freq.iter().take(head_dim / 2).map(|&f| {
         let angle = pos as f64 * f as f64;
         (angle.sin() as f32, angle.cos() as f32)
     }));
-}
-
-pub fn rope_head(x: &mut [f32], pos: u32, rope: &RopeSpec) {
-    let mut angles = Vec::new();
-    rope_angles(pos, rope, x.len(), &mut angles);
-    rope_head_at(x, &angles, rope.interleaved);
 }
 
 /// Rotates one head by precomputed [`rope_angles`].
@@ -613,7 +607,7 @@ unsafe fn attend_head_avx2<const N: usize>(a: AttendArgs) -> Vec<f32> {
     use std::arch::x86_64::*;
     let (seq, h, q, k_pool, v_pool, shape, block_size) = a;
     let d = shape.head_dim;
-    assert!(d == 8 * N && N % 2 == 0, "attend_head_avx2: head_dim {d}");
+    assert!(d == 8 * N && N.is_multiple_of(2), "attend_head_avx2: head_dim {d}");
     let q_width = shape.n_heads * d;
     let kvh = h / (shape.n_heads / shape.n_kv_heads);
     let scale = 1.0 / (d as f32).sqrt();
