@@ -9,7 +9,7 @@
 #   scripts/llamacpp/build.sh)  CONCURRENCY="1 8 32"  MAX_TOKENS=256  NUM_PROMPTS=32  RUNS=1  WARMUP=2
 #   CORPUS=mix  MAX_PROMPT_CHARS=2000 (llama-server splits -c over its slots: long prompts would not fit)
 #   CTX_PER_SLOT=4096 (llama-server's -c is split over its --parallel slots)  THREADS=$(nproc)
-#   TABLE_ONLY= (set: only rebuild $OUT/table.md from the JSON already there)  WRING_SERVE_ARGS=""  SERVERS="llama.cpp wring wring-q8" (wring-q8/-q4: --cpu-weights q8/q4)
+#   TABLE_ONLY= (set: only rebuild $OUT/table.md from the JSON already there)  WRING_SERVE_ARGS=""  SERVERS="llama.cpp wring wring-f32" (wring: the default --cpu-weights auto, q4 for this model; wring-f32/-q8/-q4: --cpu-weights f32/q8/q4)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -26,7 +26,7 @@ CORPUS="${CORPUS:-mix}"
 MAX_PROMPT_CHARS="${MAX_PROMPT_CHARS:-2000}"
 CTX_PER_SLOT="${CTX_PER_SLOT:-4096}"
 THREADS="${THREADS:-$(nproc)}"
-SERVERS="${SERVERS:-llama.cpp wring wring-q8}"
+SERVERS="${SERVERS:-llama.cpp wring wring-f32}"
 read -r -a WRING_SERVE_ARGS <<<"${WRING_SERVE_ARGS:-}"
 
 [[ -x "$WRING" ]] || { echo "missing $WRING (cargo build --release -p wring, or set WRING)" >&2; exit 1; }
@@ -70,11 +70,11 @@ for c in $CONCURRENCY; do
         "$WRING" serve --model "$MODEL" --port "$port" --max-num-seqs "$c" "${WRING_SERVE_ARGS[@]}" \
           >"$OUT/logs/wring_c$c.log" 2>&1 &
         ;;
-      wring-q8 | wring-q4)
+      wring-f32 | wring-q8 | wring-q4)
         "$WRING" serve --model "$MODEL" --port "$port" --max-num-seqs "$c" --cpu-weights "${server#wring-}" \
           "${WRING_SERVE_ARGS[@]}" >"$OUT/logs/${server}_c$c.log" 2>&1 &
         ;;
-      *) echo "unknown server $server (llama.cpp, wring, wring-q8, wring-q4)" >&2; exit 1 ;;
+      *) echo "unknown server $server (llama.cpp, wring, wring-f32, wring-q8, wring-q4)" >&2; exit 1 ;;
     esac
     server_pid=$!
     wait_healthy "http://127.0.0.1:$port" "$server_pid"

@@ -76,6 +76,9 @@ def server(tmp_path_factory):
     args = [
         wring_bin(), "serve", "--host", "127.0.0.1", "--port", str(port),
         "--api-key", API_KEY, "--served-model-name", "smol", "--max-num-seqs", "64",
+        # The float32 reference: test_completions_on_token_ids_match_the_golden_outputs
+        # compares against its greedy outputs (the default, auto, runs the file's 4 bits).
+        "--cpu-weights", "f32",
     ] + shlex.split(os.environ.get("WRING_SERVE_ARGS", ""))
     log = open(log_path, "w")
     proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)

@@ -95,7 +95,7 @@ pub struct RunnerOptions {
     pub block_size: usize,
     pub max_num_seqs: usize,
     pub max_model_len: usize,
-    /// Weight storage of the CPU backend (f32 reference or 8-bit).
+    /// Weight storage of the CPU backend (f32 reference, 8- or 4-bit, or the checkpoint's own).
     pub cpu_weights: CpuWeights,
 }
 
@@ -122,6 +122,11 @@ pub struct LoadedModel {
 }
 
 impl LoadedModel {
+    /// What `CpuWeights::Auto` becomes for this checkpoint (its own precision).
+    pub fn native_cpu_weights(&self) -> CpuWeights {
+        self.weights.native_cpu_weights()
+    }
+
     pub fn max_context(&self) -> usize {
         self.config.max_position_embeddings
     }
@@ -155,7 +160,18 @@ impl LoadedModel {
         }
         match opts.device {
             Device::Cpu => {
-                let backend = wring_backend::cpu::CpuBackend::new(opts.cpu_weights);
+                let weights = match opts.cpu_weights {
+                    CpuWeights::Auto => {
+                        let w = self.weights.native_cpu_weights();
+                        tracing::info!(
+                            "CPU weights: {} (the checkpoint's own precision; --cpu-weights f32 for the float32 reference)",
+                            format!("{w:?}").to_lowercase()
+                        );
+                        w
+                    }
+                    w => w,
+                };
+                let backend = wring_backend::cpu::CpuBackend::new(weights);
                 Ok(Box::new(llama::LlamaRunner::new(
                     backend,
                     self.config,

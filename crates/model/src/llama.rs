@@ -58,7 +58,7 @@ impl<B: Backend> LlamaRunner<B> {
         let mut layers = Vec::with_capacity(cfg.num_layers);
         for l in 0..cfg.num_layers {
             let n = |s: &str| format!("blk.{l}.{s}");
-            // Fused projections (CUDA): the rows of the parts stacked into one matrix
+            // Fused projections (CUDA, CPU): the rows of the parts stacked into one matrix
             // (not for a quantized checkpoint: stacking would dequantise its weights).
             let fuse = backend.fuses_projections()
                 && !matches!(src, WeightSource::Safetensors(s) if s.quant.is_some())

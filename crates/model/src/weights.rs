@@ -11,6 +11,7 @@ use memmap2::Mmap;
 use rand::{Rng, SeedableRng};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use wring_backend::cpu::CpuWeights;
 use wring_backend::quant::{PartDtype, QuantMatrix, Scheme};
 use wring_backend::{Backend, HostMatrix};
 
@@ -277,6 +278,22 @@ pub(crate) fn hf_name(canonical: &str) -> String {
 }
 
 impl WeightSource {
+    /// The CPU weight format that holds this checkpoint's layer matrices at their own
+    /// precision ([`CpuWeights::Auto`]): judged by the first layer's gate projection (a
+    /// mixed file such as Q4_K_M has 4-bit gates and some 6-bit matrices, which then go
+    /// to 4 bits too).
+    pub fn native_cpu_weights(&self) -> CpuWeights {
+        use crate::gguf::GgmlType;
+        match self {
+            WeightSource::Gguf(g) => match g.tensors.get("blk.0.ffn_gate.weight").map(|t| t.ty) {
+                Some(GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q4K) => CpuWeights::Q4,
+                Some(GgmlType::Q8_0 | GgmlType::Q6K) => CpuWeights::Q8,
+                _ => CpuWeights::F32,
+            },
+            WeightSource::Safetensors(_) | WeightSource::Dummy { .. } => CpuWeights::F32,
+        }
+    }
+
     /// Whether the source has this tensor (dummy sources have every tensor the config implies).
     pub fn has(&self, cfg: &ModelConfig, name: &str) -> bool {
         match self {

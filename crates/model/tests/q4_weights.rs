@@ -122,3 +122,17 @@ fn q4_cpu_backend_is_batch_invariant() {
         );
     }
 }
+
+/// `--cpu-weights auto` (the CLI's default) runs the default model's Q4_1 layers as q4:
+/// the same logits, bit for bit, as asking for q4.
+#[test]
+fn auto_runs_the_default_gguf_as_q4() {
+    let m = load_model(&ModelSpec::default()).unwrap();
+    assert_eq!(m.native_cpu_weights(), CpuWeights::Q4);
+    let prompt = vec![vec![1, 4093, 198, 1780, 314, 260, 3575, 282, 4649, 47]];
+    let auto = prefill_batch(runner(CpuWeights::Auto).as_mut(), &prompt, 0);
+    let q4 = prefill_batch(runner(CpuWeights::Q4).as_mut(), &prompt, 0);
+    let f32 = prefill_batch(runner(CpuWeights::F32).as_mut(), &prompt, 0);
+    assert!(auto == q4, "auto differs from q4");
+    assert!(auto != f32, "auto gave the f32 reference's logits");
+}

@@ -607,7 +607,10 @@ unsafe fn attend_head_avx2<const N: usize>(a: AttendArgs) -> Vec<f32> {
     use std::arch::x86_64::*;
     let (seq, h, q, k_pool, v_pool, shape, block_size) = a;
     let d = shape.head_dim;
-    assert!(d == 8 * N && N.is_multiple_of(2), "attend_head_avx2: head_dim {d}");
+    assert!(
+        d == 8 * N && N.is_multiple_of(2),
+        "attend_head_avx2: head_dim {d}"
+    );
     let q_width = shape.n_heads * d;
     let kvh = h / (shape.n_heads / shape.n_kv_heads);
     let scale = 1.0 / (d as f32).sqrt();

@@ -72,6 +72,10 @@ pub enum CpuWeights {
     /// row as for q8: ~6x less memory traffic than f32. The vocabulary-sized matrices
     /// (the embedding, uploaded first, and an lm head as tall) stay q8.
     Q4,
+    /// The checkpoint's own precision: q4 for a GGUF whose layers are 4-bit, q8 for 6-
+    /// and 8-bit ones, f32 otherwise. The model loader resolves it before it builds the
+    /// backend (`wring_model`); a backend given `Auto` stores f32.
+    Auto,
 }
 
 impl std::str::FromStr for CpuWeights {
@@ -81,7 +85,8 @@ impl std::str::FromStr for CpuWeights {
             "f32" => Ok(Self::F32),
             "q8" => Ok(Self::Q8),
             "q4" => Ok(Self::Q4),
-            _ => anyhow::bail!("unknown CPU weight format {s:?} (f32, q8, q4)"),
+            "auto" => Ok(Self::Auto),
+            _ => anyhow::bail!("unknown CPU weight format {s:?} (auto, f32, q8, q4)"),
         }
     }
 }

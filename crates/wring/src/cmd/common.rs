@@ -35,9 +35,12 @@ pub struct ModelArgs {
     /// Tokens per KV block.
     #[arg(long, default_value_t = 16)]
     pub block_size: usize,
-    /// CPU weight format: f32 (bit-exact reference), q8 (8-bit blocks, ~4x less memory traffic)
-    /// or q4 (4-bit blocks with scale and minimum, Q4_1's shape; the embedding/lm head stay q8).
-    #[arg(long, default_value = "f32")]
+    /// CPU weight format: auto (the checkpoint's own precision: q4 for a 4-bit GGUF such as the
+    /// default model, whose Q4_1 values it holds exactly; q8 for 6-/8-bit GGUFs; f32 otherwise),
+    /// f32 (the float32 reference the golden outputs were made with), q8 (8-bit blocks, ~4x less
+    /// memory traffic than f32) or q4 (4-bit blocks with scale and minimum, Q4_1's shape; the
+    /// embedding/lm head stay q8). q8 and q4 quantise each activation row to 8 bits, as llama.cpp does.
+    #[arg(long, default_value = "auto")]
     pub cpu_weights: wring_model::CpuWeights,
     /// CUDA weight format, quantised at load by round-to-nearest (the embedding and a separate
     /// lm head stay bf16): bf16, fp8 (W8A8 through cuBLASLt), int4 (W4A16, group 128) or nvfp4
