@@ -434,12 +434,21 @@ fn tiled(
     if t_rows == 1 {
         return res;
     }
+    // To [t][row], in parallel over chunks of 16 tokens: for each weight row the chunk
+    // reads one cache line of `res` and writes one value into each of its 16 rows.
+    const T_CHUNK: usize = 16;
     let mut out = vec![0.0f32; t_rows * w_rows];
-    for (r, row) in res.chunks_exact(t_rows).enumerate() {
-        for (t, &v) in row.iter().enumerate() {
-            out[t * w_rows + r] = v;
+    let shared = super::team::SharedMut::new(&mut out);
+    super::team::par_for(t_rows.div_ceil(T_CHUNK), |c| {
+        let (t0, t1) = (c * T_CHUNK, ((c + 1) * T_CHUNK).min(t_rows));
+        // SAFETY: chunk c owns output rows t0..t1.
+        let out = unsafe { shared.slice(t0 * w_rows, t1 * w_rows) };
+        for (r, row) in res.chunks_exact(t_rows).enumerate() {
+            for (i, &v) in row[t0..t1].iter().enumerate() {
+                out[i * w_rows + r] = v;
+            }
         }
-    }
+    });
     out
 }
 

@@ -13,7 +13,7 @@ pub mod qmatmul;
 pub mod team;
 
 use crate::quant::QuantMatrix;
-use crate::{AttnShape, Backend, HostMatrix, KvSpec, RopeSpec, StepInput};
+use crate::{AttnShape, Backend, HostMatrix, KvSpec, RopeSpec, SeqInput, StepInput};
 use anyhow::{ensure, Result};
 
 pub use kernels::{dot, matmul_q4, matmul_q8, matmul_t};
@@ -327,9 +327,30 @@ impl Backend for CpuBackend {
         let (kl, vl) = (&kv.k[layer], &kv.v[layer]);
         let width = shape.n_heads * shape.head_dim;
         let mut out = vec![0.0f32; q.rows * width];
-        // One task per (sequence, query head); each writes disjoint output cells.
-        let tasks: Vec<(usize, usize)> = (0..self.step.seqs.len())
-            .flat_map(|s| (0..shape.n_heads).map(move |h| (s, h)))
+        // One task per (sequence, query head, chunk of up to 32 queries): a long prefill
+        // becomes many tasks, so both threads stay busy. A chunk is the sequence cut
+        // short after its last query (causal), so each query sees exactly the context
+        // and arithmetic it would in one piece. Tasks write disjoint output cells.
+        const Q_CHUNK: usize = 32;
+        let chunks: Vec<(usize, SeqInput)> = self
+            .step
+            .seqs
+            .iter()
+            .flat_map(|seq| {
+                (0..seq.query_len).step_by(Q_CHUNK).map(move |j0| {
+                    let j1 = (j0 + Q_CHUNK).min(seq.query_len);
+                    let part = SeqInput {
+                        query_start: seq.query_start + j0,
+                        query_len: j1 - j0,
+                        context_len: seq.context_len - seq.query_len + j1,
+                        block_table: seq.block_table.clone(),
+                    };
+                    (j0, part)
+                })
+            })
+            .collect();
+        let tasks: Vec<(usize, usize)> = (0..chunks.len())
+            .flat_map(|c| (0..shape.n_heads).map(move |h| (c, h)))
             .collect();
         let mut results: Vec<Vec<f32>> = vec![Vec::new(); tasks.len()];
         kernels::for_rows(
@@ -340,14 +361,14 @@ impl Backend for CpuBackend {
             &mut [(); 0],
             0,
             |i, res, _| {
-                let (s, h) = tasks[i];
-                res[0] = kernels::attend_head(&self.step.seqs[s], h, &q.data, kl, vl, shape, bs);
+                let (c, h) = tasks[i];
+                res[0] = kernels::attend_head(&chunks[c].1, h, &q.data, kl, vl, shape, bs);
             },
         );
-        for (&(s, h), res) in tasks.iter().zip(results) {
-            let seq = &self.step.seqs[s];
-            for j in 0..seq.query_len {
-                let t = seq.query_start + j;
+        for (&(c, h), res) in tasks.iter().zip(results) {
+            let part = &chunks[c].1;
+            for j in 0..part.query_len {
+                let t = part.query_start + j;
                 out[t * width + h * shape.head_dim..t * width + (h + 1) * shape.head_dim]
                     .copy_from_slice(&res[j * shape.head_dim..(j + 1) * shape.head_dim]);
             }
