@@ -576,29 +576,61 @@ type AttendArgs<'a> = (
     usize,
 );
 
-/// Offset of each context position's K/V row for KV head `kvh`, checked against the
-/// pool once so the kernels below can read rows unchecked.
-fn kv_row_bases(
-    seq: &SeqInput,
-    kvh: usize,
-    shape: AttnShape,
-    block_size: usize,
-    pool: usize,
-) -> Vec<usize> {
-    let d = shape.head_dim;
-    let kv_width = shape.n_kv_heads * d;
-    let bases: Vec<usize> = (0..seq.context_len)
-        .map(|pos| {
-            let slot = seq.block_table[pos / block_size] as usize * block_size + pos % block_size;
-            slot * kv_width + kvh * d
-        })
-        .collect();
-    let end = bases.iter().max().map_or(0, |&b| b + d);
-    assert!(
-        end <= pool,
-        "attention: K/V row {end} beyond the pool ({pool})"
-    );
-    bases
+/// `s = exp(s - max)` for every score, in position order; returns their sum.
+#[inline(always)]
+fn exp_in_place(scores: &mut [f32], max: f32) -> f32 {
+    let mut denom = 0.0f32;
+    for s in scores {
+        *s = (*s - max).exp();
+        denom += *s;
+    }
+    denom
+}
+
+/// What every attention kernel needs for query head `h` of one sequence: the output
+/// and score buffers and the offset of each context position's K/V row, checked against
+/// the pools once so the kernels can read rows unchecked.
+struct HeadSetup {
+    q_width: usize,
+    scale: f32,
+    out: Vec<f32>,
+    scores: Vec<f32>,
+    bases: Vec<usize>,
+}
+
+impl HeadSetup {
+    fn new(
+        seq: &SeqInput,
+        h: usize,
+        k_pool: &[f32],
+        v_pool: &[f32],
+        shape: AttnShape,
+        block_size: usize,
+    ) -> Self {
+        let d = shape.head_dim;
+        let kv_width = shape.n_kv_heads * d;
+        let kvh = h / (shape.n_heads / shape.n_kv_heads);
+        let bases: Vec<usize> = (0..seq.context_len)
+            .map(|pos| {
+                let slot =
+                    seq.block_table[pos / block_size] as usize * block_size + pos % block_size;
+                slot * kv_width + kvh * d
+            })
+            .collect();
+        let end = bases.iter().max().map_or(0, |&b| b + d);
+        let pool = k_pool.len().min(v_pool.len());
+        assert!(
+            end <= pool,
+            "attention: K/V row {end} beyond the pool ({pool})"
+        );
+        Self {
+            q_width: shape.n_heads * d,
+            scale: 1.0 / (d as f32).sqrt(),
+            out: vec![0.0f32; seq.query_len * d],
+            scores: vec![0.0f32; seq.context_len],
+            bases,
+        }
+    }
 }
 
 /// [`attend_head_impl`] for `head_dim = 8·N`, with the query row and the output row
@@ -620,12 +652,13 @@ unsafe fn attend_head_avx2<const N: usize>(a: AttendArgs) -> Vec<f32> {
         d == 8 * N && N.is_multiple_of(2),
         "attend_head_avx2: head_dim {d}"
     );
-    let q_width = shape.n_heads * d;
-    let kvh = h / (shape.n_heads / shape.n_kv_heads);
-    let scale = 1.0 / (d as f32).sqrt();
-    let mut out = vec![0.0f32; seq.query_len * d];
-    let mut scores = vec![0.0f32; seq.context_len];
-    let bases = kv_row_bases(seq, kvh, shape, block_size, k_pool.len().min(v_pool.len()));
+    let HeadSetup {
+        q_width,
+        scale,
+        mut out,
+        mut scores,
+        bases,
+    } = HeadSetup::new(seq, h, k_pool, v_pool, shape, block_size);
     for j in 0..seq.query_len {
         let t = seq.query_start + j;
         let qv = &q[t * q_width + h * d..t * q_width + (h + 1) * d];
@@ -642,11 +675,7 @@ unsafe fn attend_head_avx2<const N: usize>(a: AttendArgs) -> Vec<f32> {
             *s = hsum(_mm256_add_ps(a0, a1)) * scale;
             max = max.max(*s);
         }
-        let mut denom = 0.0f32;
-        for s in scores.iter_mut().take(last + 1) {
-            *s = (*s - max).exp();
-            denom += *s;
-        }
+        let denom = exp_in_place(&mut scores[..=last], max);
         let mut o = [_mm256_setzero_ps(); N];
         for (&s, &base) in scores.iter().zip(&bases).take(last + 1) {
             let p = _mm256_set1_ps(s / denom);
@@ -690,13 +719,13 @@ fn attend_head_impl(
     block_size: usize,
 ) -> Vec<f32> {
     let d = shape.head_dim;
-    let q_width = shape.n_heads * d;
-    let kvh = h / (shape.n_heads / shape.n_kv_heads);
-    let scale = 1.0 / (d as f32).sqrt();
-    let mut out = vec![0.0f32; seq.query_len * d];
-    let mut scores = vec![0.0f32; seq.context_len];
-    // Offset of each position's K/V row for this head, looked up once for all queries.
-    let bases = kv_row_bases(seq, kvh, shape, block_size, k_pool.len().min(v_pool.len()));
+    let HeadSetup {
+        q_width,
+        scale,
+        mut out,
+        mut scores,
+        bases,
+    } = HeadSetup::new(seq, h, k_pool, v_pool, shape, block_size);
     for j in 0..seq.query_len {
         let t = seq.query_start + j;
         let qv = &q[t * q_width + h * d..t * q_width + (h + 1) * d];
@@ -706,11 +735,7 @@ fn attend_head_impl(
             *s = dot_attn(qv, &k_pool[base..base + d]) * scale;
             max = max.max(*s);
         }
-        let mut denom = 0.0f32;
-        for s in scores.iter_mut().take(last + 1) {
-            *s = (*s - max).exp();
-            denom += *s;
-        }
+        let denom = exp_in_place(&mut scores[..=last], max);
         let o = &mut out[j * d..(j + 1) * d];
         for (&s, &base) in scores.iter().zip(&bases).take(last + 1) {
             let p = s / denom;

@@ -36,8 +36,8 @@ const fn pack(lo: usize, hi: usize) -> u64 {
     lo as u64 | (hi as u64) << 32
 }
 
-/// Takes the first chunk of range `i` (its owner's end).
-fn take_front(s: &Shared, i: usize) -> Option<usize> {
+/// Takes one chunk of range `i`: its first (the owner's end) or, for a thief, its last.
+fn take(s: &Shared, i: usize, back: bool) -> Option<usize> {
     let r = &s.ranges[i].0;
     let mut cur = r.load(Ordering::Acquire);
     loop {
@@ -45,24 +45,13 @@ fn take_front(s: &Shared, i: usize) -> Option<usize> {
         if lo >= hi {
             return None;
         }
-        match r.compare_exchange_weak(cur, pack(lo + 1, hi), Ordering::AcqRel, Ordering::Acquire) {
-            Ok(_) => return Some(lo),
-            Err(c) => cur = c,
-        }
-    }
-}
-
-/// Takes the last chunk of range `i` (a thief's end).
-fn take_back(s: &Shared, i: usize) -> Option<usize> {
-    let r = &s.ranges[i].0;
-    let mut cur = r.load(Ordering::Acquire);
-    loop {
-        let (lo, hi) = ((cur & 0xffff_ffff) as usize, (cur >> 32) as usize);
-        if lo >= hi {
-            return None;
-        }
-        match r.compare_exchange_weak(cur, pack(lo, hi - 1), Ordering::AcqRel, Ordering::Acquire) {
-            Ok(_) => return Some(hi - 1),
+        let (next, chunk) = if back {
+            (pack(lo, hi - 1), hi - 1)
+        } else {
+            (pack(lo + 1, hi), lo)
+        };
+        match r.compare_exchange_weak(cur, next, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => return Some(chunk),
             Err(c) => cur = c,
         }
     }
@@ -70,13 +59,13 @@ fn take_back(s: &Shared, i: usize) -> Option<usize> {
 
 /// Runs the chunks of range `me`, then steals from the other ranges until all are empty.
 fn work(s: &Shared, me: usize, f: &(dyn Fn(usize) + Sync)) {
-    while let Some(i) = take_front(s, me) {
+    while let Some(i) = take(s, me, false) {
         f(i);
     }
     let parts = s.parts.load(Ordering::Acquire);
     for k in 1..parts {
         let victim = (me + k) % parts;
-        while let Some(i) = take_back(s, victim) {
+        while let Some(i) = take(s, victim, true) {
             f(i);
         }
     }
