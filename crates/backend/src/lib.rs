@@ -163,9 +163,12 @@ pub trait Backend: Send {
     }
     /// `x · Wᵀ` for `w` = the q, k and v rows stacked, split into q
     /// (`[T][n_heads*head_dim]`), k and v (`[T][n_kv_heads*head_dim]`), RoPE applied to
-    /// q and k: the same values as three `linear`s and two `rope`s.
+    /// q and k: the same values as three `linear`s and two `rope`s. `layer` is the layer
+    /// whose `attention` comes next: a backend may already store k and v in its KV pool
+    /// (then that `attention` does not store them again).
     fn qkv_rope(
         &mut self,
+        _layer: usize,
         _x: &Self::Tensor,
         _w: &Self::Matrix,
         _shape: AttnShape,

@@ -334,6 +334,25 @@ fn graphs(model: &str) -> Result<()> {
             if ok { "identical" } else { "DIFFERENT" }
         );
     }
+    // K/V written into the pool by the fused q/k/v split must equal kv_store's writes.
+    let fused_store = CudaOptions::from_env()?.fused_kv_store;
+    for q in [1usize, 13] {
+        let new: Vec<Vec<u32>> = (0..batch)
+            .map(|i| (0..q).map(|j| (800 + 7 * i + j) as u32).collect())
+            .collect();
+        let s = step(&new, &ctx, &tabs);
+        r.backend_mut().set_fused_kv_store(false);
+        let separate = r.forward(&s)?.data;
+        r.backend_mut().set_fused_kv_store(true);
+        let fused = r.forward(&s)?.data;
+        r.backend_mut().set_fused_kv_store(fused_store);
+        let ok = same(&separate, &fused);
+        all_same &= ok;
+        println!(
+            "\nK/V stored by the q/k/v split vs by kv_store, q {q}: {}",
+            if ok { "identical" } else { "DIFFERENT" }
+        );
+    }
     // The per-sequence and split-KV kernels sum in another order than the per-head one:
     // compare within a tolerance and by argmax (the environment picks the defaults).
     let env = CudaOptions::from_env()?;

@@ -8,10 +8,6 @@
 #define ATTN_TILE 128
 #define ATTN_MAX_HEAD_DIM 256
 
-__device__ __forceinline__ u32 kv_slot(const u32* block_tables, u32 bt_off, u32 pos, int block_size) {
-    return block_tables[bt_off + pos / block_size] * block_size + pos % block_size;
-}
-
 // Writes this step's K and V rows (f32) into the pool as bf16; one block per token.
 extern "C" __global__ void kv_store(const float* __restrict__ k, const float* __restrict__ v,
                                     bf16_t* __restrict__ k_pool, bf16_t* __restrict__ v_pool,

@@ -44,3 +44,8 @@ __device__ __forceinline__ float block_max(float v, float* scratch) {
     float r = lane < nwarps ? scratch[lane] : (-WRING_INF);
     return warp_max(r);
 }
+
+// Pool slot of position `pos` of the sequence whose block table starts at `bt_off`.
+__device__ __forceinline__ u32 kv_slot(const u32* block_tables, u32 bt_off, u32 pos, int block_size) {
+    return block_tables[bt_off + pos / block_size] * block_size + pos % block_size;
+}

@@ -23,16 +23,26 @@ extern "C" __global__ void rope(float* __restrict__ x, const u32* __restrict__ p
 // The fused q|k|v projection `[T][(n_heads + 2 n_kv_heads) * head_dim]` split into contiguous
 // q `[T][n_heads*head_dim]`, k and v `[T][n_kv_heads*head_dim]`, with RoPE applied to q and k
 // (the same arithmetic as `rope`): one launch instead of two RoPE launches and two extra GEMMs.
+// With `k_pool` non-null, k and v go straight into the token's KV slot of the layer's pools as
+// bf16 (exactly what `kv_store` would write from them) and the k/v outputs are not written.
 extern "C" __global__ void rope_split_qkv(const float* __restrict__ qkv, float* __restrict__ q,
                                           float* __restrict__ k, float* __restrict__ v,
                                           const u32* __restrict__ positions,
                                           const float* __restrict__ inv_freq, int n_heads,
-                                          int n_kv_heads, int head_dim, int interleaved) {
+                                          int n_kv_heads, int head_dim, int interleaved,
+                                          bf16_t* __restrict__ k_pool, bf16_t* __restrict__ v_pool,
+                                          const u32* __restrict__ token_seq,
+                                          const u32* __restrict__ seq_bt_off,
+                                          const u32* __restrict__ block_tables, int block_size) {
     const int half = head_dim / 2;
     const int qd = n_heads * head_dim, kvd = n_kv_heads * head_dim;
     const size_t t = blockIdx.x;
     const float* row = qkv + t * (size_t)(qd + 2 * kvd);
     const double pos = (double)positions[t];
+    const bool to_pool = k_pool != nullptr;
+    const size_t slot = to_pool
+        ? (size_t)kv_slot(block_tables, seq_bt_off[token_seq[t]], positions[t], block_size) * kvd
+        : 0;
     // Heads 0..n_heads are q, the next n_kv_heads are k: both lie at row + h * head_dim.
     for (int p = threadIdx.x; p < (n_heads + n_kv_heads) * half; p += blockDim.x) {
         const int h = p / half, i = p % half;
@@ -41,10 +51,26 @@ extern "C" __global__ void rope_split_qkv(const float* __restrict__ qkv, float* 
         const int a = interleaved ? 2 * i : i;
         const int b = interleaved ? 2 * i + 1 : i + half;
         const float* src = row + h * head_dim;
-        float* dst = h < n_heads ? q + t * qd + h * head_dim : k + t * kvd + (h - n_heads) * head_dim;
         const float x0 = src[a], x1 = src[b];
-        dst[a] = x0 * (float)c - x1 * (float)s;
-        dst[b] = x0 * (float)s + x1 * (float)c;
+        const float y0 = x0 * (float)c - x1 * (float)s;
+        const float y1 = x0 * (float)s + x1 * (float)c;
+        if (h < n_heads) {
+            float* dst = q + t * qd + h * head_dim;
+            dst[a] = y0;
+            dst[b] = y1;
+        } else if (to_pool) {
+            bf16_t* dst = k_pool + slot + (h - n_heads) * head_dim;
+            dst[a] = f2bf(y0);
+            dst[b] = f2bf(y1);
+        } else {
+            float* dst = k + t * kvd + (h - n_heads) * head_dim;
+            dst[a] = y0;
+            dst[b] = y1;
+        }
     }
-    for (int j = threadIdx.x; j < kvd; j += blockDim.x) v[t * kvd + j] = row[qd + kvd + j];
+    for (int j = threadIdx.x; j < kvd; j += blockDim.x) {
+        const float x = row[qd + kvd + j];
+        if (to_pool) v_pool[slot + j] = f2bf(x);
+        else v[t * kvd + j] = x;
+    }
 }

@@ -146,6 +146,9 @@ pub struct CudaBackend {
     layout: StepLayout,
     /// Most query tokens any sequence of the current step carries (padding included).
     max_query_len: usize,
+    /// The layer whose K/V this step's `qkv_rope` already wrote into the pool (its
+    /// `attention` then skips `kv_store`).
+    kv_stored: Option<usize>,
     key: Option<GraphKey>,
     graphs: Graphs,
     rope_freqs: Vec<(Vec<f32>, DeviceBuffer)>,
@@ -204,6 +207,7 @@ impl CudaBackend {
             ids: None,
             layout: StepLayout::default(),
             max_query_len: 0,
+            kv_stored: None,
             key: None,
             graphs: Graphs::default(),
             rope_freqs: vec![],
@@ -235,6 +239,12 @@ impl CudaBackend {
 
     pub fn set_gqa_attention(&mut self, on: bool) {
         self.opts.gqa_attention = on;
+    }
+
+    /// Whether the fused q/k/v split stores K/V into the pool itself (eager steps; a
+    /// captured graph keeps what it was captured with).
+    pub fn set_fused_kv_store(&mut self, on: bool) {
+        self.opts.fused_kv_store = on;
     }
 
     /// Switches how uniform steps run; captured graphs are kept for when it is `On` again.
@@ -927,6 +937,7 @@ impl Backend for CudaBackend {
     fn begin_step(&mut self, step: &StepInput) -> Result<()> {
         self.bind()?;
         self.error = None;
+        self.kv_stored = None;
         let (num_blocks, block_size, scratch) = match &self.kv {
             Some(kv) => (
                 kv.spec.num_blocks,
@@ -1203,7 +1214,9 @@ impl Backend for CudaBackend {
             Arg::I32(kv_width),
             Arg::I32(block_size),
         ];
-        self.launch(self.kernels.kv_store, (t, 1, 1), 128, &store, "kv_store");
+        if self.kv_stored.take() != Some(layer) {
+            self.launch(self.kernels.kv_store, (t, 1, 1), 128, &store, "kv_store");
+        }
         let out = self.alloc(
             q.rows,
             shape.n_heads * shape.head_dim,
@@ -1474,6 +1487,7 @@ impl Backend for CudaBackend {
 
     fn qkv_rope(
         &mut self,
+        layer: usize,
         x: &CudaTensor,
         w: &CudaMatrix,
         shape: AttnShape,
@@ -1511,6 +1525,21 @@ impl Backend for CudaBackend {
         if !self.ok() {
             return empty();
         }
+        // K and V straight into the pool when its layout matches this shape (else null
+        // pools: k and v are written and `attention` stores them).
+        let pools = self.kv.as_ref().filter(|kv| {
+            self.opts.fused_kv_store
+                && layer < kv.spec.layers
+                && kv.spec.head_dim == shape.head_dim
+                && kv.spec.n_kv_heads == shape.n_kv_heads
+        });
+        let (k_pool, v_pool, block_size) = match pools {
+            Some(kv) => {
+                let k_pool = kv.buf.ptr() + (2 * layer * kv.part_bytes) as u64;
+                (k_pool, k_pool + kv.part_bytes as u64, kv.spec.block_size)
+            }
+            None => (0, 0, 0),
+        };
         let args = [
             Arg::Ptr(fused.ptr),
             Arg::Ptr(q.ptr),
@@ -1522,7 +1551,14 @@ impl Backend for CudaBackend {
             Arg::I32(shape.n_kv_heads as i32),
             Arg::I32(shape.head_dim as i32),
             Arg::I32(rope.interleaved as i32),
+            Arg::Ptr(k_pool),
+            Arg::Ptr(v_pool),
+            Arg::Ptr(self.meta_ptr(self.layout.off_token_seq)),
+            Arg::Ptr(self.meta_ptr(self.layout.off_seq_bt_off)),
+            Arg::Ptr(self.meta_ptr(self.layout.off_block_tables)),
+            Arg::I32(block_size as i32),
         ];
+        self.kv_stored = (k_pool != 0).then_some(layer);
         self.launch(
             self.kernels.rope_split_qkv,
             (x.rows as u32, 1, 1),

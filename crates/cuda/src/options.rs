@@ -40,6 +40,10 @@ pub struct CudaOptions {
     /// the q/k/v split and SiLU·mul reading the gate|up halves (`WRING_CUDA_FUSED`; on by
     /// default: 135M decode 1.67 → 1.37 ms, 8B 7.34 → 6.70 ms, scripts/gpu/results/run6).
     pub fused: bool,
+    /// With `fused`: the q/k/v split writes K and V straight into the layer's KV pool
+    /// slots (bf16, the values `kv_store` would write), one launch less per layer
+    /// (`WRING_CUDA_FUSED_KV_STORE` = on | off).
+    pub fused_kv_store: bool,
     /// Quantise dense weights at load (`WRING_CUDA_WEIGHTS` = bf16 | fp8 | int4 | nvfp4;
     /// round-to-nearest; the embedding and a vocabulary-sized lm head stay bf16). None: bf16.
     pub weights: Option<wring_backend::quant::Scheme>,
@@ -71,6 +75,7 @@ impl Default for CudaOptions {
             seq_attention: false,
             attn_splits: 4,
             fused: true,
+            fused_kv_store: true,
             weights: None,
             qgemm_max_t: 32,
             quant_kernels: false,
@@ -141,6 +146,13 @@ impl CudaOptions {
         }
         if let Some(v) = var("WRING_CUDA_FUSED") {
             o.fused = !matches!(v.trim(), "0" | "off" | "false");
+        }
+        if let Some(v) = var("WRING_CUDA_FUSED_KV_STORE") {
+            o.fused_kv_store = match v.trim() {
+                "on" | "1" | "true" => true,
+                "off" | "0" | "false" => false,
+                other => bail!("WRING_CUDA_FUSED_KV_STORE={other:?}: expected on or off"),
+            };
         }
         if let Some(v) = var("WRING_CUDA_MAX_TOKENS") {
             o.max_tokens = v

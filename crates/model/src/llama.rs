@@ -178,7 +178,7 @@ impl<B: Backend> LlamaRunner<B> {
                 Some(d) => b.add_rms_norm(&mut x, &d, &w.attn_norm, eps),
             };
             let (q, k, v) = match &w.qkv {
-                Proj::Fused(m) => b.qkv_rope(&h, m, shape, &self.rope),
+                Proj::Fused(m) => b.qkv_rope(l, &h, m, shape, &self.rope),
                 Proj::Split(p) => {
                     let mut q = b.linear(&h, &p[0], w.q_bias.as_ref());
                     let mut k = b.linear(&h, &p[1], w.k_bias.as_ref());

@@ -419,6 +419,7 @@ impl Backend for CpuBackend {
 
     fn qkv_rope(
         &mut self,
+        _layer: usize,
         x: &CpuTensor,
         w: &CpuMatrix,
         shape: AttnShape,
