@@ -40,7 +40,13 @@ fn main() -> Result<()> {
         "quant" => quant::check(arg(&args, 2)?, args.get(3).map(String::as_str)),
         "quant-bench" => quant::bench(),
         "qgemm" => quant::gemm_check(),
-        _ => bail!("usage: gpu_check golden MODEL GOLDEN | graphs MODEL | bench MODEL | cpu-compare MODEL | quant MODEL [GOLDEN] | quant-bench | qgemm (MODEL: a .gguf, dummy or dummy-8b)"),
+        "profile" => profile(
+            arg(&args, 2)?,
+            arg(&args, 3)?.parse()?,
+            arg(&args, 4)?.parse()?,
+            arg(&args, 5)?.parse()?,
+        ),
+        _ => bail!("usage: gpu_check golden MODEL GOLDEN | graphs MODEL | bench MODEL | cpu-compare MODEL | quant MODEL [GOLDEN] | quant-bench | qgemm | profile MODEL BATCH Q CTX (MODEL: a .gguf, dummy or dummy-8b)"),
     }
 }
 
@@ -518,7 +524,30 @@ fn median(mut v: Vec<f64>) -> f64 {
 
 /// Median wall time of `steps` greedy steps of `batch` sequences with `q` tokens each,
 /// after `ctx` tokens of prefill per sequence.
+/// Three eager steps of one shape, bracketed by cuProfilerStart/Stop so that
+/// `ncu --profile-from-start off` sees only their kernels (not the prefill's).
+fn profile(model: &str, batch: usize, q: usize, ctx: usize) -> Result<()> {
+    let (mut r, _) = gguf_runner(model, GraphMode::PadOnly, 8192)?;
+    let t = time_steps_profiled(&mut r, batch, q, ctx, 3, true)?;
+    println!(
+        "{model} batch {batch} q {q} ctx {ctx}: eager step {:.3} ms",
+        t * 1e3
+    );
+    Ok(())
+}
+
 fn time_steps(r: &mut Runner, batch: usize, q: usize, ctx: usize, steps: usize) -> Result<f64> {
+    time_steps_profiled(r, batch, q, ctx, steps, false)
+}
+
+fn time_steps_profiled(
+    r: &mut Runner,
+    batch: usize,
+    q: usize,
+    ctx: usize,
+    steps: usize,
+    profiled: bool,
+) -> Result<f64> {
     let blocks_each = (ctx + steps * q + 64).div_ceil(BLOCK);
     let tabs = tables(batch, blocks_each);
     for chunk in (0..batch).collect::<Vec<_>>().chunks(8) {
@@ -535,6 +564,10 @@ fn time_steps(r: &mut Runner, batch: usize, q: usize, ctx: usize, steps: usize) 
     }
     let mut c = vec![ctx; batch];
     let mut times = vec![];
+    if profiled {
+        // SAFETY: plain driver calls on the runner's current context.
+        unsafe { cudarc::driver::sys::cuProfilerStart() };
+    }
     for _ in 0..steps {
         let new: Vec<Vec<u32>> = (0..batch)
             .map(|i| (0..q).map(|j| (300 + i + j) as u32).collect())
@@ -547,7 +580,11 @@ fn time_steps(r: &mut Runner, batch: usize, q: usize, ctx: usize, steps: usize) 
             *x += q;
         }
     }
-    Ok(median(times[2..].to_vec()))
+    if profiled {
+        // SAFETY: as above.
+        unsafe { cudarc::driver::sys::cuProfilerStop() };
+    }
+    Ok(median(times[times.len().min(2)..].to_vec()))
 }
 
 fn bench(model: &str) -> Result<()> {

@@ -25,6 +25,9 @@ extern "C" __global__ void rope(float* __restrict__ x, const u32* __restrict__ p
 // (the same arithmetic as `rope`): one launch instead of two RoPE launches and two extra GEMMs.
 // With `k_pool` non-null, k and v go straight into the token's KV slot of the layer's pools as
 // bf16 (exactly what `kv_store` would write from them) and the k/v outputs are not written.
+// Grid (T, n_heads + 2 n_kv_heads): block y < n_heads + n_kv_heads rotates q/k head y, the
+// rest copy one v head each, so a decode step's few tokens still spread over many blocks
+// (one block per token took ~11 us for llama-3.1-8b at batch 1 on the H200).
 extern "C" __global__ void rope_split_qkv(const float* __restrict__ qkv, float* __restrict__ q,
                                           float* __restrict__ k, float* __restrict__ v,
                                           const u32* __restrict__ positions,
@@ -37,20 +40,29 @@ extern "C" __global__ void rope_split_qkv(const float* __restrict__ qkv, float* 
     const int half = head_dim / 2;
     const int qd = n_heads * head_dim, kvd = n_kv_heads * head_dim;
     const size_t t = blockIdx.x;
+    const int h = blockIdx.y;
     const float* row = qkv + t * (size_t)(qd + 2 * kvd);
-    const double pos = (double)positions[t];
     const bool to_pool = k_pool != nullptr;
     const size_t slot = to_pool
         ? (size_t)kv_slot(block_tables, seq_bt_off[token_seq[t]], positions[t], block_size) * kvd
         : 0;
+    if (h >= n_heads + n_kv_heads) {
+        const int off = (h - n_heads - n_kv_heads) * head_dim;
+        for (int j = threadIdx.x; j < head_dim; j += blockDim.x) {
+            const float x = row[qd + kvd + off + j];
+            if (to_pool) v_pool[slot + off + j] = f2bf(x);
+            else v[t * kvd + off + j] = x;
+        }
+        return;
+    }
+    const double pos = (double)positions[t];
     // Heads 0..n_heads are q, the next n_kv_heads are k: both lie at row + h * head_dim.
-    for (int p = threadIdx.x; p < (n_heads + n_kv_heads) * half; p += blockDim.x) {
-        const int h = p / half, i = p % half;
+    const float* src = row + h * head_dim;
+    for (int i = threadIdx.x; i < half; i += blockDim.x) {
         double s, c;
         sincos(pos * (double)inv_freq[i], &s, &c);
         const int a = interleaved ? 2 * i : i;
         const int b = interleaved ? 2 * i + 1 : i + half;
-        const float* src = row + h * head_dim;
         const float x0 = src[a], x1 = src[b];
         const float y0 = x0 * (float)c - x1 * (float)s;
         const float y1 = x0 * (float)s + x1 * (float)c;
@@ -67,10 +79,5 @@ extern "C" __global__ void rope_split_qkv(const float* __restrict__ qkv, float* 
             dst[a] = y0;
             dst[b] = y1;
         }
-    }
-    for (int j = threadIdx.x; j < kvd; j += blockDim.x) {
-        const float x = row[qd + kvd + j];
-        if (to_pool) v_pool[slot + j] = f2bf(x);
-        else v[t * kvd + j] = x;
     }
 }

@@ -1072,13 +1072,14 @@ impl Backend for CudaBackend {
             Arg::I32(x.cols as i32),
             Arg::F32(eps),
         ];
-        self.launch(
-            self.kernels.add_rms_norm,
-            (x.rows as u32, 1, 1),
-            256,
-            &args,
-            "add_rms_norm",
-        );
+        // The smallest register-resident variant that holds a row (256 threads per block).
+        let f = self
+            .kernels
+            .add_rms_norm_regs
+            .iter()
+            .find(|(regs, _)| x.cols <= regs * 256)
+            .map_or(self.kernels.add_rms_norm, |&(_, f)| f);
+        self.launch(f, (x.rows as u32, 1, 1), 256, &args, "add_rms_norm");
         out
     }
 
@@ -1559,10 +1560,11 @@ impl Backend for CudaBackend {
             Arg::I32(block_size as i32),
         ];
         self.kv_stored = (k_pool != 0).then_some(layer);
+        let blocks_per_token = (shape.n_heads + 2 * shape.n_kv_heads) as u32;
         self.launch(
             self.kernels.rope_split_qkv,
-            (x.rows as u32, 1, 1),
-            256,
+            (x.rows as u32, blocks_per_token, 1),
+            64,
             &args,
             "rope_split_qkv",
         );

@@ -91,6 +91,9 @@ pub struct Kernels {
     pub embed_rows: sys::CUfunction,
     pub rms_norm: sys::CUfunction,
     pub add_rms_norm: sys::CUfunction,
+    /// `add_rms_norm` holding rows of up to 4·256, 8·256, 16·256 and 32·256 columns in
+    /// registers (blocks of 256 threads).
+    pub add_rms_norm_regs: [(usize, sys::CUfunction); 4],
     pub add_f32: sys::CUfunction,
     pub add_bias_f32: sys::CUfunction,
     pub silu_mul: sys::CUfunction,
@@ -149,6 +152,12 @@ impl Kernels {
             embed_rows: get("embed_rows")?,
             rms_norm: get("rms_norm")?,
             add_rms_norm: get("add_rms_norm")?,
+            add_rms_norm_regs: [
+                (4, get("add_rms_norm_r4")?),
+                (8, get("add_rms_norm_r8")?),
+                (16, get("add_rms_norm_r16")?),
+                (32, get("add_rms_norm_r32")?),
+            ],
             add_f32: get("add_f32")?,
             add_bias_f32: get("add_bias_f32")?,
             silu_mul: get("silu_mul")?,
