@@ -240,7 +240,12 @@ impl EngineCore {
 
     fn handle(&mut self, c: Command, shared: &Weak<Shared>) {
         match c {
-            Command::Submit(s) => self.on_submit(*s, shared),
+            Command::Submit(s) => {
+                self.on_submit(*s, shared);
+                // Published before the request's first event can reach its client, so a
+                // snapshot read after that event never shows the engine idle without it.
+                self.publish(shared);
+            }
             Command::Abort(id) => {
                 if self.requests.contains_key(&id) {
                     self.finish(id, FinishReason::Abort, shared);
