@@ -99,12 +99,21 @@ fn list(name: &str, v: &str) -> Result<Vec<usize>> {
     Ok(out)
 }
 
+/// An on/off setting: on | 1 | true, off | 0 | false.
+fn switch(name: &str, v: &str) -> Result<bool> {
+    match v.trim() {
+        "on" | "1" | "true" => Ok(true),
+        "off" | "0" | "false" => Ok(false),
+        other => bail!("{name}={other:?}: expected on or off"),
+    }
+}
+
 impl CudaOptions {
     /// `WRING_CUDA_GRAPHS` = on | off | pad-only, `WRING_CUDA_GRAPH_BUCKETS` = 1,2,4,...,
     /// `WRING_CUDA_GRAPH_K` = 1,4,6,8,12 (verify lengths 1+K; decode is always included),
     /// `WRING_CUDA_MAX_TOKENS` = 8192, `WRING_CUDA_GQA_ATTENTION` = off | on,
     /// `WRING_CUDA_SEQ_ATTENTION` = off | on, `WRING_CUDA_ATTN_SPLITS` = 1..=16 (default 4),
-    /// `WRING_CUDA_FUSED` = on | off, `WRING_CUDA_WEIGHTS` = bf16 | fp8 | int4 | nvfp4, `WRING_CUDA_QUANT_KERNELS` = off | on,
+    /// `WRING_CUDA_FUSED` = on | off, `WRING_CUDA_FUSED_KV_STORE` = on | off, `WRING_CUDA_WEIGHTS` = bf16 | fp8 | int4 | nvfp4, `WRING_CUDA_QUANT_KERNELS` = off | on,
     /// `WRING_CUDA_QGEMM_MAX_T` = 0..=32, `WRING_CUDA_GEMM_TUNE` = off | on.
     pub fn from_env() -> Result<Self> {
         let mut o = Self::default();
@@ -128,11 +137,7 @@ impl CudaOptions {
             o.gqa_attention = !matches!(v.trim(), "0" | "off" | "false");
         }
         if let Some(v) = var("WRING_CUDA_SEQ_ATTENTION") {
-            o.seq_attention = match v.trim() {
-                "on" | "1" | "true" => true,
-                "off" | "0" | "false" => false,
-                other => bail!("WRING_CUDA_SEQ_ATTENTION={other:?}: expected on or off"),
-            };
+            o.seq_attention = switch("WRING_CUDA_SEQ_ATTENTION", &v)?;
         }
         if let Some(v) = var("WRING_CUDA_ATTN_SPLITS") {
             o.attn_splits = v
@@ -148,11 +153,7 @@ impl CudaOptions {
             o.fused = !matches!(v.trim(), "0" | "off" | "false");
         }
         if let Some(v) = var("WRING_CUDA_FUSED_KV_STORE") {
-            o.fused_kv_store = match v.trim() {
-                "on" | "1" | "true" => true,
-                "off" | "0" | "false" => false,
-                other => bail!("WRING_CUDA_FUSED_KV_STORE={other:?}: expected on or off"),
-            };
+            o.fused_kv_store = switch("WRING_CUDA_FUSED_KV_STORE", &v)?;
         }
         if let Some(v) = var("WRING_CUDA_MAX_TOKENS") {
             o.max_tokens = v
@@ -174,18 +175,10 @@ impl CudaOptions {
                 })?;
         }
         if let Some(v) = var("WRING_CUDA_GEMM_TUNE") {
-            o.gemm_tune = match v.trim() {
-                "on" | "1" | "true" => true,
-                "off" | "0" | "false" => false,
-                other => bail!("WRING_CUDA_GEMM_TUNE={other:?}: expected on or off"),
-            };
+            o.gemm_tune = switch("WRING_CUDA_GEMM_TUNE", &v)?;
         }
         if let Some(v) = var("WRING_CUDA_QUANT_KERNELS") {
-            o.quant_kernels = match v.trim() {
-                "on" | "1" | "true" => true,
-                "off" | "0" | "false" => false,
-                other => bail!("WRING_CUDA_QUANT_KERNELS={other:?}: expected on or off"),
-            };
+            o.quant_kernels = switch("WRING_CUDA_QUANT_KERNELS", &v)?;
         }
         // Quantising at load only makes sense with the kernels that run the result.
         if o.weights.is_some() {

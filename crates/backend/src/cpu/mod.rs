@@ -15,6 +15,7 @@ pub mod team;
 use crate::quant::QuantMatrix;
 use crate::{AttnShape, Backend, HostMatrix, KvSpec, RopeSpec, SeqInput, StepInput};
 use anyhow::{ensure, Result};
+use std::borrow::Cow;
 
 pub use kernels::{dot, matmul_q4, matmul_q8, matmul_t};
 
@@ -331,21 +332,24 @@ impl Backend for CpuBackend {
         // becomes many tasks, so both threads stay busy. A chunk is the sequence cut
         // short after its last query (causal), so each query sees exactly the context
         // and arithmetic it would in one piece. Tasks write disjoint output cells.
+        // A sequence that fits one chunk (every decode and verify step) is used as is.
         const Q_CHUNK: usize = 32;
-        let chunks: Vec<(usize, SeqInput)> = self
+        let chunks: Vec<Cow<SeqInput>> = self
             .step
             .seqs
             .iter()
             .flat_map(|seq| {
                 (0..seq.query_len).step_by(Q_CHUNK).map(move |j0| {
                     let j1 = (j0 + Q_CHUNK).min(seq.query_len);
-                    let part = SeqInput {
+                    if j0 == 0 && j1 == seq.query_len {
+                        return Cow::Borrowed(seq);
+                    }
+                    Cow::Owned(SeqInput {
                         query_start: seq.query_start + j0,
                         query_len: j1 - j0,
                         context_len: seq.context_len - seq.query_len + j1,
                         block_table: seq.block_table.clone(),
-                    };
-                    (j0, part)
+                    })
                 })
             })
             .collect();
@@ -362,11 +366,11 @@ impl Backend for CpuBackend {
             0,
             |i, res, _| {
                 let (c, h) = tasks[i];
-                res[0] = kernels::attend_head(&chunks[c].1, h, &q.data, kl, vl, shape, bs);
+                res[0] = kernels::attend_head(&chunks[c], h, &q.data, kl, vl, shape, bs);
             },
         );
         for (&(c, h), res) in tasks.iter().zip(results) {
-            let part = &chunks[c].1;
+            let part = &chunks[c];
             for j in 0..part.query_len {
                 let t = part.query_start + j;
                 out[t * width + h * shape.head_dim..t * width + (h + 1) * shape.head_dim]
