@@ -333,7 +333,10 @@ async fn a_full_queue_answers_429_with_retry_after() {
     let b = srv.post("/v1/chat/completions", &long).send();
     let b = tokio::spawn(b);
     let deadline = Instant::now() + Duration::from_secs(30);
-    while srv.metric("vllm:num_requests_waiting").await < 1.0 {
+    // (A must be running too: right after its first chunk it can still be the one waiting.)
+    while srv.metric("vllm:num_requests_running").await < 1.0
+        || srv.metric("vllm:num_requests_waiting").await < 1.0
+    {
         assert!(Instant::now() < deadline, "B never waited");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
