@@ -3,7 +3,7 @@
 # device, dummy weights only (no model file): logits versus the CPU backend and graph replay
 # versus eager with fusion on, then step times (135M shape and llama-3.1-8b) with fusion on
 # and off. Carries .dev/p1/gpu_check (built by scripts/gpu/prepare.sh or by
-# `cargo build -p wring-cuda --example gpu_check` and strip).
+# `cargo build -p wring-runtime --example gpu_check` and strip).
 set -uo pipefail
 OUT=${OUT:-/tmp/wring-out}
 mkdir -p "$OUT"

@@ -2,7 +2,7 @@
 # K/V written by the fused q/k/v split (session 5, WRING_CUDA_FUSED_KV_STORE): on the device,
 # dummy weights only: bitwise equal to kv_store (inside `gpu_check graphs`), graph replay = eager,
 # logits vs the CPU backend, then step times with the fused store on and off (135M shape and
-# llama-3.1-8b). Carries .dev/k1/gpu_check (`cargo build -p wring-cuda --example gpu_check`,
+# llama-3.1-8b). Carries .dev/k1/gpu_check (`cargo build -p wring-runtime --example gpu_check`,
 # stripped). Everything lands in $OUT/all.tgz.
 set -uo pipefail
 OUT=${OUT:-/tmp/wring-out}

@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$PWD/target-cuda}
-cargo build -p wring-cuda --example gpu_check
+cargo build -p wring-runtime --example gpu_check
 model=${WRING_HOME:-$HOME/.cache/wring}/models/SmolLM2-135M-Instruct.Q4_1.gguf
 shared=${WRING_SHARED:-$PWD/../shared}
 rm -rf .dev/p1 .dev/p2 && mkdir -p .dev/p1 .dev/p2

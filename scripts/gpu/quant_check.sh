@@ -9,7 +9,7 @@
 #   scripts/gpu/quant_check.sh quant               # call 2 right after (the staged half lives
 #                                                  # in /tmp), carry .devq/bin .devq/p2
 #
-# `quant MODEL` (crates/cuda/examples/support/quant.rs): each scheme quantised at load
+# `quant MODEL` (crates/runtime/examples/support/quant.rs): each scheme quantised at load
 # versus the same scheme on the CPU backend (logits on the golden prompts, teacher-forced),
 # greedy agreement with bf16. `quant-bench`: dummy llama-3.1-8b per scheme (load time,
 # weight memory, decode step times vs the HBM roofline). Markdown goes to $OUT.
@@ -19,7 +19,7 @@ DEV=.devq
 if [ "${1:-}" = prepare ]; then
     set -e
     export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$PWD/target-q}
-    nice -n 19 cargo build -p wring-cuda --example gpu_check
+    nice -n 19 cargo build -p wring-runtime --example gpu_check
     model=${WRING_HOME:-$HOME/.cache/wring}/models/SmolLM2-135M-Instruct.Q4_1.gguf
     shared=${WRING_SHARED:-$PWD/../shared}
     grep -qx "/$DEV/" .git/info/exclude 2>/dev/null || echo "/$DEV/" >> .git/info/exclude

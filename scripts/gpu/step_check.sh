@@ -2,7 +2,7 @@
 # One device call after a kernel change (dummy weights, no model file): graph replay = eager and
 # verify = greedy (`gpu_check graphs`, 135M shape and llama-3.1-8b), logits vs the CPU backend,
 # step times, then Nsight Compute's per-kernel times for $SPECS (scripts/gpu/profile_ncu.sh).
-# Carries .dev/k1/gpu_check (`cargo build -p wring-cuda --example gpu_check`, stripped).
+# Carries .dev/k1/gpu_check (`cargo build -p wring-runtime --example gpu_check`, stripped).
 # Everything lands in $OUT/all.tgz; summarise the CSVs with scripts/gpu/ncu_summary.py.
 set -uo pipefail
 OUT=${OUT:-/tmp/wring-out}

@@ -24,3 +24,16 @@ pub use blas::GemmTuneReport;
 pub use graphs::GraphKey;
 pub use loader::{ensure_cuda_libraries, ensure_nvrtc};
 pub use options::{CudaOptions, GraphMode};
+
+/// Starts (`true`) or stops the CUDA profiler's collection (`ncu --profile-from-start off`
+/// records only in between), on the calling thread's current context.
+pub fn set_profiler(on: bool) {
+    // SAFETY: plain driver calls; a failure only means no profiler is attached.
+    unsafe {
+        if on {
+            cudarc::driver::sys::cuProfilerStart();
+        } else {
+            cudarc::driver::sys::cuProfilerStop();
+        }
+    }
+}

@@ -94,7 +94,7 @@ impl Engine {
             0 => model.max_context(),
             n => n.min(model.max_context()),
         };
-        let runner = model.into_runner(&runner_opts)?;
+        let runner = wring_runtime::open_runner(model, &runner_opts)?;
         let (core, max_model_len) = EngineCore::new(
             runner,
             cfg.clone(),

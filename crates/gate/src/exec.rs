@@ -89,8 +89,7 @@ impl GateModel {
             model.eos_token_ids.clone(),
             model.config.vocab_size,
         );
-        let runner = model
-            .into_runner(&opts)
+        let runner = wring_runtime::open_runner(model, &opts)
             .with_context(|| format!("cannot start {name} on {}", choice.device))?;
         ensure!(
             runner.num_blocks() >= blocks_per_stream * max_streams,

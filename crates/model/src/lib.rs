@@ -24,6 +24,7 @@ use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::sync::Arc;
 use weights::{SafetensorsSet, WeightSource};
+use wring_backend::Backend;
 
 pub const DEFAULT_MODEL_NAME: &str = "SmolLM2-135M-Instruct";
 
@@ -143,8 +144,9 @@ impl LoadedModel {
         )
     }
 
-    /// Uploads the weights to the device and sizes the KV pool from the memory budget.
-    pub fn into_runner(self, opts: &RunnerOptions) -> Result<Box<dyn ModelRunner>> {
+    /// KV blocks the memory budget holds on `opts.device`; an error when that is fewer
+    /// than one sequence of `max_model_len` tokens needs.
+    pub fn kv_blocks(&self, opts: &RunnerOptions) -> Result<usize> {
         let num_blocks = opts.kv_cache_bytes / self.kv_block_bytes(opts.device, opts.block_size);
         let min_blocks = opts
             .max_model_len
@@ -158,66 +160,45 @@ impl LoadedModel {
                 opts.max_model_len
             );
         }
-        match opts.device {
-            Device::Cpu => {
-                let weights = match opts.cpu_weights {
-                    CpuWeights::Auto => {
-                        let w = self.weights.native_cpu_weights();
-                        tracing::info!(
-                            "CPU weights: {} (the checkpoint's own precision; --cpu-weights f32 for the float32 reference)",
-                            format!("{w:?}").to_lowercase()
-                        );
-                        w
-                    }
-                    w => w,
-                };
-                let backend = wring_backend::cpu::CpuBackend::new(weights);
-                Ok(Box::new(llama::LlamaRunner::new(
-                    backend,
-                    self.config,
-                    &self.weights,
-                    num_blocks,
-                    opts.block_size,
-                )?))
-            }
-            Device::Cuda(ordinal) => cuda_runner(
-                ordinal,
-                self.config,
-                &self.weights,
-                num_blocks,
-                opts.block_size,
-            ),
-        }
+        Ok(num_blocks)
     }
-}
 
-/// A Llama runner on GPU `ordinal`; settings come from `WRING_CUDA_*` (see wring-cuda).
-#[cfg(feature = "cuda")]
-fn cuda_runner(
-    ordinal: usize,
-    config: ModelConfig,
-    weights: &WeightSource,
-    num_blocks: usize,
-    block_size: usize,
-) -> Result<Box<dyn ModelRunner>> {
-    let opts = wring_cuda::CudaOptions::from_env()?;
-    let backend = wring_cuda::CudaBackend::new(ordinal, opts)?;
-    Ok(Box::new(llama::LlamaRunner::new(
-        backend, config, weights, num_blocks, block_size,
-    )?))
-}
+    /// Uploads the weights to `backend` and sizes its KV pool from the memory budget.
+    /// Any device: `wring-runtime` opens the backend, this builds the runner on it.
+    pub fn runner_on<B: Backend + 'static>(
+        self,
+        backend: B,
+        opts: &RunnerOptions,
+    ) -> Result<Box<dyn ModelRunner>> {
+        let num_blocks = self.kv_blocks(opts)?;
+        Ok(Box::new(llama::LlamaRunner::new(
+            backend,
+            self.config,
+            &self.weights,
+            num_blocks,
+            opts.block_size,
+        )?))
+    }
 
-#[cfg(not(feature = "cuda"))]
-fn cuda_runner(
-    _: usize,
-    _: ModelConfig,
-    _: &WeightSource,
-    _: usize,
-    _: usize,
-) -> Result<Box<dyn ModelRunner>> {
-    bail!(
-        "this build of wring has no CUDA support (feature `cuda` of wring-model); use --device cpu"
-    )
+    /// The runner on the CPU backend. GPUs are opened by `wring_runtime::open_runner`
+    /// (this crate never links a GPU backend).
+    pub fn into_runner(self, opts: &RunnerOptions) -> Result<Box<dyn ModelRunner>> {
+        if let Device::Cuda(_) = opts.device {
+            bail!("wring_model::LoadedModel::into_runner runs on the CPU only; open CUDA devices with wring_runtime::open_runner");
+        }
+        let weights = match opts.cpu_weights {
+            CpuWeights::Auto => {
+                let w = self.weights.native_cpu_weights();
+                tracing::info!(
+                    "CPU weights: {} (the checkpoint's own precision; --cpu-weights f32 for the float32 reference)",
+                    format!("{w:?}").to_lowercase()
+                );
+                w
+            }
+            w => w,
+        };
+        self.runner_on(wring_backend::cpu::CpuBackend::new(weights), opts)
+    }
 }
 
 /// Resolves and loads a model (weights stay mapped until [`LoadedModel::into_runner`]).

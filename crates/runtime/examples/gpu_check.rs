@@ -565,8 +565,7 @@ fn time_steps_profiled(
     let mut c = vec![ctx; batch];
     let mut times = vec![];
     if profiled {
-        // SAFETY: plain driver calls on the runner's current context.
-        unsafe { cudarc::driver::sys::cuProfilerStart() };
+        wring_cuda::set_profiler(true);
     }
     for _ in 0..steps {
         let new: Vec<Vec<u32>> = (0..batch)
@@ -581,8 +580,7 @@ fn time_steps_profiled(
         }
     }
     if profiled {
-        // SAFETY: as above.
-        unsafe { cudarc::driver::sys::cuProfilerStop() };
+        wring_cuda::set_profiler(false);
     }
     Ok(median(times[times.len().min(2)..].to_vec()))
 }
