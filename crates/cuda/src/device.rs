@@ -27,6 +27,12 @@ impl DeviceBuffer {
     pub fn ptr(&self) -> u64 {
         self.ptr
     }
+
+    /// Sets the first `bytes` bytes to zero (synchronously).
+    pub fn zero(&self, bytes: usize) -> Result<()> {
+        // SAFETY: the buffer holds at least `bytes` bytes (callers pass its size).
+        unsafe { result::memset_d8_sync(self.ptr, 0, bytes) }.context("cannot clear GPU memory")
+    }
 }
 
 impl Drop for DeviceBuffer {
@@ -83,6 +89,21 @@ pub enum Arg {
     I32(i32),
     I64(i64),
     F32(f32),
+}
+
+/// Launches `f` whose one parameter is the C struct that `args` mirrors (`#[repr(C)]`,
+/// same fields in the same order).
+pub fn launch_struct<T: Copy>(
+    f: sys::CUfunction,
+    grid: (u32, u32, u32),
+    block: u32,
+    stream: sys::CUstream,
+    args: &T,
+) -> Result<(), result::DriverError> {
+    let mut params = [args as *const T as *mut c_void];
+    // SAFETY: the kernel's only parameter has T's size and layout (checked by each
+    // mirror's layout test); the driver copies it before returning.
+    unsafe { result::launch_kernel(f, grid, (block, 1, 1), 0, stream, &mut params) }
 }
 
 /// Launches `f` on `stream` with `args` in order.

@@ -16,7 +16,20 @@ pub const SOURCES: &[(&str, &str)] = &[
     ("norm.cu", include_str!("../kernels/norm.cu")),
     ("elementwise.cu", include_str!("../kernels/elementwise.cu")),
     ("rope.cu", include_str!("../kernels/rope.cu")),
-    ("attention.cu", include_str!("../kernels/attention.cu")),
+    (
+        "attention/paged.cu",
+        concat!(
+            include_str!("../kernels/attention/args.cuh"),
+            include_str!("../kernels/attention/paged.cu")
+        ),
+    ),
+    (
+        "attention/mma.cu",
+        concat!(
+            include_str!("../kernels/attention/args.cuh"),
+            include_str!("../kernels/attention/mma.cu")
+        ),
+    ),
     ("sampling.cu", include_str!("../kernels/sampling.cu")),
     ("quant_gemm.cu", include_str!("../kernels/quant_gemm.cu")),
 ];
@@ -66,7 +79,7 @@ fn cached_ptx(name: &str, src: &str, arch: (i32, i32)) -> Result<String> {
         .collect();
     let path = cache_dir().join(format!(
         "{}-sm{}{}-{key}.ptx",
-        name.trim_end_matches(".cu"),
+        name.trim_end_matches(".cu").replace('/', "_"),
         arch.0,
         arch.1
     ));
@@ -103,10 +116,10 @@ pub struct Kernels {
     pub rope_split_qkv: sys::CUfunction,
     pub kv_store: sys::CUfunction,
     pub paged_attention: sys::CUfunction,
-    pub paged_attention_gqa: sys::CUfunction,
-    pub paged_attention_seq: sys::CUfunction,
     pub paged_attention_split: sys::CUfunction,
     pub attention_combine: sys::CUfunction,
+    /// `attention_mma_d{head_dim}_n{row tiles}`, keyed by (head_dim, row tiles).
+    attention_mma: Vec<((usize, usize), sys::CUfunction)>,
     pub argmax_rows: sys::CUfunction,
     pub fp8_quantize_rows: sys::CUfunction,
     pub fp8_rescale: sys::CUfunction,
@@ -167,9 +180,12 @@ impl Kernels {
             rope_split_qkv: get("rope_split_qkv")?,
             kv_store: get("kv_store")?,
             paged_attention: get("paged_attention")?,
-            paged_attention_gqa: get("paged_attention_gqa")?,
-            paged_attention_seq: get("paged_attention_seq")?,
             paged_attention_split: get("paged_attention_split")?,
+            attention_mma: crate::backend::MMA_ROW_TILES
+                .iter()
+                .flat_map(|&(d, tiles)| tiles.iter().map(move |&nt| (d, nt)))
+                .map(|(d, nt)| Ok(((d, nt), get(&format!("attention_mma_d{d}_n{nt}"))?)))
+                .collect::<Result<_>>()?,
             attention_combine: get("attention_combine")?,
             argmax_rows: get("argmax_rows")?,
             fp8_quantize_rows: get("fp8_quantize_rows")?,
@@ -190,6 +206,16 @@ impl Kernels {
             ],
             _modules: modules,
         })
+    }
+}
+
+impl Kernels {
+    /// The tensor-core attention kernel for `head_dim` with `row_tiles` tiles of 8 rows.
+    pub fn attention_mma(&self, head_dim: usize, row_tiles: usize) -> Option<sys::CUfunction> {
+        self.attention_mma
+            .iter()
+            .find(|(k, _)| *k == (head_dim, row_tiles))
+            .map(|&(_, f)| f)
     }
 }
 

@@ -23,7 +23,7 @@ pub use backend::{measure_copy_bandwidth, CudaBackend, CudaMatrix, CudaTensor, C
 pub use blas::GemmTuneReport;
 pub use graphs::GraphKey;
 pub use loader::{ensure_cuda_libraries, ensure_nvrtc};
-pub use options::{CudaOptions, GraphMode};
+pub use options::{AttentionKernel, CudaOptions, GraphMode};
 
 /// Starts (`true`) or stops the CUDA profiler's collection (`ncu --profile-from-start off`
 /// records only in between), on the calling thread's current context.

@@ -1,6 +1,6 @@
 //! Per-step metadata staged into one fixed device buffer before anything is launched.
 //! Layout (u32 each): tokens[T] positions[T] token_seq[T] logit_rows[L] seq_bt_off[S]
-//! block_tables[..]. Offsets depend only on (T, L, S), so a padded uniform step of a
+//! seq_q_start[S + 1] block_tables[..]. Offsets depend only on (T, L, S), so a padded uniform step of a
 //! given graph key always finds its arrays at the same addresses.
 
 use anyhow::{ensure, Result};
@@ -18,6 +18,8 @@ pub struct Padding {
 #[derive(Debug, Clone, Default)]
 pub struct StepLayout {
     pub tokens: usize,
+    /// Sequences (after padding).
+    pub seqs: usize,
     /// Logit rows computed (padded for graphs).
     pub logit_rows: usize,
     /// Logit rows the caller asked for (the first ones of `logit_rows`).
@@ -28,6 +30,8 @@ pub struct StepLayout {
     pub off_token_seq: usize,
     pub off_logit_rows: usize,
     pub off_seq_bt_off: usize,
+    /// First query token of each sequence, and the step's token count at the end.
+    pub off_seq_q_start: usize,
     pub off_block_tables: usize,
     /// Total u32s used.
     pub len: usize,
@@ -68,9 +72,11 @@ pub fn stage_step(
         off_positions: t,
         off_token_seq: 2 * t,
         off_logit_rows: 3 * t,
+        seqs,
         off_seq_bt_off: 3 * t + l,
-        off_block_tables: 3 * t + l + seqs,
-        len: 3 * t + l + seqs + bt_len,
+        off_seq_q_start: 3 * t + l + seqs,
+        off_block_tables: 3 * t + l + 2 * seqs + 1,
+        len: 3 * t + l + 2 * seqs + 1 + bt_len,
         host_tokens: Vec::with_capacity(t),
     };
     ensure!(
@@ -83,6 +89,7 @@ pub fn stage_step(
     let mut ti = 0;
     for (si, s) in step.seqs.iter().enumerate() {
         stage[lay.off_seq_bt_off + si] = (bt - lay.off_block_tables) as u32;
+        stage[lay.off_seq_q_start + si] = ti as u32;
         let need = s.context_len.div_ceil(block_size);
         stage[bt..bt + need].copy_from_slice(&s.block_table[..need]);
         bt += need;
@@ -98,6 +105,7 @@ pub fn stage_step(
         let need = p.query_len.div_ceil(block_size);
         for si in real_seqs..seqs {
             stage[lay.off_seq_bt_off + si] = (bt - lay.off_block_tables) as u32;
+            stage[lay.off_seq_q_start + si] = ti as u32;
             for b in 0..need {
                 stage[bt + b] = p.scratch_first_block + b as u32;
             }
@@ -110,6 +118,7 @@ pub fn stage_step(
             }
         }
     }
+    stage[lay.off_seq_q_start + seqs] = ti as u32;
     for (i, &r) in step.logit_rows.iter().enumerate() {
         stage[lay.off_logit_rows + i] = r as u32;
     }
@@ -165,6 +174,11 @@ mod tests {
         assert_eq!(a[la.len - 1], 500);
         assert_eq!(a[la.off_positions + 3], 0);
         assert_eq!(a[la.off_token_seq + 3], 3);
+        // Each sequence's first query token, then the token count.
+        assert_eq!(
+            &a[la.off_seq_q_start..la.off_seq_q_start + 5],
+            &[0, 1, 2, 3, 4]
+        );
     }
 
     #[test]

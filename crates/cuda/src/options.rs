@@ -15,6 +15,19 @@ pub enum GraphMode {
     On,
 }
 
+/// Which kernel runs attention (`WRING_CUDA_ATTENTION`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AttentionKernel {
+    /// Tensor cores, each K/V tile loaded once per (sequence, KV head): every step shape,
+    /// head_dim 64 and 128 (others fall back to `Reference`).
+    Mma,
+    /// One block per (token, head) with the keys split over 4 blocks plus a combine
+    /// kernel for decode/verify steps: the default before `Mma`, kept to measure against.
+    Split,
+    /// One block per (token, head), unsplit: any head_dim; the reference for checks.
+    Reference,
+}
+
 #[derive(Debug, Clone)]
 pub struct CudaOptions {
     pub graphs: GraphMode,
@@ -24,18 +37,8 @@ pub struct CudaOptions {
     pub query_lens: Vec<usize>,
     /// Most tokens one step may carry (sizes the activation arena).
     pub max_tokens: usize,
-    /// One attention block per KV head serving its query-head group (else one per head).
-    /// Off by default: bitwise equal but slower on the H200 (scripts/gpu/results/run4).
-    pub gqa_attention: bool,
-    /// Decode/verify steps (≤ 64 query tokens per sequence, head_dim 64 or 128) use one
-    /// attention block per (sequence, KV head) that loads each K/V tile once for all the
-    /// sequence's query tokens and heads (`WRING_CUDA_SEQ_ATTENTION` = on | off).
-    pub seq_attention: bool,
-    /// Decode/verify steps (≤ 64 query tokens per sequence) split each (token, head)'s keys
-    /// over this many blocks, merged by a second kernel (`WRING_CUDA_ATTN_SPLITS`; 1 = off,
-    /// default 4: +15 % no-spec at c=1, +10 % K=4 at c=32 on the H200, BENCHMARKS run 9).
-    /// A constant of the backend, so a row's result depends on its own sequence only.
-    pub attn_splits: usize,
+    /// The attention kernel (`WRING_CUDA_ATTENTION` = mma | split | reference).
+    pub attention: AttentionKernel,
     /// q|k|v and gate|up weights concatenated at upload: one GEMM each, RoPE fused into
     /// the q/k/v split and SiLU·mul reading the gate|up halves (`WRING_CUDA_FUSED`; on by
     /// default: 135M decode 1.67 → 1.37 ms, 8B 7.34 → 6.70 ms, scripts/gpu/results/run6).
@@ -71,9 +74,7 @@ impl Default for CudaOptions {
             // 0, 1, 4, 6, 8, 12); a K outside this set runs its step eagerly.
             query_lens: vec![1, 2, 5, 7, 9, 13],
             max_tokens: 8192,
-            gqa_attention: false,
-            seq_attention: false,
-            attn_splits: 4,
+            attention: AttentionKernel::Mma,
             fused: true,
             fused_kv_store: true,
             weights: None,
@@ -111,8 +112,7 @@ fn switch(name: &str, v: &str) -> Result<bool> {
 impl CudaOptions {
     /// `WRING_CUDA_GRAPHS` = on | off | pad-only, `WRING_CUDA_GRAPH_BUCKETS` = 1,2,4,...,
     /// `WRING_CUDA_GRAPH_K` = 1,4,6,8,12 (verify lengths 1+K; decode is always included),
-    /// `WRING_CUDA_MAX_TOKENS` = 8192, `WRING_CUDA_GQA_ATTENTION` = off | on,
-    /// `WRING_CUDA_SEQ_ATTENTION` = off | on, `WRING_CUDA_ATTN_SPLITS` = 1..=16 (default 4),
+    /// `WRING_CUDA_MAX_TOKENS` = 8192, `WRING_CUDA_ATTENTION` = mma | split | reference,
     /// `WRING_CUDA_FUSED` = on | off, `WRING_CUDA_FUSED_KV_STORE` = on | off, `WRING_CUDA_WEIGHTS` = bf16 | fp8 | int4 | nvfp4, `WRING_CUDA_QUANT_KERNELS` = off | on,
     /// `WRING_CUDA_QGEMM_MAX_T` = 0..=32, `WRING_CUDA_GEMM_TUNE` = off | on.
     pub fn from_env() -> Result<Self> {
@@ -133,24 +133,18 @@ impl CudaOptions {
             let ks = list("WRING_CUDA_GRAPH_K", &v)?;
             o.query_lens = std::iter::once(1).chain(ks.iter().map(|k| k + 1)).collect();
         }
-        if let Some(v) = var("WRING_CUDA_GQA_ATTENTION") {
-            o.gqa_attention = !matches!(v.trim(), "0" | "off" | "false");
-        }
-        if let Some(v) = var("WRING_CUDA_SEQ_ATTENTION") {
-            o.seq_attention = switch("WRING_CUDA_SEQ_ATTENTION", &v)?;
-        }
-        if let Some(v) = var("WRING_CUDA_ATTN_SPLITS") {
-            o.attn_splits = v
-                .trim()
-                .parse()
-                .ok()
-                .filter(|&s: &usize| (1..=16).contains(&s))
-                .with_context(|| {
-                    format!("WRING_CUDA_ATTN_SPLITS={v:?}: expected an integer from 1 to 16")
-                })?;
+        if let Some(v) = var("WRING_CUDA_ATTENTION") {
+            o.attention = match v.trim() {
+                "mma" => AttentionKernel::Mma,
+                "split" => AttentionKernel::Split,
+                "reference" => AttentionKernel::Reference,
+                other => {
+                    bail!("WRING_CUDA_ATTENTION={other:?}: expected mma, split or reference")
+                }
+            };
         }
         if let Some(v) = var("WRING_CUDA_FUSED") {
-            o.fused = !matches!(v.trim(), "0" | "off" | "false");
+            o.fused = switch("WRING_CUDA_FUSED", &v)?;
         }
         if let Some(v) = var("WRING_CUDA_FUSED_KV_STORE") {
             o.fused_kv_store = switch("WRING_CUDA_FUSED_KV_STORE", &v)?;
@@ -214,5 +208,13 @@ mod tests {
         assert_eq!(list("X", "8, 4,4").unwrap(), vec![4, 8]);
         assert!(list("X", "4,a").is_err());
         assert!(list("X", "0").is_err());
+    }
+
+    #[test]
+    fn switches_reject_typos() {
+        assert!(switch("X", "of").is_err());
+        assert!(switch("X", "yes").is_err());
+        assert!(switch("X", "on").unwrap());
+        assert!(!switch("X", "0").unwrap());
     }
 }

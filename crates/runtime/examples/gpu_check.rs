@@ -19,7 +19,7 @@ use anyhow::{bail, Context, Result};
 use serde_json::Value;
 use std::time::Instant;
 use wring_backend::{SeqInput, StepInput};
-use wring_cuda::{CudaBackend, CudaOptions, GraphMode};
+use wring_cuda::{AttentionKernel, CudaBackend, CudaOptions, GraphMode};
 use wring_model::llama::LlamaRunner;
 use wring_model::weights::WeightSource;
 use wring_model::{ModelConfig, ModelRunner};
@@ -321,25 +321,7 @@ fn graphs(model: &str) -> Result<()> {
     let (captured, replays, failed) = r.backend().graph_stats();
     println!("\nGraphs captured {captured}, replays {replays}, failed captures {failed}.");
 
-    // The grouped-query attention kernel must equal the one-block-per-head kernel.
     r.backend_mut().set_graph_mode(GraphMode::PadOnly);
-    for q in [1usize, 13] {
-        let new: Vec<Vec<u32>> = (0..batch)
-            .map(|i| (0..q).map(|j| (900 + 5 * i + j) as u32).collect())
-            .collect();
-        let s = step(&new, &ctx, &tabs);
-        r.backend_mut().set_gqa_attention(false);
-        let per_head = r.forward(&s)?.data;
-        r.backend_mut().set_gqa_attention(true);
-        let grouped = r.forward(&s)?.data;
-        r.backend_mut().set_gqa_attention(false);
-        let ok = same(&per_head, &grouped);
-        all_same &= ok;
-        println!(
-            "\nGQA attention kernel vs per-head kernel, q {q}: {}",
-            if ok { "identical" } else { "DIFFERENT" }
-        );
-    }
     // K/V written into the pool by the fused q/k/v split must equal kv_store's writes.
     let fused_store = CudaOptions::from_env()?.fused_kv_store;
     for q in [1usize, 13] {
@@ -359,31 +341,25 @@ fn graphs(model: &str) -> Result<()> {
             if ok { "identical" } else { "DIFFERENT" }
         );
     }
-    // The per-sequence and split-KV kernels sum in another order than the per-head one:
-    // compare within a tolerance and by argmax (the environment picks the defaults).
+    // The tensor-core and split-KV kernels sum in another order (and the tensor-core one
+    // rounds q and the probabilities to bf16) than the per-head reference: compare within
+    // a tolerance and by argmax (the environment picks the default).
     let env = CudaOptions::from_env()?;
-    type Variant = (&'static str, fn(&mut CudaBackend, bool));
-    let variants: [Variant; 2] = [
-        ("Per-sequence attention kernel", |b, on| {
-            b.set_seq_attention(on)
-        }),
-        ("Split-KV attention (4 splits)", |b, on| {
-            b.set_attn_splits(if on { 4 } else { 1 })
-        }),
+    let kernels = [
+        ("Tensor-core attention (mma)", AttentionKernel::Mma),
+        ("Split-KV attention (4 splits)", AttentionKernel::Split),
     ];
-    for (label, set) in variants {
+    for (label, kernel) in kernels {
         for q in [1usize, 5, 13] {
             let new: Vec<Vec<u32>> = (0..batch)
                 .map(|i| (0..q).map(|j| (700 + 3 * i + j) as u32).collect())
                 .collect();
             let s = step(&new, &ctx, &tabs);
-            r.backend_mut().set_seq_attention(false);
-            r.backend_mut().set_attn_splits(1);
+            r.backend_mut().set_attention(AttentionKernel::Reference);
             let per_head = r.forward(&s)?;
-            set(r.backend_mut(), true);
+            r.backend_mut().set_attention(kernel);
             let other = r.forward(&s)?;
-            r.backend_mut().set_seq_attention(env.seq_attention);
-            r.backend_mut().set_attn_splits(env.attn_splits);
+            r.backend_mut().set_attention(env.attention);
             let (d, scale) = per_head
                 .data
                 .iter()

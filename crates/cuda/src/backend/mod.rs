@@ -9,113 +9,27 @@
 //! Ops cannot return errors (the trait is infallible); the first failure is kept, later
 //! ops become no-ops, and `finish_step` reports it.
 
-use crate::arena::{Arena, Block};
+mod attention;
+mod qlinear;
+mod tensor;
+
+pub(crate) use attention::MMA_ROW_TILES;
+pub use tensor::{CudaMatrix, CudaTensor, CudaVector};
+
+use crate::arena::Arena;
 use crate::blas::{Blas, Gemm};
-use crate::blaslt::{fp8_pad_tokens, fp8_shape_ok, BlasLt};
-use crate::device::{launch, Arg, DeviceBuffer, PinnedBuffer};
+use crate::blaslt::BlasLt;
+use crate::device::{launch, launch_struct, Arg, DeviceBuffer, PinnedBuffer};
 use crate::graphs::{GraphKey, Graphs};
 use crate::kernels::Kernels;
 use crate::meta::{stage_step, Padding, StepLayout};
-use crate::options::{CudaOptions, GraphMode};
-use crate::qweights::{quantize_for_load, DeviceMatrix, DeviceQuant};
+use crate::options::{AttentionKernel, CudaOptions, GraphMode};
+use crate::qweights::{quantize_for_load, DeviceMatrix};
 use anyhow::{anyhow, bail, ensure, Context, Result};
 use cudarc::driver::{result, sys, CudaContext, CudaStream};
 use std::sync::Arc;
+use tensor::{DType, Weights};
 use wring_backend::{AttnShape, Backend, HostMatrix, KvSpec, RopeSpec, StepInput};
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DType {
-    F32,
-    Bf16,
-}
-
-impl DType {
-    fn size(self) -> usize {
-        match self {
-            DType::F32 => 4,
-            DType::Bf16 => 2,
-        }
-    }
-}
-
-/// An activation in the arena. `valid_rows` ≤ `rows`: padded rows are computed but
-/// never returned to the host.
-pub struct CudaTensor {
-    _block: Option<Block>,
-    ptr: u64,
-    rows: usize,
-    cols: usize,
-    valid_rows: usize,
-    dtype: DType,
-}
-
-impl CudaTensor {
-    fn empty() -> Self {
-        Self {
-            _block: None,
-            ptr: 0,
-            rows: 0,
-            cols: 0,
-            valid_rows: 0,
-            dtype: DType::F32,
-        }
-    }
-}
-
-/// A weight matrix `[rows=out][cols=in]`: bf16, or quantized (see [`crate::qweights`]).
-pub struct CudaMatrix {
-    w: Weights,
-    rows: usize,
-    cols: usize,
-}
-
-enum Weights {
-    Bf16(DeviceBuffer),
-    Fp8 {
-        q: DeviceBuffer,
-        scale: DeviceBuffer,
-    },
-    Int4 {
-        q: DeviceBuffer,
-        scale: DeviceBuffer,
-        zero: DeviceBuffer,
-        group: usize,
-        smooth: Option<DeviceBuffer>,
-        qgemm: bool,
-    },
-    Nvfp4 {
-        q: DeviceBuffer,
-        block_scale: DeviceBuffer,
-        row_scale: DeviceBuffer,
-        smooth: Option<DeviceBuffer>,
-        qgemm: bool,
-    },
-}
-
-impl CudaMatrix {
-    /// The storage scheme: "bf16", "fp8", "int4" or "nvfp4".
-    pub fn scheme(&self) -> &'static str {
-        match self.w {
-            Weights::Bf16(_) => "bf16",
-            Weights::Fp8 { .. } => "fp8",
-            Weights::Int4 { .. } => "int4",
-            Weights::Nvfp4 { .. } => "nvfp4",
-        }
-    }
-}
-
-/// Rows of a quantized matrix dequantised per tile of the bf16 scratch (≤ 64 MiB).
-const SCRATCH_CAP: usize = 64 << 20;
-
-fn tile_rows(rows: usize, cols: usize) -> usize {
-    ((SCRATCH_CAP / (2 * cols.max(1))) / 16 * 16).clamp(16, rows.max(16))
-}
-
-/// An f32 weight vector (norm gains, biases).
-pub struct CudaVector {
-    buf: DeviceBuffer,
-    len: usize,
-}
 
 struct KvPool {
     buf: DeviceBuffer,
@@ -167,6 +81,10 @@ pub struct CudaBackend {
     scratch_bytes: usize,
     /// Bytes of weights resident on the device (matrices and vectors).
     weight_bytes: usize,
+    /// Streaming multiprocessors (sizes grids that must fill the GPU).
+    sm_count: usize,
+    /// Split partials and counters of the tensor-core attention kernel.
+    mma_ws: Option<attention::MmaWorkspace>,
 }
 
 impl CudaBackend {
@@ -187,6 +105,10 @@ impl CudaBackend {
             .compute_capability()
             .map_err(|e| anyhow!("cannot read the compute capability: {e:?}"))?;
         let kernels = Kernels::load(arch).context("loading the CUDA kernels")?;
+        let sm_count = ctx
+            .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
+            .map_err(|e| anyhow!("cannot read the multiprocessor count: {e:?}"))?
+            .max(1) as usize;
         let blas = Blas::new(stream.cu_stream(), opts.gemm_tune)?;
         let name = format!(
             "cuda:{ordinal} ({}, sm_{}{})",
@@ -220,6 +142,8 @@ impl CudaBackend {
             scratch: None,
             scratch_bytes: 0,
             weight_bytes: 0,
+            sm_count,
+            mma_ws: None,
         })
     }
 
@@ -227,18 +151,9 @@ impl CudaBackend {
         &self.opts
     }
 
-    /// Chooses the grouped-query attention kernel (true) or one block per head.
-    /// Split-KV attention with `splits` blocks for decode/verify steps (1: off).
-    pub fn set_attn_splits(&mut self, splits: usize) {
-        self.opts.attn_splits = splits.clamp(1, 16);
-    }
-
-    pub fn set_seq_attention(&mut self, on: bool) {
-        self.opts.seq_attention = on;
-    }
-
-    pub fn set_gqa_attention(&mut self, on: bool) {
-        self.opts.gqa_attention = on;
+    /// The attention kernel for steps run from now on (captured graphs keep theirs).
+    pub fn set_attention(&mut self, kernel: AttentionKernel) {
+        self.opts.attention = kernel;
     }
 
     /// Whether the fused q/k/v split stores K/V into the pool itself (eager steps; a
@@ -336,6 +251,23 @@ impl CudaBackend {
             return;
         }
         if let Err(e) = launch(f, grid, block, self.cu_stream(), args) {
+            self.fail(anyhow!("launching {what} failed: {e:?}"));
+        }
+    }
+
+    /// Launches a kernel whose one parameter is the C struct `args` mirrors.
+    fn launch_args<T: Copy>(
+        &mut self,
+        f: sys::CUfunction,
+        grid: (u32, u32, u32),
+        block: u32,
+        args: &T,
+        what: &str,
+    ) {
+        if !self.ok() {
+            return;
+        }
+        if let Err(e) = launch_struct(f, grid, block, self.cu_stream(), args) {
             self.fail(anyhow!("launching {what} failed: {e:?}"));
         }
     }
@@ -438,360 +370,7 @@ impl CudaBackend {
         }
         self.widest = self.widest.max(cols);
     }
-
-    fn upload_device(&mut self, d: DeviceMatrix) -> Result<CudaMatrix> {
-        let (rows, cols) = (d.rows, d.cols);
-        self.weight_bytes += d.nbytes();
-        let qgemm = d.qgemm_ok();
-        let smooth = |s: &Option<Vec<f32>>| -> Result<Option<DeviceBuffer>> {
-            s.as_ref().map(|v| upload_slice(v, "weights")).transpose()
-        };
-        let w = match &d.data {
-            DeviceQuant::Fp8 { q, scale } => {
-                if !self.lt_tried {
-                    self.lt_tried = true;
-                    if self.arch >= (8, 9) {
-                        match BlasLt::new() {
-                            Ok(lt) => self.lt = Some(lt),
-                            Err(e) => tracing::warn!("FP8 weights run dequantised to bf16: {e:#}"),
-                        }
-                    } else {
-                        tracing::warn!(
-                            "FP8 weights run dequantised to bf16: sm_{}{} has no FP8 tensor cores (sm_89+)",
-                            self.arch.0,
-                            self.arch.1
-                        );
-                    }
-                }
-                Weights::Fp8 {
-                    q: upload_slice(q, "weights")?,
-                    scale: upload_slice(scale, "weights")?,
-                }
-            }
-            DeviceQuant::Int4 {
-                group,
-                q,
-                scale,
-                zero,
-            } => Weights::Int4 {
-                q: upload_slice(q, "weights")?,
-                scale: upload_slice(scale, "weights")?,
-                zero: upload_slice(zero, "weights")?,
-                group: *group,
-                smooth: smooth(&d.smooth)?,
-                qgemm,
-            },
-            DeviceQuant::Nvfp4 {
-                q,
-                block_scale,
-                row_scale,
-            } => Weights::Nvfp4 {
-                q: upload_slice(q, "weights")?,
-                block_scale: upload_slice(block_scale, "weights")?,
-                row_scale: upload_slice(row_scale, "weights")?,
-                smooth: smooth(&d.smooth)?,
-                qgemm,
-            },
-        };
-        // Every quantized matrix may take the dequantising path (large steps, or FP8
-        // shapes cuBLASLt does not take): the scratch holds its largest tile.
-        self.scratch_bytes = self.scratch_bytes.max(tile_rows(rows, cols) * cols * 2);
-        Ok(CudaMatrix { w, rows, cols })
-    }
-
-    /// `x · Wᵀ` into a new f32 tensor for a quantized `w` (shapes already checked).
-    fn quant_linear(&mut self, x: &CudaTensor, w: &CudaMatrix) -> CudaTensor {
-        let t = x.rows;
-        match &w.w {
-            Weights::Fp8 { q, scale } if fp8_shape_ok(w.cols, w.rows) => {
-                let tp = fp8_pad_tokens(t);
-                let supported = self
-                    .lt
-                    .as_mut()
-                    .is_some_and(|lt| lt.supports(tp, w.cols, w.rows));
-                if supported {
-                    return self.fp8_linear(x, w, q.ptr(), scale.ptr());
-                }
-            }
-            Weights::Int4 { qgemm: true, .. } | Weights::Nvfp4 { qgemm: true, .. }
-                if t <= self.opts.qgemm_max_t =>
-            {
-                return self.qgemm(x, w);
-            }
-            _ => {}
-        }
-        self.dequant_linear(x, w)
-    }
-
-    /// FP8 W8A8: activations to E4M3 per token, cuBLASLt E4M3 GEMM, per-token ×
-    /// per-channel rescale.
-    fn fp8_linear(&mut self, x: &CudaTensor, w: &CudaMatrix, wq: u64, ws: u64) -> CudaTensor {
-        let (t, k, n) = (x.rows, w.cols, w.rows);
-        let tp = fp8_pad_tokens(t);
-        // E4M3 bytes [tp][k] (k is a multiple of 16) and one f32 scale per token.
-        let xq = self.alloc(tp, k / 4, DType::F32, tp);
-        let xs = self.alloc(tp, 1, DType::F32, tp);
-        let mut out = self.alloc(tp, n, DType::F32, x.valid_rows);
-        if !self.ok() {
-            return CudaTensor::empty();
-        }
-        out.rows = t;
-        let args = [
-            Arg::Ptr(x.ptr),
-            Arg::Ptr(xq.ptr),
-            Arg::Ptr(xs.ptr),
-            Arg::I32(t as i32),
-            Arg::I32(k as i32),
-        ];
-        self.launch(
-            self.kernels.fp8_quantize_rows,
-            (tp as u32, 1, 1),
-            256,
-            &args,
-            "fp8_quantize_rows",
-        );
-        if !self.ok() {
-            return out;
-        }
-        let stream = self.cu_stream();
-        let lt = self.lt.as_mut().expect("checked by quant_linear");
-        if let Err(e) = lt.fp8_linear(stream, xq.ptr, wq, out.ptr, tp, k, n) {
-            self.fail(e);
-            return out;
-        }
-        let total = t * n;
-        let args = [
-            Arg::Ptr(out.ptr),
-            Arg::Ptr(xs.ptr),
-            Arg::Ptr(ws),
-            Arg::I32(n as i32),
-            Arg::I64(total as i64),
-        ];
-        self.launch(
-            self.kernels.fp8_rescale,
-            Self::grid_for(total),
-            256,
-            &args,
-            "fp8_rescale",
-        );
-        out
-    }
-
-    /// int4 / NVFP4 weights, small steps: the tensor-core kernel that dequantises in
-    /// registers; split-K partial sums are added in a fixed order (no atomics).
-    fn qgemm(&mut self, x: &CudaTensor, w: &CudaMatrix) -> CudaTensor {
-        let (t, k, n) = (x.rows, w.cols, w.rows);
-        let tiles = n / 16;
-        let steps = k / 64;
-        // Enough warps to keep HBM busy (~2048), at least 4 steps of 64 columns each.
-        let splits = (2048 / tiles.max(1)).clamp(1, (steps / 4).max(1));
-        let per = steps.div_ceil(splits) * 64;
-        let splits = k.div_ceil(per);
-        let out = self.alloc(t, n, DType::F32, x.valid_rows);
-        let part = if splits > 1 {
-            self.alloc(splits * t, n, DType::F32, splits * t)
-        } else {
-            CudaTensor::empty()
-        };
-        if !self.ok() {
-            return out;
-        }
-        let dst = if splits > 1 { part.ptr } else { out.ptr };
-        let which = if t <= 8 {
-            0
-        } else if t <= 16 {
-            1
-        } else {
-            2
-        };
-        let grid = (tiles.div_ceil(4) as u32, splits as u32, 1);
-        let opt = |s: &Option<DeviceBuffer>| s.as_ref().map_or(0, |b| b.ptr());
-        match &w.w {
-            Weights::Int4 {
-                q,
-                scale,
-                zero,
-                group,
-                smooth,
-                ..
-            } => {
-                let args = [
-                    Arg::Ptr(q.ptr()),
-                    Arg::Ptr(scale.ptr()),
-                    Arg::Ptr(zero.ptr()),
-                    Arg::Ptr(opt(smooth)),
-                    Arg::Ptr(x.ptr),
-                    Arg::Ptr(dst),
-                    Arg::I32(n as i32),
-                    Arg::I32(k as i32),
-                    Arg::I32(t as i32),
-                    Arg::I32(per as i32),
-                    Arg::I32(*group as i32),
-                ];
-                self.launch(
-                    self.kernels.qgemm_int4[which],
-                    grid,
-                    128,
-                    &args,
-                    "qgemm_int4",
-                );
-            }
-            Weights::Nvfp4 {
-                q,
-                block_scale,
-                row_scale,
-                smooth,
-                ..
-            } => {
-                let args = [
-                    Arg::Ptr(q.ptr()),
-                    Arg::Ptr(block_scale.ptr()),
-                    Arg::Ptr(row_scale.ptr()),
-                    Arg::Ptr(opt(smooth)),
-                    Arg::Ptr(x.ptr),
-                    Arg::Ptr(dst),
-                    Arg::I32(n as i32),
-                    Arg::I32(k as i32),
-                    Arg::I32(t as i32),
-                    Arg::I32(per as i32),
-                ];
-                self.launch(
-                    self.kernels.qgemm_nvfp4[which],
-                    grid,
-                    128,
-                    &args,
-                    "qgemm_nvfp4",
-                );
-            }
-            _ => self.fail(anyhow!("qgemm: not an int4 or nvfp4 matrix")),
-        }
-        if splits > 1 {
-            let total = t * n;
-            let args = [
-                Arg::Ptr(part.ptr),
-                Arg::Ptr(out.ptr),
-                Arg::I32(splits as i32),
-                Arg::I64(total as i64),
-            ];
-            self.launch(
-                self.kernels.sum_splits,
-                Self::grid_for(total),
-                256,
-                &args,
-                "sum_splits",
-            );
-        }
-        drop(part);
-        out
-    }
-
-    /// Any quantized weight, any step: dequantise tiles of rows into the bf16 scratch and
-    /// run each tile through cuBLAS into its columns of the output.
-    fn dequant_linear(&mut self, x: &CudaTensor, w: &CudaMatrix) -> CudaTensor {
-        let (t, k, n) = (x.rows, w.cols, w.rows);
-        let out = self.alloc(t, n, DType::F32, x.valid_rows);
-        let Some(scratch) = self.scratch.as_ref().map(|b| b.ptr()) else {
-            self.fail(anyhow!(
-                "quantized linear before the KV pool (and the dequantisation scratch) was allocated"
-            ));
-            return out;
-        };
-        let tile = tile_rows(n, k);
-        let opt = |s: &Option<DeviceBuffer>| s.as_ref().map_or(0, |b| b.ptr());
-        for r0 in (0..n).step_by(tile) {
-            if !self.ok() {
-                break;
-            }
-            let nr = tile.min(n - r0);
-            let (f, args, what) = match &w.w {
-                Weights::Fp8 { q, scale } => (
-                    self.kernels.dequant_fp8_bf16,
-                    vec![
-                        Arg::Ptr(q.ptr()),
-                        Arg::Ptr(scale.ptr()),
-                        Arg::Ptr(scratch),
-                        Arg::I32(r0 as i32),
-                        Arg::I32(k as i32),
-                        Arg::I64((nr * k) as i64),
-                    ],
-                    "dequant_fp8_bf16",
-                ),
-                Weights::Int4 {
-                    q,
-                    scale,
-                    zero,
-                    group,
-                    smooth,
-                    ..
-                } => (
-                    self.kernels.dequant_int4_bf16,
-                    vec![
-                        Arg::Ptr(q.ptr()),
-                        Arg::Ptr(scale.ptr()),
-                        Arg::Ptr(zero.ptr()),
-                        Arg::Ptr(opt(smooth)),
-                        Arg::Ptr(scratch),
-                        Arg::I32(r0 as i32),
-                        Arg::I32(k as i32),
-                        Arg::I32(*group as i32),
-                        Arg::I64((nr * k / 2) as i64),
-                    ],
-                    "dequant_int4_bf16",
-                ),
-                Weights::Nvfp4 {
-                    q,
-                    block_scale,
-                    row_scale,
-                    smooth,
-                    ..
-                } => (
-                    self.kernels.dequant_nvfp4_bf16,
-                    vec![
-                        Arg::Ptr(q.ptr()),
-                        Arg::Ptr(block_scale.ptr()),
-                        Arg::Ptr(row_scale.ptr()),
-                        Arg::Ptr(opt(smooth)),
-                        Arg::Ptr(scratch),
-                        Arg::I32(r0 as i32),
-                        Arg::I32(k as i32),
-                        Arg::I64((nr * k / 2) as i64),
-                    ],
-                    "dequant_nvfp4_bf16",
-                ),
-                Weights::Bf16(_) => {
-                    self.fail(anyhow!("dequant_linear on a bf16 matrix"));
-                    break;
-                }
-            };
-            let items = if what == "dequant_fp8_bf16" {
-                nr * k
-            } else {
-                nr * k / 2
-            };
-            self.launch(f, Self::grid_for(items), 256, &args, what);
-            if !self.ok() {
-                break;
-            }
-            let y = out.ptr + 4 * r0 as u64;
-            let tile = Gemm {
-                x: x.ptr,
-                w: scratch,
-                y,
-                tokens: t,
-                n_in: k,
-                n_out: nr,
-            };
-            if let Err(e) = self.blas.linear_ld(tile, n) {
-                self.fail(e);
-            }
-        }
-        out
-    }
 }
-
-/// `paged_attention_seq`'s limits (attention.cu: SEQ_MAX_Q, SEQ_ROWS).
-const SEQ_ATTENTION_MAX_Q: usize = 64;
-const SEQ_ATTENTION_ROWS: usize = 16;
 
 /// Device-to-device copy bandwidth (bytes read + written per second) over `bytes`.
 pub fn measure_copy_bandwidth(bytes: usize) -> Result<f64> {
@@ -1174,149 +753,7 @@ impl Backend for CudaBackend {
         v: &CudaTensor,
         shape: AttnShape,
     ) -> CudaTensor {
-        for t in [q, k, v] {
-            if !self.expect(t, DType::F32, "attention") {
-                return CudaTensor::empty();
-            }
-        }
-        let Some(kv) = &self.kv else {
-            self.fail(anyhow!("KV pool not allocated"));
-            return CudaTensor::empty();
-        };
-        if shape.n_kv_heads == 0
-            || !shape.n_heads.is_multiple_of(shape.n_kv_heads)
-            || shape.head_dim != kv.spec.head_dim
-        {
-            self.fail(anyhow!(
-                "attention shape {shape:?} does not match the KV pool"
-            ));
-            return CudaTensor::empty();
-        }
-        let k_pool = kv.buf.ptr() + (2 * layer * kv.part_bytes) as u64;
-        let v_pool = k_pool + kv.part_bytes as u64;
-        let block_size = kv.spec.block_size as i32;
-        let kv_width = (shape.n_kv_heads * shape.head_dim) as i32;
-        let t = self.layout.tokens as u32;
-        let (pos, tseq, btoff, bt) = (
-            self.meta_ptr(self.layout.off_positions),
-            self.meta_ptr(self.layout.off_token_seq),
-            self.meta_ptr(self.layout.off_seq_bt_off),
-            self.meta_ptr(self.layout.off_block_tables),
-        );
-        let store = [
-            Arg::Ptr(k.ptr),
-            Arg::Ptr(v.ptr),
-            Arg::Ptr(k_pool),
-            Arg::Ptr(v_pool),
-            Arg::Ptr(pos),
-            Arg::Ptr(tseq),
-            Arg::Ptr(btoff),
-            Arg::Ptr(bt),
-            Arg::I32(kv_width),
-            Arg::I32(block_size),
-        ];
-        if self.kv_stored.take() != Some(layer) {
-            self.launch(self.kernels.kv_store, (t, 1, 1), 128, &store, "kv_store");
-        }
-        let out = self.alloc(
-            q.rows,
-            shape.n_heads * shape.head_dim,
-            DType::Bf16,
-            q.valid_rows,
-        );
-        let attn = [
-            Arg::Ptr(q.ptr),
-            Arg::Ptr(out.ptr),
-            Arg::Ptr(k_pool),
-            Arg::Ptr(v_pool),
-            Arg::Ptr(pos),
-            Arg::Ptr(tseq),
-            Arg::Ptr(btoff),
-            Arg::Ptr(bt),
-            Arg::I32(shape.n_heads as i32),
-            Arg::I32(shape.n_kv_heads as i32),
-            Arg::I32(shape.head_dim as i32),
-            Arg::I32(block_size),
-            Arg::F32(1.0 / (shape.head_dim as f32).sqrt()),
-        ];
-        // Heads sharing a KV head go in one block (each K/V row read once) when their
-        // accumulators fit the kernel's registers.
-        let group = shape.n_heads / shape.n_kv_heads;
-        if self.opts.seq_attention
-            && self.max_query_len <= SEQ_ATTENTION_MAX_Q
-            && matches!(shape.head_dim, 64 | 128)
-            && shape.n_heads.is_multiple_of(shape.n_kv_heads)
-        {
-            let mut args = attn.to_vec();
-            args.insert(8, Arg::I32(t as i32));
-            let chunks = (self.max_query_len.max(1) * group).div_ceil(SEQ_ATTENTION_ROWS);
-            let grid = (t, shape.n_kv_heads as u32, chunks as u32);
-            self.launch(
-                self.kernels.paged_attention_seq,
-                grid,
-                128,
-                &args,
-                "paged_attention_seq",
-            );
-        } else if self.opts.attn_splits > 1 && self.max_query_len <= SEQ_ATTENTION_MAX_Q {
-            let splits = self.opts.attn_splits;
-            let parts = self.alloc(
-                q.rows * shape.n_heads * splits,
-                shape.head_dim + 2,
-                DType::F32,
-                q.rows * shape.n_heads * splits,
-            );
-            if !self.ok() {
-                return out;
-            }
-            let mut args = attn;
-            args[1] = Arg::Ptr(parts.ptr);
-            let grid = (t, shape.n_heads as u32, splits as u32);
-            self.launch(
-                self.kernels.paged_attention_split,
-                grid,
-                128,
-                &args,
-                "paged_attention_split",
-            );
-            let combine = [
-                Arg::Ptr(parts.ptr),
-                Arg::Ptr(out.ptr),
-                Arg::I32(shape.n_heads as i32),
-                Arg::I32(shape.head_dim as i32),
-                Arg::I32(splits as i32),
-            ];
-            self.launch(
-                self.kernels.attention_combine,
-                (t, shape.n_heads as u32, 1),
-                128,
-                &combine,
-                "attention_combine",
-            );
-        } else if self.opts.gqa_attention
-            && group > 1
-            && group <= 8
-            && group * shape.head_dim / 32 <= 32
-        {
-            let grid = (t, shape.n_kv_heads as u32, 1);
-            self.launch(
-                self.kernels.paged_attention_gqa,
-                grid,
-                128,
-                &attn,
-                "paged_attention_gqa",
-            );
-        } else {
-            let grid = (t, shape.n_heads as u32, 1);
-            self.launch(
-                self.kernels.paged_attention,
-                grid,
-                128,
-                &attn,
-                "paged_attention",
-            );
-        }
-        out
+        self.attention_op(layer, q, k, v, shape)
     }
 
     fn silu_mul(&mut self, gate: &CudaTensor, up: &CudaTensor) -> CudaTensor {

@@ -1,0 +1,445 @@
+// Paged attention on the tensor cores, for every step shape (decode: 1 query per
+// sequence, verify: 1 + K, prefill chunks: many); requires block_size % 16 == 0 and
+// head_dim 64 or 128 (the kernel's D; a.head_dim is ignored). Partials: a.parts is
+// [seq_cap][n_kv][MMA_SPLIT_MAX_Q * G][MMA_MAX_SPLITS][D + 2] f32, a.counters
+// [seq_cap][n_kv][MMA_MAX_CHUNKS].
+//
+// Work split. One block (4 warps) per (sequence, KV head, row chunk, key split). The rows
+// of (sequence, KV head) are r = j * G + hh for query token j and grouped head hh (G query
+// heads share the KV head), so each K/V tile is loaded once for every query token and every
+// head of the group. A row chunk holds 8 * NT rows. The sequence's keys are cut into
+// `splits` contiguous ranges of 16-key tiles (a function of its own query length and
+// context only, never of the batch); inside a split warp w takes tiles w, w + 4, ... The
+// partials of the four warps are merged in warp order, and those of the splits (in split
+// order) by whichever block of the sequence finishes last (a counter, reset by that block),
+// so a row's result depends on its own sequence and nothing else.
+//
+// Arithmetic, transposed so that the rows are the mma's N dimension (8 rows a tile: a
+// decode step of a GQA-4 model wastes half a tile, not three quarters):
+//   S^T[key][row] = K[key][:] . Q[row][:]     (A = K tile 16 keys x 16 dims, B = Q^T)
+//   O^T[dim][row] += V^T[dim][key] . P^T[key][row]   (A = V^T, B = P^T)
+// The head dims are permuted inside each mma (a sum over d does not care about order, an
+// output dim only has to be written back where it belongs) so that every thread reads K, V
+// and Q with 16-byte loads straight from global memory: no shared-memory staging of K/V.
+//   QK: k-step pair p covers dims [32p, 32p + 32); lane (g, c) loads dims 32p + 8c .. + 7 of
+//       key g (and g + 8) and of query row g; its A/B registers for k-steps 2p, 2p + 1 are
+//       the words (x, y) and (z, w) of those 16 bytes.
+//   PV: m-tile mt holds dims d(mt, g) = g * D/8 + 2mt and d(mt, g + 8) = g * D/8 + 2mt + 1,
+//       so lane (g, c) reads dims [g * D/8, (g + 1) * D/8) of its keys 2c, 2c+1, 2c+8, 2c+9
+//       and pairs keys with a byte permute; its outputs are the same contiguous dims.
+// P^T leaves the QK accumulators in the layout of a C fragment (key g, rows 2c, 2c + 1);
+// `movmatrix.trans` turns it into the B fragment of the PV product.
+// Softmax in base 2 (scale * log2 e folded into the scores), running max per row.
+
+#define MMA_WARPS 4
+#define MMA_MAX_SPLITS 8
+// Sequences of at most this many query tokens may split their keys.
+#define MMA_SPLIT_MAX_Q 16
+// Counters per (sequence, KV head): one per row chunk.
+#define MMA_MAX_CHUNKS 64
+
+__device__ __forceinline__ u32 mma_pack_bf16x2(float lo, float hi) {
+    u32 r;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+}
+
+__device__ __forceinline__ void mma_16816(float* c, u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ u32 movmatrix_trans(u32 x) {
+    u32 r;
+    asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(r) : "r"(x));
+    return r;
+}
+
+__device__ __forceinline__ uint4 ld_nc_v4(const void* p) {
+    uint4 r;
+    asm volatile("ld.global.nc.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p));
+    return r;
+}
+
+// Splits of a sequence's keys: one per 128 * q_len keys, at most MMA_MAX_SPLITS; prefill
+// chunks (more than MMA_SPLIT_MAX_Q queries) and sequences past the partials' capacity: 1.
+__device__ __forceinline__ int mma_splits(int q_len, int ctx, int seq, int seq_cap) {
+    if (q_len > MMA_SPLIT_MAX_Q || seq >= seq_cap) return 1;
+    const int per = 128 * q_len;
+    return min(MMA_MAX_SPLITS, max(1, (ctx + per - 1) / per));
+}
+
+// K/V of one 16-key tile as this lane needs them.
+template <int D>
+struct KvTile {
+    uint4 ka[D / 32];  // key g: dims 32p + 8c .. + 7
+    uint4 kb[D / 32];  // key g + 8
+    uint4 v[4][D / 64 > 0 ? D / 64 : 1];  // keys 2c, 2c+1, 2c+8, 2c+9: dims [g*D/8, +D/8)
+};
+
+template <int D>
+__device__ __forceinline__ void load_tile(KvTile<D>& t, const bf16_t* __restrict__ k_pool,
+                                          const bf16_t* __restrict__ v_pool, const u32* __restrict__ block_tables,
+                                          u32 bt_off, int block_size, int kv_width, int kvh, int tile, int ctx,
+                                          int g, int c) {
+    const int key0 = tile * 16;
+    // A tile never crosses a pool block (block_size % 16 == 0).
+    const u32 slot0 = block_tables[bt_off + key0 / block_size] * block_size + key0 % block_size;
+    const size_t head = (size_t)kvh * D;
+    const bf16_t* kbase = k_pool + (size_t)slot0 * kv_width + head;
+    const bf16_t* vbase = v_pool + (size_t)slot0 * kv_width + head;
+    const uint4 zero = make_uint4(0, 0, 0, 0);
+    // Keys past the context are not in the pool: zeros (masked below, and 0 * garbage
+    // could be NaN).
+    const bool okg = key0 + g < ctx, okg8 = key0 + g + 8 < ctx;
+#pragma unroll
+    for (int p = 0; p < D / 32; ++p) {
+        t.ka[p] = okg ? ld_nc_v4(kbase + (size_t)g * kv_width + 32 * p + 8 * c) : zero;
+        t.kb[p] = okg8 ? ld_nc_v4(kbase + (size_t)(g + 8) * kv_width + 32 * p + 8 * c) : zero;
+    }
+    const int vk[4] = {2 * c, 2 * c + 1, 2 * c + 8, 2 * c + 9};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const bool ok = key0 + vk[i] < ctx;
+        const bf16_t* vr = vbase + (size_t)vk[i] * kv_width + g * (D / 8);
+#pragma unroll
+        for (int u = 0; u < (D / 64 > 0 ? D / 64 : 1); ++u) t.v[i][u] = ok ? ld_nc_v4(vr + 8 * u) : zero;
+    }
+}
+
+__device__ __forceinline__ u32 word_of(const uint4& v, int w) {
+    return w == 0 ? v.x : w == 1 ? v.y : w == 2 ? v.z : v.w;
+}
+
+// One split of one row chunk: this warp's tiles, then the four warps merged in shared
+// memory. Leaves, for each row of the chunk, max m (base 2), sum l and the unnormalised
+// output in sm_o[row][D] (valid after the final __syncthreads).
+template <int D, int NT>
+__device__ __forceinline__ void mma_split(const AttnArgs& a, const u32* __restrict__ qfrag_s, int kvh,
+                                          u32 bt_off, int ctx, int tile_begin, int tile_end,
+                                          const int (&lim)[NT][2], float* sm_m, float* sm_l, float* sm_o) {
+    constexpr int ROWS = 8 * NT;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int g = lane >> 2, c = lane & 3;
+    const int kv_width = a.n_kv_heads * D;
+
+    float o[D / 16][NT][4];
+    float m[NT][2], l[NT][2];
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+        for (int f = 0; f < 2; ++f) { m[nt][f] = -WRING_INF; l[nt][f] = 0.0f; }
+#pragma unroll
+        for (int mt = 0; mt < D / 16; ++mt)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) o[mt][nt][i] = 0.0f;
+    }
+
+    for (int tile = tile_begin + warp; tile < tile_end; tile += MMA_WARPS) {
+        KvTile<D> kv;
+        load_tile<D>(kv, a.k_pool, a.v_pool, a.block_tables, bt_off, a.block_size, kv_width, kvh, tile, ctx, g, c);
+        // S^T = K . Q^T
+        float s[NT][4];
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) s[nt][i] = 0.0f;
+#pragma unroll
+        for (int p = 0; p < D / 32; ++p) {
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                const u32 a0 = e ? kv.ka[p].z : kv.ka[p].x;
+                const u32 a1 = e ? kv.kb[p].z : kv.kb[p].x;
+                const u32 a2 = e ? kv.ka[p].w : kv.ka[p].y;
+                const u32 a3 = e ? kv.kb[p].w : kv.kb[p].y;
+#pragma unroll
+                for (int nt = 0; nt < NT; ++nt) {
+                    // Q^T B fragment of (row tile nt, k-step 2p + e), stored lane-major.
+                    const uint2 b = *(const uint2*)(qfrag_s + (((nt * (D / 16) + 2 * p + e) * 32 + lane) * 2));
+                    mma_16816(s[nt], a0, a1, a2, a3, b.x, b.y);
+                }
+            }
+        }
+        // Mask, online softmax, P^T as B fragments.
+        const int key_g = tile * 16 + g, key_g8 = key_g + 8;
+        u32 pb[NT][2];
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+            float p0[2], p1[2];
+#pragma unroll
+            for (int f = 0; f < 2; ++f) {
+                const float v0 = key_g <= lim[nt][f] ? s[nt][f] * a.scale_log2 : -WRING_INF;
+                const float v1 = key_g8 <= lim[nt][f] ? s[nt][2 + f] * a.scale_log2 : -WRING_INF;
+                float mx = fmaxf(v0, v1);
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 4));
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 8));
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 16));
+                const float m_new = fmaxf(m[nt][f], mx);
+                const float m_use = m_new == -WRING_INF ? 0.0f : m_new;
+                const float corr = exp2f(m[nt][f] - m_use);
+                p0[f] = exp2f(v0 - m_use);
+                p1[f] = exp2f(v1 - m_use);
+                l[nt][f] = l[nt][f] * corr + (p0[f] + p1[f]);
+                m[nt][f] = m_new;
+#pragma unroll
+                for (int mt = 0; mt < D / 16; ++mt) {
+                    o[mt][nt][f] *= corr;
+                    o[mt][nt][2 + f] *= corr;
+                }
+            }
+            pb[nt][0] = movmatrix_trans(mma_pack_bf16x2(p0[0], p0[1]));
+            pb[nt][1] = movmatrix_trans(mma_pack_bf16x2(p1[0], p1[1]));
+        }
+        // O^T += V^T . P^T
+#pragma unroll
+        for (int mt = 0; mt < D / 16; ++mt) {
+            const u32 w0 = word_of(kv.v[0][mt / 4], mt % 4), w1 = word_of(kv.v[1][mt / 4], mt % 4);
+            const u32 w2 = word_of(kv.v[2][mt / 4], mt % 4), w3 = word_of(kv.v[3][mt / 4], mt % 4);
+            const u32 a0 = __byte_perm(w0, w1, 0x5410), a1 = __byte_perm(w0, w1, 0x7632);
+            const u32 a2 = __byte_perm(w2, w3, 0x5410), a3 = __byte_perm(w2, w3, 0x7632);
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt) mma_16816(o[mt][nt], a0, a1, a2, a3, pb[nt][0], pb[nt][1]);
+        }
+    }
+
+    // Row sums over the 8 lanes that share c, broadcast from g = 0 so every lane uses the
+    // same value.
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int f = 0; f < 2; ++f) {
+            float v = l[nt][f];
+            v += __shfl_xor_sync(0xffffffffu, v, 4);
+            v += __shfl_xor_sync(0xffffffffu, v, 8);
+            v += __shfl_xor_sync(0xffffffffu, v, 16);
+            l[nt][f] = __shfl_sync(0xffffffffu, v, c);
+        }
+    // Merge the warps in warp order.
+    if (g == 0) {
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+            for (int f = 0; f < 2; ++f) {
+                const int row = nt * 8 + 2 * c + f;
+                sm_m[warp * ROWS + row] = m[nt][f];
+                sm_l[warp * ROWS + row] = l[nt][f];
+            }
+    }
+    __syncthreads();
+    float mine[NT][2];
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int f = 0; f < 2; ++f) {
+            const int row = nt * 8 + 2 * c + f;
+            float mx = -WRING_INF;
+#pragma unroll
+            for (int w = 0; w < MMA_WARPS; ++w) mx = fmaxf(mx, sm_m[w * ROWS + row]);
+            const float m_use = mx == -WRING_INF ? 0.0f : mx;
+            mine[nt][f] = exp2f(m[nt][f] - m_use);
+        }
+    for (int w = 0; w < MMA_WARPS; ++w) {
+        if (warp == w) {
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+                for (int f = 0; f < 2; ++f) {
+                    const int row = nt * 8 + 2 * c + f;
+                    float* dst = sm_o + row * D + g * (D / 8);
+#pragma unroll
+                    for (int mt = 0; mt < D / 16; ++mt) {
+                        const float x0 = o[mt][nt][f] * mine[nt][f], x1 = o[mt][nt][2 + f] * mine[nt][f];
+                        if (w == 0) {
+                            dst[2 * mt] = x0;
+                            dst[2 * mt + 1] = x1;
+                        } else {
+                            dst[2 * mt] += x0;
+                            dst[2 * mt + 1] += x1;
+                        }
+                    }
+                }
+        }
+        __syncthreads();
+    }
+    // Row max and sum of the block (in warp order) for the caller.
+    if (threadIdx.x < ROWS) {
+        const int row = threadIdx.x;
+        float mx = -WRING_INF;
+        for (int w = 0; w < MMA_WARPS; ++w) mx = fmaxf(mx, sm_m[w * ROWS + row]);
+        const float m_use = mx == -WRING_INF ? 0.0f : mx;
+        float sum = 0.0f;
+        for (int w = 0; w < MMA_WARPS; ++w) sum += sm_l[w * ROWS + row] * exp2f(sm_m[w * ROWS + row] - m_use);
+        sm_m[MMA_WARPS * ROWS + row] = mx;
+        sm_l[MMA_WARPS * ROWS + row] = sum;
+    }
+    __syncthreads();
+}
+
+template <int D, int NT>
+__device__ __forceinline__ void attention_mma(const AttnArgs& a) {
+    constexpr int ROWS = 8 * NT;
+    __shared__ __align__(16) u32 qfrag_s[NT * (D / 16) * 32 * 2];
+    __shared__ float sm_m[(MMA_WARPS + 1) * ROWS];
+    __shared__ float sm_l[(MMA_WARPS + 1) * ROWS];
+    __shared__ __align__(16) float sm_o[ROWS * D];
+    __shared__ int last_block;
+
+    const int seq = blockIdx.x, kvh = blockIdx.y;
+    const int chunk = blockIdx.z / a.grid_splits, split0 = blockIdx.z % a.grid_splits;
+    const int G = a.n_heads / a.n_kv_heads;
+    const u32 q_start = a.seq_q_start[seq];
+    const int q_len = (int)(a.seq_q_start[seq + 1] - q_start);
+    if (q_len <= 0) return;
+    const int rows = q_len * G;
+    const int row0 = chunk * ROWS;
+    if (row0 >= rows) return;
+    const int ctx = (int)a.positions[q_start + q_len - 1] + 1;
+    const u32 bt_off = a.seq_bt_off[seq];
+    const int splits = mma_splits(q_len, ctx, seq, a.seq_cap);
+    if (split0 >= splits) return;
+    const int c = threadIdx.x & 3;
+    const int width = a.n_heads * D;
+
+    // Q^T B fragments of the chunk's rows (bf16, zero for rows past the sequence), laid out
+    // [row tile][k-step][lane][2 words] so each lane reads 8 contiguous bytes per mma.
+    for (int idx = threadIdx.x; idx < NT * (D / 32) * 32; idx += blockDim.x) {
+        const int ln = idx % 32, p = (idx / 32) % (D / 32), nt = idx / (32 * (D / 32));
+        const int rg = ln >> 2, rc = ln & 3;
+        const int row = row0 + nt * 8 + rg;
+        float x[8];
+        if (row < rows) {
+            const int j = row / G, hh = row % G;
+            const float* src = a.q + (size_t)(q_start + j) * width + (size_t)(kvh * G + hh) * D + 32 * p + 8 * rc;
+            const float4 u = *(const float4*)src, v = *(const float4*)(src + 4);
+            x[0] = u.x; x[1] = u.y; x[2] = u.z; x[3] = u.w; x[4] = v.x; x[5] = v.y; x[6] = v.z; x[7] = v.w;
+        } else {
+#pragma unroll
+            for (int i = 0; i < 8; ++i) x[i] = 0.0f;
+        }
+        u32* dst0 = qfrag_s + ((nt * (D / 16) + 2 * p) * 32 + ln) * 2;
+        u32* dst1 = qfrag_s + ((nt * (D / 16) + 2 * p + 1) * 32 + ln) * 2;
+        dst0[0] = mma_pack_bf16x2(x[0], x[1]);
+        dst0[1] = mma_pack_bf16x2(x[2], x[3]);
+        dst1[0] = mma_pack_bf16x2(x[4], x[5]);
+        dst1[1] = mma_pack_bf16x2(x[6], x[7]);
+    }
+    // Causal limit of this lane's rows (2c, 2c + 1 of each row tile): the query's position;
+    // -1 for rows past the sequence.
+    int lim[NT][2];
+    int max_lim = -1;
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int f = 0; f < 2; ++f) {
+            const int row = row0 + nt * 8 + 2 * c + f;
+            lim[nt][f] = row < rows ? (int)a.positions[q_start + row / G] : -1;
+        }
+    {
+        const int last_row = min(rows, row0 + ROWS) - 1;
+        max_lim = (int)a.positions[q_start + last_row / G];
+    }
+    __syncthreads();
+
+    const int ctx_tiles = (ctx + 15) / 16;
+    const int need_tiles = (max_lim + 16) / 16;  // tiles holding keys 0..max_lim
+    const int per_split = (ctx_tiles + splits - 1) / splits;
+
+    for (int split = split0; split < splits; split += a.grid_splits) {
+        const int tb = split * per_split;
+        const int te = min(need_tiles, tb + per_split);
+        mma_split<D, NT>(a, qfrag_s, kvh, bt_off, ctx, tb, te, lim, sm_m, sm_l, sm_o);
+        const float* fm = sm_m + MMA_WARPS * ROWS;
+        const float* fl = sm_l + MMA_WARPS * ROWS;
+        if (splits == 1) {
+            // Normalise and store: D/8 contiguous dims per (row, lane group).
+            for (int idx = threadIdx.x; idx < ROWS * 8; idx += blockDim.x) {
+                const int r = idx / 8, seg = idx % 8;
+                const int row = row0 + r;
+                if (row >= rows) continue;
+                const int j = row / G, hh = row % G;
+                const float inv = 1.0f / fl[r];
+                bf16_t* dst = a.out + (size_t)(q_start + j) * width + (size_t)(kvh * G + hh) * D + seg * (D / 8);
+                const float* srcp = sm_o + r * D + seg * (D / 8);
+#pragma unroll
+                for (int i = 0; i < D / 8; i += 2) {
+                    *(u32*)(dst + i) = mma_pack_bf16x2(srcp[i] * inv, srcp[i + 1] * inv);
+                }
+            }
+            __syncthreads();
+            continue;
+        }
+        // A partial: [m, l, o[D]] per row, then count it; the block that completes the
+        // sequence's last split combines all of them in split order.
+        const int rows_cap = MMA_SPLIT_MAX_Q * G;
+        float* part_base = a.parts + (size_t)(seq * a.n_kv_heads + kvh) * rows_cap * MMA_MAX_SPLITS * (D + 2);
+        for (int idx = threadIdx.x; idx < ROWS * (D + 2); idx += blockDim.x) {
+            const int r = idx / (D + 2), col = idx % (D + 2);
+            const int row = row0 + r;
+            if (row >= rows) continue;
+            const float v = col == 0 ? fm[r] : col == 1 ? fl[r] : sm_o[r * D + col - 2];
+            __stcg(part_base + ((size_t)row * MMA_MAX_SPLITS + split) * (D + 2) + col, v);
+        }
+        __threadfence();
+        __syncthreads();
+        u32* counter = a.counters + (size_t)(seq * a.n_kv_heads + kvh) * MMA_MAX_CHUNKS + chunk;
+        if (threadIdx.x == 0) {
+            const u32 done = atomicAdd(counter, 1u) + 1;
+            last_block = done == (u32)splits;
+            if (last_block) *counter = 0;  // ready for the next launch
+        }
+        __syncthreads();
+        if (!last_block) continue;
+        __threadfence();
+        for (int idx = threadIdx.x; idx < ROWS * 8; idx += blockDim.x) {
+            const int r = idx / 8, seg = idx % 8;
+            const int row = row0 + r;
+            if (row >= rows) continue;
+            const float* pr = part_base + (size_t)row * MMA_MAX_SPLITS * (D + 2);
+            float mx = -WRING_INF;
+            for (int s = 0; s < splits; ++s) mx = fmaxf(mx, __ldcg(pr + s * (D + 2)));
+            float wsum = 0.0f, sc[MMA_MAX_SPLITS];
+#pragma unroll
+            for (int s = 0; s < MMA_MAX_SPLITS; ++s) {
+                sc[s] = 0.0f;
+                if (s < splits) {
+                    const float ms = __ldcg(pr + s * (D + 2));
+                    sc[s] = ms == -WRING_INF ? 0.0f : exp2f(ms - mx);
+                    wsum += __ldcg(pr + s * (D + 2) + 1) * sc[s];
+                }
+            }
+            const float inv = 1.0f / wsum;
+            const int j = row / G, hh = row % G;
+            bf16_t* dst = a.out + (size_t)(q_start + j) * width + (size_t)(kvh * G + hh) * D + seg * (D / 8);
+#pragma unroll
+            for (int i = 0; i < D / 8; i += 2) {
+                float x0 = 0.0f, x1 = 0.0f;
+#pragma unroll
+                for (int s = 0; s < MMA_MAX_SPLITS; ++s) {
+                    if (s < splits) {
+                        const float* ps = pr + s * (D + 2) + 2 + seg * (D / 8) + i;
+                        x0 += __ldcg(ps) * sc[s];
+                        x1 += __ldcg(ps + 1) * sc[s];
+                    }
+                }
+                *(u32*)(dst + i) = mma_pack_bf16x2(x0 * inv, x1 * inv);
+            }
+        }
+        __syncthreads();
+    }
+}
+
+#define MMA_KERNEL(D, NT)                                                                  \
+    extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32)                          \
+    attention_mma_d##D##_n##NT(AttnArgs a) { attention_mma<D, NT>(a); }
+
+MMA_KERNEL(64, 1)
+MMA_KERNEL(64, 2)
+MMA_KERNEL(64, 3)
+MMA_KERNEL(64, 4)
+MMA_KERNEL(64, 6)
+MMA_KERNEL(128, 1)
+MMA_KERNEL(128, 2)
+MMA_KERNEL(128, 3)

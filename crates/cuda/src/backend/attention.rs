@@ -1,0 +1,309 @@
+//! Paged attention: the K/V store and the choice of attention kernel.
+//!
+//! `attention_mma` (kernels/attention/mma.cu, the default) runs every step shape on the
+//! tensor cores: one block per (sequence, KV head, row chunk, key split) loads each K/V
+//! tile once for all of the sequence's query tokens and grouped heads. The per-head
+//! kernels of kernels/attention/paged.cu serve head_dim 256 and block sizes that are not
+//! multiples of 16, and stay as the reference (`WRING_CUDA_ATTENTION=reference`) and the
+//! previous default (`split`) for side-by-side measurements.
+
+use super::tensor::{CudaTensor, DType};
+use super::CudaBackend;
+use crate::device::{Arg, DeviceBuffer};
+use crate::options::AttentionKernel;
+use anyhow::anyhow;
+use wring_backend::AttnShape;
+
+/// The parameter struct every attention kernel takes (kernels/attention/args.cuh).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct AttnArgs {
+    pub q: u64,
+    pub out: u64,
+    pub k_pool: u64,
+    pub v_pool: u64,
+    pub positions: u64,
+    pub token_seq: u64,
+    pub seq_q_start: u64,
+    pub seq_bt_off: u64,
+    pub block_tables: u64,
+    pub parts: u64,
+    pub counters: u64,
+    pub n_heads: i32,
+    pub n_kv_heads: i32,
+    pub head_dim: i32,
+    pub block_size: i32,
+    pub seq_cap: i32,
+    pub grid_splits: i32,
+    pub scale: f32,
+    pub scale_log2: f32,
+}
+
+/// kernels/attention/mma.cu's limits.
+const MMA_MAX_SPLITS: usize = 8;
+const MMA_SPLIT_MAX_Q: usize = 16;
+const MMA_MAX_CHUNKS: usize = 64;
+/// Sequences per step whose keys may be split (partials are kept for this many); later
+/// sequences of a larger eager step run unsplit.
+const MMA_SEQ_CAP: usize = 256;
+/// Row tiles (8 rows each) per block that `attention_mma_d{D}_n{NT}` is built for.
+pub(crate) const MMA_ROW_TILES: [(usize, &[usize]); 2] =
+    [(64, &[1, 2, 3, 4, 6]), (128, &[1, 2, 3])];
+
+/// The split-KV reference variant's split count (the previous default).
+const SPLIT_KERNEL_SPLITS: usize = 4;
+
+/// Partials and counters of `attention_mma`, sized for one model shape.
+pub(super) struct MmaWorkspace {
+    parts: DeviceBuffer,
+    counters: DeviceBuffer,
+    n_heads: usize,
+    head_dim: usize,
+}
+
+/// (row tiles per block, row chunks) for `rows` rows per (sequence, KV head).
+fn mma_tiles(head_dim: usize, rows: usize) -> Option<(usize, usize)> {
+    let (_, built) = MMA_ROW_TILES.iter().find(|(d, _)| *d == head_dim)?;
+    let tiles = rows.div_ceil(8).max(1);
+    let largest = *built.last()?;
+    match built.iter().find(|&&nt| nt >= tiles) {
+        Some(&nt) => Some((nt, 1)),
+        None => Some((largest, tiles.div_ceil(largest))),
+    }
+}
+
+impl CudaBackend {
+    /// Pool base addresses of `layer`'s K and V.
+    pub(super) fn kv_pools(&self, layer: usize) -> Option<(u64, u64)> {
+        let kv = self.kv.as_ref()?;
+        let k_pool = kv.buf.ptr() + (2 * layer * kv.part_bytes) as u64;
+        Some((k_pool, k_pool + kv.part_bytes as u64))
+    }
+
+    pub(super) fn attention_op(
+        &mut self,
+        layer: usize,
+        q: &CudaTensor,
+        k: &CudaTensor,
+        v: &CudaTensor,
+        shape: AttnShape,
+    ) -> CudaTensor {
+        for t in [q, k, v] {
+            if !self.expect(t, DType::F32, "attention") {
+                return CudaTensor::empty();
+            }
+        }
+        let Some(kv) = &self.kv else {
+            self.fail(anyhow!("KV pool not allocated"));
+            return CudaTensor::empty();
+        };
+        if shape.n_kv_heads == 0
+            || !shape.n_heads.is_multiple_of(shape.n_kv_heads)
+            || shape.head_dim != kv.spec.head_dim
+        {
+            self.fail(anyhow!(
+                "attention shape {shape:?} does not match the KV pool"
+            ));
+            return CudaTensor::empty();
+        }
+        let block_size = kv.spec.block_size;
+        let (k_pool, v_pool) = self.kv_pools(layer).expect("pool checked above");
+        if self.kv_stored.take() != Some(layer) {
+            self.kv_store(k, v, k_pool, v_pool, shape, block_size);
+        }
+        let out = self.alloc(
+            q.rows,
+            shape.n_heads * shape.head_dim,
+            DType::Bf16,
+            q.valid_rows,
+        );
+        if !self.ok() {
+            return out;
+        }
+        let scale = 1.0 / (shape.head_dim as f32).sqrt();
+        let mut args = AttnArgs {
+            q: q.ptr,
+            out: out.ptr,
+            k_pool,
+            v_pool,
+            positions: self.meta_ptr(self.layout.off_positions),
+            token_seq: self.meta_ptr(self.layout.off_token_seq),
+            seq_q_start: self.meta_ptr(self.layout.off_seq_q_start),
+            seq_bt_off: self.meta_ptr(self.layout.off_seq_bt_off),
+            block_tables: self.meta_ptr(self.layout.off_block_tables),
+            n_heads: shape.n_heads as i32,
+            n_kv_heads: shape.n_kv_heads as i32,
+            head_dim: shape.head_dim as i32,
+            block_size: block_size as i32,
+            scale,
+            scale_log2: scale * std::f32::consts::LOG2_E,
+            ..Default::default()
+        };
+        let t = self.layout.tokens as u32;
+        let mma = mma_tiles(
+            shape.head_dim,
+            self.max_query_len * (shape.n_heads / shape.n_kv_heads),
+        )
+        .filter(|_| block_size.is_multiple_of(16));
+        match (self.opts.attention, mma) {
+            (AttentionKernel::Mma, Some((nt, chunks))) => {
+                self.attention_mma(&mut args, shape, nt, chunks);
+            }
+            (AttentionKernel::Split, _) if self.max_query_len <= 64 => {
+                let parts = self.alloc(
+                    q.rows * shape.n_heads * SPLIT_KERNEL_SPLITS,
+                    shape.head_dim + 2,
+                    DType::F32,
+                    q.rows * shape.n_heads * SPLIT_KERNEL_SPLITS,
+                );
+                if !self.ok() {
+                    return out;
+                }
+                args.parts = parts.ptr;
+                args.grid_splits = SPLIT_KERNEL_SPLITS as i32;
+                let f = self.kernels.paged_attention_split;
+                let grid = (t, shape.n_heads as u32, SPLIT_KERNEL_SPLITS as u32);
+                self.launch_args(f, grid, 128, &args, "paged_attention_split");
+                let f = self.kernels.attention_combine;
+                let grid = (t, shape.n_heads as u32, 1);
+                self.launch_args(f, grid, 128, &args, "attention_combine");
+            }
+            _ => {
+                let f = self.kernels.paged_attention;
+                let grid = (t, shape.n_heads as u32, 1);
+                self.launch_args(f, grid, 128, &args, "paged_attention");
+            }
+        }
+        out
+    }
+
+    /// Writes this step's K and V rows (f32) into the pool as bf16.
+    fn kv_store(
+        &mut self,
+        k: &CudaTensor,
+        v: &CudaTensor,
+        k_pool: u64,
+        v_pool: u64,
+        shape: AttnShape,
+        block_size: usize,
+    ) {
+        let store = [
+            Arg::Ptr(k.ptr),
+            Arg::Ptr(v.ptr),
+            Arg::Ptr(k_pool),
+            Arg::Ptr(v_pool),
+            Arg::Ptr(self.meta_ptr(self.layout.off_positions)),
+            Arg::Ptr(self.meta_ptr(self.layout.off_token_seq)),
+            Arg::Ptr(self.meta_ptr(self.layout.off_seq_bt_off)),
+            Arg::Ptr(self.meta_ptr(self.layout.off_block_tables)),
+            Arg::I32((shape.n_kv_heads * shape.head_dim) as i32),
+            Arg::I32(block_size as i32),
+        ];
+        let t = self.layout.tokens as u32;
+        self.launch(self.kernels.kv_store, (t, 1, 1), 128, &store, "kv_store");
+    }
+
+    fn attention_mma(&mut self, args: &mut AttnArgs, shape: AttnShape, nt: usize, chunks: usize) {
+        let Some((parts, counters)) = self.mma_workspace(shape) else {
+            return;
+        };
+        let seqs = self.layout.seqs;
+        // Blocks per (sequence, KV head, chunk): enough to fill the GPU twice over when the
+        // step has few sequences. It decides which block computes a split, never where the
+        // splits fall, so results do not depend on it.
+        let units = (seqs * shape.n_kv_heads * chunks).max(1);
+        let grid_splits = if self.max_query_len <= MMA_SPLIT_MAX_Q {
+            (2 * self.sm_count).div_ceil(units).clamp(1, MMA_MAX_SPLITS)
+        } else {
+            1
+        };
+        args.parts = parts;
+        args.counters = counters;
+        args.seq_cap = MMA_SEQ_CAP as i32;
+        args.grid_splits = grid_splits as i32;
+        let Some(f) = self.kernels.attention_mma(shape.head_dim, nt) else {
+            self.fail(anyhow!(
+                "attention_mma has no build for head_dim {} with {nt} row tiles",
+                shape.head_dim
+            ));
+            return;
+        };
+        let grid = (
+            seqs as u32,
+            shape.n_kv_heads as u32,
+            (chunks * grid_splits) as u32,
+        );
+        self.launch_args(f, grid, 128, args, "attention_mma");
+    }
+
+    /// The partials and counters for this model shape (allocated at the first eager use).
+    fn mma_workspace(&mut self, shape: AttnShape) -> Option<(u64, u64)> {
+        if let Some(w) = &self.mma_ws {
+            if w.n_heads == shape.n_heads && w.head_dim == shape.head_dim {
+                return Some((w.parts.ptr(), w.counters.ptr()));
+            }
+        }
+        if self.graphs.capturing() {
+            self.fail(anyhow!(
+                "attention workspace first needed inside a graph capture"
+            ));
+            return None;
+        }
+        let group = shape.n_heads / shape.n_kv_heads;
+        let part_floats = MMA_SEQ_CAP
+            * shape.n_kv_heads
+            * MMA_SPLIT_MAX_Q
+            * group
+            * MMA_MAX_SPLITS
+            * (shape.head_dim + 2);
+        let counter_words = MMA_SEQ_CAP * shape.n_kv_heads * MMA_MAX_CHUNKS;
+        let made = DeviceBuffer::alloc(part_floats * 4, "attention partials").and_then(|parts| {
+            let counters = DeviceBuffer::alloc(counter_words * 4, "attention counters")?;
+            counters.zero(counter_words * 4)?;
+            Ok(MmaWorkspace {
+                parts,
+                counters,
+                n_heads: shape.n_heads,
+                head_dim: shape.head_dim,
+            })
+        });
+        match made {
+            Ok(w) => {
+                let ptrs = (w.parts.ptr(), w.counters.ptr());
+                self.mma_ws = Some(w);
+                Some(ptrs)
+            }
+            Err(e) => {
+                self.fail(e);
+                None
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn row_tiles_cover_the_rows_with_the_smallest_build() {
+        // 135M (head_dim 64, 3 heads a group): decode 3 rows, verify K=4 15, K=12 39.
+        assert_eq!(mma_tiles(64, 3), Some((1, 1)));
+        assert_eq!(mma_tiles(64, 15), Some((2, 1)));
+        assert_eq!(mma_tiles(64, 39), Some((6, 1)));
+        assert_eq!(mma_tiles(64, 2048 * 3), Some((6, 128)));
+        // 8B (head_dim 128, 4 a group): decode 4, K=4 20, K=12 52.
+        assert_eq!(mma_tiles(128, 4), Some((1, 1)));
+        assert_eq!(mma_tiles(128, 20), Some((3, 1)));
+        assert_eq!(mma_tiles(128, 52), Some((3, 3)));
+        assert_eq!(mma_tiles(256, 4), None);
+    }
+
+    #[test]
+    fn attention_args_match_the_kernels_struct() {
+        // 11 pointers, 6 ints, 2 floats (kernels/attention/args.cuh).
+        assert_eq!(std::mem::size_of::<AttnArgs>(), 11 * 8 + 6 * 4 + 2 * 4);
+        assert_eq!(std::mem::offset_of!(AttnArgs, n_heads), 88);
+        assert_eq!(std::mem::offset_of!(AttnArgs, scale_log2), 116);
+    }
+}
