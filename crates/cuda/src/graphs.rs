@@ -23,6 +23,8 @@ pub struct GraphOutput {
 struct Entry {
     graph: CudaGraph,
     out: GraphOutput,
+    /// Nodes (kernel launches, memsets, copies) in the graph.
+    nodes: usize,
 }
 
 #[derive(Default)]
@@ -90,7 +92,15 @@ impl Graphs {
             (None, Ok(Some(graph))) => match graph.launch() {
                 Ok(()) => {
                     let out = GraphOutput { ptr, cols };
-                    self.entries.insert(key, Entry { graph, out });
+                    let mut nodes = 0usize;
+                    // SAFETY: a null node array asks only for the count.
+                    let counted = unsafe {
+                        sys::cuGraphGetNodes(graph.cu_graph(), std::ptr::null_mut(), &mut nodes)
+                    };
+                    if counted != sys::CUresult::CUDA_SUCCESS {
+                        nodes = 0;
+                    }
+                    self.entries.insert(key, Entry { graph, out, nodes });
                     Ok(())
                 }
                 Err(e) => Err(anyhow!("first launch of the captured graph: {e:?}")),
@@ -100,6 +110,19 @@ impl Graphs {
             self.failed.insert(key);
         }
         result.map_err(|e| e.context(format!("graph {key:?}")))
+    }
+
+    /// Drops every captured graph (and the failure and sighting records): the next steps
+    /// are captured afresh.
+    pub fn clear(&mut self) {
+        self.entries.clear();
+        self.seen.clear();
+        self.failed.clear();
+    }
+
+    /// Nodes of the graph captured for `key` (each a kernel launch or a memory op).
+    pub fn nodes(&self, key: GraphKey) -> Option<usize> {
+        self.entries.get(&key).map(|e| e.nodes)
     }
 
     /// Replays the graph of `key` if one was captured.

@@ -12,6 +12,10 @@
 //!   (fp8, int4, nvfp4; quantised at load) versus the same scheme on the CPU backend, and
 //!   greedy agreement with bf16.
 //! `gpu_check qgemm` — one GEMM per weight scheme and token count vs a host reference.
+//! `gpu_check steps OUT_DIR` — graph step times of decode and verify shapes per attention
+//!   kernel vs the HBM roofline; writes steps.json and latency.json.
+//! `gpu_check attention` — every attention kernel vs a float64 host reference, and the
+//!   tensor-core kernel's determinism and batch invariance.
 //! `gpu_check quant-bench` — dummy llama-3.1-8b per weight scheme: load time, weight
 //!   memory, decode step times against the HBM roofline.
 
@@ -24,8 +28,12 @@ use wring_model::llama::LlamaRunner;
 use wring_model::weights::WeightSource;
 use wring_model::{ModelConfig, ModelRunner};
 
+#[path = "support/attention.rs"]
+mod attention;
 #[path = "support/quant.rs"]
 mod quant;
+#[path = "support/steps.rs"]
+mod steps;
 
 const BLOCK: usize = 16;
 
@@ -40,13 +48,15 @@ fn main() -> Result<()> {
         "quant" => quant::check(arg(&args, 2)?, args.get(3).map(String::as_str)),
         "quant-bench" => quant::bench(),
         "qgemm" => quant::gemm_check(),
+        "attention" => attention::check(),
+        "steps" => steps::run(arg(&args, 2)?),
         "profile" => profile(
             arg(&args, 2)?,
             arg(&args, 3)?.parse()?,
             arg(&args, 4)?.parse()?,
             arg(&args, 5)?.parse()?,
         ),
-        _ => bail!("usage: gpu_check golden MODEL GOLDEN | graphs MODEL | bench MODEL | cpu-compare MODEL | quant MODEL [GOLDEN] | quant-bench | qgemm | profile MODEL BATCH Q CTX (MODEL: a .gguf, dummy or dummy-8b)"),
+        _ => bail!("usage: gpu_check golden MODEL GOLDEN | graphs MODEL | bench MODEL | cpu-compare MODEL | quant MODEL [GOLDEN] | quant-bench | qgemm | attention | steps OUT_DIR | profile MODEL BATCH Q CTX (MODEL: a .gguf, dummy or dummy-8b)"),
     }
 }
 

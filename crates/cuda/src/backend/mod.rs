@@ -151,8 +151,12 @@ impl CudaBackend {
         &self.opts
     }
 
-    /// The attention kernel for steps run from now on (captured graphs keep theirs).
+    /// The attention kernel for steps run from now on; captured graphs are dropped (they
+    /// hold the previous kernel) and captured again.
     pub fn set_attention(&mut self, kernel: AttentionKernel) {
+        if self.opts.attention != kernel {
+            self.graphs.clear();
+        }
         self.opts.attention = kernel;
     }
 
@@ -167,9 +171,38 @@ impl CudaBackend {
         self.opts.graphs = mode;
     }
 
+    /// An f32 activation `[rows][cols]` holding `data`, for checks that drive single ops
+    /// (the KV pool must be allocated: activations live in its arena).
+    pub fn upload_activation(
+        &mut self,
+        rows: usize,
+        cols: usize,
+        data: &[f32],
+    ) -> Result<CudaTensor> {
+        ensure!(
+            data.len() == rows * cols,
+            "activation data has the wrong length"
+        );
+        self.bind()?;
+        let t = self.alloc(rows, cols, DType::F32, rows);
+        if let Some(e) = self.error.take() {
+            return Err(e);
+        }
+        // SAFETY: t holds rows * cols f32; synchronous copy.
+        unsafe { result::memcpy_htod_sync(t.ptr, data) }
+            .map_err(|e| anyhow!("copying an activation to the GPU failed: {e:?}"))?;
+        Ok(t)
+    }
+
     /// The GEMM shapes tuned so far (`WRING_CUDA_GEMM_TUNE=on`).
     pub fn gemm_tune_reports(&self) -> &[crate::blas::GemmTuneReport] {
         self.blas.tune_reports()
+    }
+
+    /// Nodes (kernel launches and memory ops) of the graph captured for `bucket` sequences
+    /// of `query_len` tokens: the launches one replayed step costs.
+    pub fn graph_nodes(&self, bucket: usize, query_len: usize) -> Option<usize> {
+        self.graphs.nodes(GraphKey { bucket, query_len })
     }
 
     /// (captured graphs, replays, captures that failed).

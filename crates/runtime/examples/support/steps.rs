@@ -1,0 +1,121 @@
+//! `gpu_check steps OUT_DIR`: graph-replay step times of the shapes bestKpad makes, against
+//! the HBM roofline measured in the same call, for the 135M model's shape and dummy
+//! llama-3.1-8b, for each attention kernel in `STEPS_KERNELS` (default `mma,split`).
+//! Writes `OUT_DIR/steps.json` (issue 14: decode at batch 1/8/32, verify 32 × (1 + K),
+//! K ∈ {4, 6, 8, 12}) and `OUT_DIR/latency.json` (issue 15: decode at batch 1 and 8 with
+//! the kernels a replayed step launches).
+
+use super::{time_steps, Runner, BLOCK};
+use anyhow::{Context, Result};
+use serde_json::json;
+use std::time::Instant;
+use wring_cuda::{AttentionKernel, CudaBackend, CudaOptions, GraphMode};
+use wring_model::llama::LlamaRunner;
+use wring_model::weights::WeightSource;
+use wring_model::ModelConfig;
+
+/// Bytes a step must read at least: every layer's weights and the LM head once (the
+/// embedding only for the step's rows: nothing), and the K/V of every context position.
+fn roofline_bytes(cfg: &ModelConfig, batch: usize, ctx: usize) -> f64 {
+    let (h, i, l) = (cfg.hidden_size, cfg.intermediate_size, cfg.num_layers);
+    let kvd = cfg.num_kv_heads * cfg.head_dim;
+    let qd = cfg.num_heads * cfg.head_dim;
+    let weights = 2 * (l * (h * (qd + 2 * kvd) + qd * h + 3 * h * i) + cfg.vocab_size * h);
+    let kv = batch * ctx * l * 2 * kvd * 2;
+    (weights + kv) as f64
+}
+
+fn kernel_name(k: AttentionKernel) -> &'static str {
+    match k {
+        AttentionKernel::Mma => "mma",
+        AttentionKernel::Split => "split",
+        AttentionKernel::Reference => "reference",
+    }
+}
+
+pub fn run(out_dir: &str) -> Result<()> {
+    let kernels: Vec<AttentionKernel> = std::env::var("STEPS_KERNELS")
+        .unwrap_or_else(|_| "mma,split".into())
+        .split(',')
+        .map(|k| match k.trim() {
+            "mma" => Ok(AttentionKernel::Mma),
+            "split" => Ok(AttentionKernel::Split),
+            "reference" => Ok(AttentionKernel::Reference),
+            other => anyhow::bail!("STEPS_KERNELS: unknown kernel {other:?}"),
+        })
+        .collect::<Result<_>>()?;
+    let bw = wring_cuda::measure_copy_bandwidth(2 << 30)?;
+    println!(
+        "## Step times (graph replay)\n\nDevice-to-device copy: {:.0} GB/s (bytes read + written).\n",
+        bw / 1e9
+    );
+    let mut steps = vec![];
+    let mut latency = vec![];
+    for (name, shape, ctx) in [
+        ("smollm2-135m", "smollm2-135m", 256usize),
+        ("llama-3.1-8b", "llama-3.1-8b", 512),
+    ] {
+        let cfg = ModelConfig::named_shape(shape).context("shape")?;
+        let t0 = Instant::now();
+        let backend = CudaBackend::new(0, CudaOptions::from_env()?)?;
+        let mut r: Runner = LlamaRunner::new(
+            backend,
+            cfg.clone(),
+            &WeightSource::Dummy { seed: 0 },
+            8192,
+            BLOCK,
+        )?;
+        println!(
+            "### {name} (dummy weights, bf16), loaded in {:.0} s; context {ctx}\n",
+            t0.elapsed().as_secs_f64()
+        );
+        println!("| attention | batch × q | graph ms | roofline ms | % of roofline | × decode at this batch | kernels/step |");
+        println!("|---|---|---|---|---|---|---|");
+        for &kernel in &kernels {
+            r.backend_mut().set_attention(kernel);
+            r.backend_mut().set_graph_mode(GraphMode::On);
+            let mut decode_ms = std::collections::HashMap::new();
+            for (batch, q) in [(1, 1), (8, 1), (32, 1), (32, 5), (32, 7), (32, 9), (32, 13)] {
+                let steps_n = 12;
+                let t = time_steps(&mut r, batch, q, ctx, steps_n)?;
+                let roof = roofline_bytes(&cfg, batch, ctx + steps_n * q / 2) / bw;
+                let ms = t * 1e3;
+                if q == 1 {
+                    decode_ms.insert(batch, ms);
+                }
+                let bucket = CudaOptions::from_env()?.bucket_for(batch).unwrap_or(batch);
+                let nodes = r.backend().graph_nodes(bucket, q);
+                println!(
+                    "| {} | {batch} × {q} | {ms:.3} | {:.3} | {:.0} % | {:.2} | {} |",
+                    kernel_name(kernel),
+                    roof * 1e3,
+                    100.0 * roof * 1e3 / ms,
+                    ms / decode_ms.get(&batch).copied().unwrap_or(ms),
+                    nodes.map_or("?".into(), |n| n.to_string())
+                );
+                steps.push(json!({
+                    "model": name, "batch": batch, "q": q, "ms": ms, "roofline_ms": roof * 1e3,
+                    "attention": kernel_name(kernel), "ctx": ctx,
+                }));
+                if q == 1 && batch <= 8 {
+                    latency.push(json!({
+                        "model": name, "batch": batch, "ms_per_step": ms, "roofline_ms": roof * 1e3,
+                        "kernels_per_step": nodes, "attention": kernel_name(kernel), "ctx": ctx,
+                    }));
+                }
+            }
+        }
+        println!();
+    }
+    std::fs::create_dir_all(out_dir)?;
+    std::fs::write(
+        format!("{out_dir}/steps.json"),
+        serde_json::to_string_pretty(&steps)?,
+    )?;
+    std::fs::write(
+        format!("{out_dir}/latency.json"),
+        serde_json::to_string_pretty(&latency)?,
+    )?;
+    println!("Wrote {out_dir}/steps.json and {out_dir}/latency.json.");
+    Ok(())
+}
