@@ -251,4 +251,15 @@ mod tests {
         let src = "extern \"C\" __global__ void a(int x) {}\nextern \"C\" __global__ void __launch_bounds__(128)\nb(int y) {}";
         assert_eq!(entry_names(src), ["a", "b"]);
     }
+
+    #[test]
+    fn every_tensor_core_attention_build_is_defined() {
+        let names: Vec<String> = SOURCES.iter().flat_map(|(_, s)| entry_names(s)).collect();
+        for &(d, tiles) in crate::backend::MMA_ROW_TILES.iter() {
+            for nt in tiles {
+                let want = format!("attention_mma_d{d}_n{nt}");
+                assert!(names.contains(&want), "{want} is not defined in any source");
+            }
+        }
+    }
 }
