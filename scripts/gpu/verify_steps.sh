@@ -26,16 +26,18 @@ run() {
 }
 run attention attention
 run graphs-135m graphs dummy
+run graphs-135m-gguf graphs dummy-gguf
 run graphs-8b graphs dummy-8b
 run cpu-135m cpu-compare dummy
 run steps steps "$OUT"
 NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
-for kernel in ${NCU_KERNELS:-mma split}; do
-    tag="8b-b32-q5-$kernel"
+for spec in ${NCU_SPECS:-dummy-8b:32:5:512 dummy-8b:32:13:512 dummy-8b:1:1:512 dummy-8b:32:1:512 dummy:1:1:256}; do
+    IFS=: read -r model batch q ctx <<<"$spec"
+    tag="$model-b$batch-q$q"
     start=$(date +%s)
-    WRING_CUDA_ATTENTION=$kernel timeout 200 "$NCU" --clock-control none --profile-from-start off \
+    timeout 200 "$NCU" --clock-control none --profile-from-start off \
         --metrics gpu__time_duration.sum --csv --print-units base --log-file "$OUT/ncu/$tag.csv" \
-        $bin profile dummy-8b 32 5 512 > "$OUT/ncu/$tag.out" 2>&1
+        $bin profile "$model" "$batch" "$q" "$ctx" > "$OUT/ncu/$tag.out" 2>&1
     echo "== ncu $tag rc=$? in $(( $(date +%s) - start )) s"
 done
 for f in "$OUT"/ncu/*.csv; do

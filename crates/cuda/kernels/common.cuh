@@ -49,3 +49,16 @@ __device__ __forceinline__ float block_max(float v, float* scratch) {
 __device__ __forceinline__ u32 kv_slot(const u32* block_tables, u32 bt_off, u32 pos, int block_size) {
     return block_tables[bt_off + pos / block_size] * block_size + pos % block_size;
 }
+
+// Programmatic dependent launch (Hopper): the backend launches each of these kernels with
+// programmatic stream serialization, so it may start while the previous kernel drains.
+// Every kernel calls this first: it waits until the previous grid has completed and its
+// writes are visible (nothing is read or written before), then lets the next kernel's
+// blocks be scheduled as this grid's blocks retire. Without a programmatic dependency
+// (older GPUs, other launches) both instructions do nothing.
+__device__ __forceinline__ void pdl_entry() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;" :::);
+#endif
+}

@@ -12,14 +12,14 @@ __device__ __forceinline__ void rms_norm_row(const float* x, const float* w, bf1
 }
 
 extern "C" __global__ void rms_norm(const float* __restrict__ x, const float* __restrict__ w,
-                                    bf16_t* __restrict__ out, int cols, float eps) {
+                                    bf16_t* __restrict__ out, int cols, float eps) { pdl_entry();
     const size_t r = blockIdx.x;
     rms_norm_row(x + r * cols, w, out + r * cols, cols, eps);
 }
 
 extern "C" __global__ void add_rms_norm(float* __restrict__ x, const float* __restrict__ y,
                                         const float* __restrict__ w, bf16_t* __restrict__ out,
-                                        int cols, float eps) {
+                                        int cols, float eps) { pdl_entry();
     const size_t r = blockIdx.x;
     float* xr = x + r * cols;
     const float* yr = y + r * cols;
@@ -73,21 +73,21 @@ __device__ __forceinline__ void add_rms_norm_regs(float* __restrict__ x, const f
 
 extern "C" __global__ void add_rms_norm_r4(float* __restrict__ x, const float* __restrict__ y,
                                           const float* __restrict__ w, bf16_t* __restrict__ out,
-                                          int cols, float eps) {
+                                          int cols, float eps) { pdl_entry();
     add_rms_norm_regs<4>(x, y, w, out, cols, eps);
 }
 extern "C" __global__ void add_rms_norm_r8(float* __restrict__ x, const float* __restrict__ y,
                                           const float* __restrict__ w, bf16_t* __restrict__ out,
-                                          int cols, float eps) {
+                                          int cols, float eps) { pdl_entry();
     add_rms_norm_regs<8>(x, y, w, out, cols, eps);
 }
 extern "C" __global__ void add_rms_norm_r16(float* __restrict__ x, const float* __restrict__ y,
                                           const float* __restrict__ w, bf16_t* __restrict__ out,
-                                          int cols, float eps) {
+                                          int cols, float eps) { pdl_entry();
     add_rms_norm_regs<16>(x, y, w, out, cols, eps);
 }
 extern "C" __global__ void add_rms_norm_r32(float* __restrict__ x, const float* __restrict__ y,
                                           const float* __restrict__ w, bf16_t* __restrict__ out,
-                                          int cols, float eps) {
+                                          int cols, float eps) { pdl_entry();
     add_rms_norm_regs<32>(x, y, w, out, cols, eps);
 }

@@ -46,7 +46,7 @@ __device__ __forceinline__ u32 f32_to_e4m3(float x) {
 // (1 for an all-zero row), written to q[t][k]; s_t to scale[t]. Rows from `rows` to
 // `rows_pad` (GEMM padding) are zero.
 extern "C" __global__ void fp8_quantize_rows(const bf16_t* __restrict__ x, unsigned char* __restrict__ q,
-                                             float* __restrict__ scale, int rows, int k) {
+                                             float* __restrict__ scale, int rows, int k) { pdl_entry();
     __shared__ float red[32];
     const int t = blockIdx.x;
     unsigned char* qr = q + (size_t)t * k;
@@ -67,7 +67,7 @@ extern "C" __global__ void fp8_quantize_rows(const bf16_t* __restrict__ x, unsig
 
 // y[t][o] *= xs[t] * ws[o] over `n` = T * rows values.
 extern "C" __global__ void fp8_rescale(float* __restrict__ y, const float* __restrict__ xs,
-                                       const float* __restrict__ ws, int rows, long n) {
+                                       const float* __restrict__ ws, int rows, long n) { pdl_entry();
     for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x)
         y[i] *= xs[i / rows] * ws[i % rows];
 }
@@ -76,7 +76,7 @@ extern "C" __global__ void fp8_rescale(float* __restrict__ y, const float* __res
 // `smooth` (AWQ's per-input multiplier) may be null. Grid-stride over pairs of columns.
 
 extern "C" __global__ void dequant_fp8_bf16(const unsigned char* __restrict__ q, const float* __restrict__ ws,
-                                            bf16_t* __restrict__ out, int r0, int k, long n) {
+                                            bf16_t* __restrict__ out, int r0, int k, long n) { pdl_entry();
     for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x) {
         const long r = r0 + i / k;
         out[i] = f2bf(e4m3_to_f32(q[r * k + i % k]) * ws[r]);
@@ -85,7 +85,7 @@ extern "C" __global__ void dequant_fp8_bf16(const unsigned char* __restrict__ q,
 
 extern "C" __global__ void dequant_int4_bf16(const unsigned char* __restrict__ q, const float* __restrict__ sc,
                                              const float* __restrict__ zr, const float* __restrict__ smooth,
-                                             bf16_t* __restrict__ out, int r0, int k, int group, long npairs) {
+                                             bf16_t* __restrict__ out, int r0, int k, int group, long npairs) { pdl_entry();
     const int half = k / 2, ng = (k + group - 1) / group;
     for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < npairs; i += (long)gridDim.x * blockDim.x) {
         const long r = r0 + i / half;
@@ -102,7 +102,7 @@ extern "C" __global__ void dequant_int4_bf16(const unsigned char* __restrict__ q
 
 extern "C" __global__ void dequant_nvfp4_bf16(const unsigned char* __restrict__ q, const unsigned char* __restrict__ bs,
                                               const float* __restrict__ rs, const float* __restrict__ smooth,
-                                              bf16_t* __restrict__ out, int r0, int k, long npairs) {
+                                              bf16_t* __restrict__ out, int r0, int k, long npairs) { pdl_entry();
     const int half = k / 2, nb = (k + 15) / 16;
     for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < npairs; i += (long)gridDim.x * blockDim.x) {
         const long r = r0 + i / half;
@@ -256,7 +256,7 @@ __device__ __forceinline__ void qgemm_body(const unsigned char* __restrict__ q, 
 extern "C" __global__ void __launch_bounds__(128)
 qgemm_int4_n1(const unsigned char* __restrict__ q, const float* __restrict__ sc, const float* __restrict__ zr,
                 const float* __restrict__ smooth, const bf16_t* __restrict__ x, float* __restrict__ out,
-                int rows, int K, int T, int k_per_split, int group) {
+                int rows, int K, int T, int k_per_split, int group) { pdl_entry();
     Int4Deq d;
     d.sc = sc; d.zr = zr; d.group = group; d.ng = (K + group - 1) / group;
     qgemm_body<1>(q, d, smooth, x, out, rows, K, T, k_per_split);
@@ -265,7 +265,7 @@ qgemm_int4_n1(const unsigned char* __restrict__ q, const float* __restrict__ sc,
 extern "C" __global__ void __launch_bounds__(128)
 qgemm_int4_n2(const unsigned char* __restrict__ q, const float* __restrict__ sc, const float* __restrict__ zr,
                 const float* __restrict__ smooth, const bf16_t* __restrict__ x, float* __restrict__ out,
-                int rows, int K, int T, int k_per_split, int group) {
+                int rows, int K, int T, int k_per_split, int group) { pdl_entry();
     Int4Deq d;
     d.sc = sc; d.zr = zr; d.group = group; d.ng = (K + group - 1) / group;
     qgemm_body<2>(q, d, smooth, x, out, rows, K, T, k_per_split);
@@ -274,7 +274,7 @@ qgemm_int4_n2(const unsigned char* __restrict__ q, const float* __restrict__ sc,
 extern "C" __global__ void __launch_bounds__(128)
 qgemm_int4_n4(const unsigned char* __restrict__ q, const float* __restrict__ sc, const float* __restrict__ zr,
                 const float* __restrict__ smooth, const bf16_t* __restrict__ x, float* __restrict__ out,
-                int rows, int K, int T, int k_per_split, int group) {
+                int rows, int K, int T, int k_per_split, int group) { pdl_entry();
     Int4Deq d;
     d.sc = sc; d.zr = zr; d.group = group; d.ng = (K + group - 1) / group;
     qgemm_body<4>(q, d, smooth, x, out, rows, K, T, k_per_split);
@@ -283,7 +283,7 @@ qgemm_int4_n4(const unsigned char* __restrict__ q, const float* __restrict__ sc,
 extern "C" __global__ void __launch_bounds__(128)
 qgemm_nvfp4_n1(const unsigned char* __restrict__ q, const unsigned char* __restrict__ bs,
                  const float* __restrict__ rs, const float* __restrict__ smooth, const bf16_t* __restrict__ x,
-                 float* __restrict__ out, int rows, int K, int T, int k_per_split) {
+                 float* __restrict__ out, int rows, int K, int T, int k_per_split) { pdl_entry();
     Nvfp4Deq d;
     d.bs = bs; d.rs = rs; d.nb = (K + 15) / 16;
     qgemm_body<1>(q, d, smooth, x, out, rows, K, T, k_per_split);
@@ -292,7 +292,7 @@ qgemm_nvfp4_n1(const unsigned char* __restrict__ q, const unsigned char* __restr
 extern "C" __global__ void __launch_bounds__(128)
 qgemm_nvfp4_n2(const unsigned char* __restrict__ q, const unsigned char* __restrict__ bs,
                  const float* __restrict__ rs, const float* __restrict__ smooth, const bf16_t* __restrict__ x,
-                 float* __restrict__ out, int rows, int K, int T, int k_per_split) {
+                 float* __restrict__ out, int rows, int K, int T, int k_per_split) { pdl_entry();
     Nvfp4Deq d;
     d.bs = bs; d.rs = rs; d.nb = (K + 15) / 16;
     qgemm_body<2>(q, d, smooth, x, out, rows, K, T, k_per_split);
@@ -301,14 +301,14 @@ qgemm_nvfp4_n2(const unsigned char* __restrict__ q, const unsigned char* __restr
 extern "C" __global__ void __launch_bounds__(128)
 qgemm_nvfp4_n4(const unsigned char* __restrict__ q, const unsigned char* __restrict__ bs,
                  const float* __restrict__ rs, const float* __restrict__ smooth, const bf16_t* __restrict__ x,
-                 float* __restrict__ out, int rows, int K, int T, int k_per_split) {
+                 float* __restrict__ out, int rows, int K, int T, int k_per_split) { pdl_entry();
     Nvfp4Deq d;
     d.bs = bs; d.rs = rs; d.nb = (K + 15) / 16;
     qgemm_body<4>(q, d, smooth, x, out, rows, K, T, k_per_split);
 }
 
 // out[i] = sum over s < splits of part[s * n + i], in order.
-extern "C" __global__ void sum_splits(const float* __restrict__ part, float* __restrict__ out, int splits, long n) {
+extern "C" __global__ void sum_splits(const float* __restrict__ part, float* __restrict__ out, int splits, long n) { pdl_entry();
     for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x) {
         float s = part[i];
         for (int k = 1; k < splits; k++) s += part[(long)k * n + i];

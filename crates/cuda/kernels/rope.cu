@@ -3,7 +3,7 @@
 // The angle is formed in double so long positions keep their precision.
 extern "C" __global__ void rope(float* __restrict__ x, const u32* __restrict__ positions,
                                 const float* __restrict__ inv_freq, int n_heads, int head_dim,
-                                int interleaved) {
+                                int interleaved) { pdl_entry();
     const int half = head_dim / 2;
     const double pos = (double)positions[blockIdx.x];
     float* row = x + (size_t)blockIdx.x * n_heads * head_dim;
@@ -36,7 +36,7 @@ extern "C" __global__ void rope_split_qkv(const float* __restrict__ qkv, float* 
                                           bf16_t* __restrict__ k_pool, bf16_t* __restrict__ v_pool,
                                           const u32* __restrict__ token_seq,
                                           const u32* __restrict__ seq_bt_off,
-                                          const u32* __restrict__ block_tables, int block_size) {
+                                          const u32* __restrict__ block_tables, int block_size) { pdl_entry();
     const int half = head_dim / 2;
     const int qd = n_heads * head_dim, kvd = n_kv_heads * head_dim;
     const size_t t = blockIdx.x;

@@ -1,6 +1,6 @@
 // Greedy sampling on the device: the first index of the maximum of each logit row.
 extern "C" __global__ void argmax_rows(const float* __restrict__ logits, int vocab,
-                                       u32* __restrict__ out) {
+                                       u32* __restrict__ out) { pdl_entry();
     __shared__ float best_v[32];
     __shared__ int best_i[32];
     const float* row = logits + (size_t)blockIdx.x * vocab;

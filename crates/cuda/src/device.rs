@@ -91,6 +91,39 @@ pub enum Arg {
     F32(f32),
 }
 
+/// Launches `f` with `params` (pointers to each argument's value). With `pdl`, the launch
+/// allows programmatic stream serialization: the kernel may start while the previous one
+/// in the stream drains, and waits for it with `griddepcontrol.wait` (every wring kernel
+/// does so first, kernels/common.cuh `pdl_entry`). Graph capture records the edge.
+fn launch_params(
+    f: sys::CUfunction,
+    grid: (u32, u32, u32),
+    block: u32,
+    stream: sys::CUstream,
+    params: &mut [*mut c_void],
+    pdl: bool,
+) -> Result<(), result::DriverError> {
+    // SAFETY: a zeroed attribute is a valid value of the plain-data union.
+    let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
+    attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+    attr.value.programmaticStreamSerializationAllowed = 1;
+    let config = sys::CUlaunchConfig {
+        gridDimX: grid.0,
+        gridDimY: grid.1,
+        gridDimZ: grid.2,
+        blockDimX: block,
+        blockDimY: 1,
+        blockDimZ: 1,
+        sharedMemBytes: 0,
+        hStream: stream,
+        attrs: if pdl { &mut attr } else { std::ptr::null_mut() },
+        numAttrs: pdl as u32,
+    };
+    // SAFETY: params point at live values matching the kernel's signature (the typed
+    // callers guarantee it); the driver copies them before returning.
+    unsafe { sys::cuLaunchKernelEx(&config, f, params.as_mut_ptr(), std::ptr::null_mut()).result() }
+}
+
 /// Launches `f` whose one parameter is the C struct that `args` mirrors (`#[repr(C)]`,
 /// same fields in the same order).
 pub fn launch_struct<T: Copy>(
@@ -99,11 +132,10 @@ pub fn launch_struct<T: Copy>(
     block: u32,
     stream: sys::CUstream,
     args: &T,
+    pdl: bool,
 ) -> Result<(), result::DriverError> {
     let mut params = [args as *const T as *mut c_void];
-    // SAFETY: the kernel's only parameter has T's size and layout (checked by each
-    // mirror's layout test); the driver copies it before returning.
-    unsafe { result::launch_kernel(f, grid, (block, 1, 1), 0, stream, &mut params) }
+    launch_params(f, grid, block, stream, &mut params, pdl)
 }
 
 /// Launches `f` on `stream` with `args` in order.
@@ -113,6 +145,7 @@ pub fn launch(
     block: u32,
     stream: sys::CUstream,
     args: &[Arg],
+    pdl: bool,
 ) -> Result<(), result::DriverError> {
     // Each argument lives in its own 8-byte slot; the driver reads the value's size
     // from the slot's start (little-endian, so 4-byte values sit in the low bytes).
@@ -129,7 +162,5 @@ pub fn launch(
         .iter_mut()
         .map(|s| s as *mut u64 as *mut c_void)
         .collect();
-    // SAFETY: params point at live slots matching the kernel's signature (checked by
-    // the typed wrappers in `ops`).
-    unsafe { result::launch_kernel(f, grid, (block, 1, 1), 0, stream, &mut params) }
+    launch_params(f, grid, block, stream, &mut params, pdl)
 }

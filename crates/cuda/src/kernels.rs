@@ -32,6 +32,10 @@ pub const SOURCES: &[(&str, &str)] = &[
     ),
     ("sampling.cu", include_str!("../kernels/sampling.cu")),
     ("quant_gemm.cu", include_str!("../kernels/quant_gemm.cu")),
+    (
+        "linear_small.cu",
+        include_str!("../kernels/linear_small.cu"),
+    ),
 ];
 
 /// Compiles one source to PTX for `compute_{major}{minor}`, or errors with NVRTC's log.
@@ -118,6 +122,8 @@ pub struct Kernels {
     pub paged_attention: sys::CUfunction,
     pub paged_attention_split: sys::CUfunction,
     pub attention_combine: sys::CUfunction,
+    /// `linear_small_{store,silu,qkv}_n{1..4}`: [epilogue][token tiles - 1].
+    linear_small: [[sys::CUfunction; 4]; 3],
     /// `attention_mma_d{head_dim}_n{row tiles}`, keyed by (head_dim, row tiles).
     attention_mma: Vec<((usize, usize), sys::CUfunction)>,
     pub argmax_rows: sys::CUfunction,
@@ -181,6 +187,26 @@ impl Kernels {
             kv_store: get("kv_store")?,
             paged_attention: get("paged_attention")?,
             paged_attention_split: get("paged_attention_split")?,
+            linear_small: [
+                [
+                    get("linear_small_store_n1")?,
+                    get("linear_small_store_n2")?,
+                    get("linear_small_store_n3")?,
+                    get("linear_small_store_n4")?,
+                ],
+                [
+                    get("linear_small_silu_n1")?,
+                    get("linear_small_silu_n2")?,
+                    get("linear_small_silu_n3")?,
+                    get("linear_small_silu_n4")?,
+                ],
+                [
+                    get("linear_small_qkv_n1")?,
+                    get("linear_small_qkv_n2")?,
+                    get("linear_small_qkv_n3")?,
+                    get("linear_small_qkv_n4")?,
+                ],
+            ],
             attention_mma: crate::backend::MMA_ROW_TILES
                 .iter()
                 .flat_map(|&(d, tiles)| tiles.iter().map(move |&nt| (d, nt)))
@@ -210,8 +236,27 @@ impl Kernels {
 }
 
 impl Kernels {
+    /// The small-step linear with `epilogue` for `tiles` tiles of 8 tokens (1 to 4).
+    pub(crate) fn linear_small(
+        &self,
+        epilogue: crate::backend::SmallEpilogue,
+        tiles: usize,
+    ) -> Option<sys::CUfunction> {
+        use crate::backend::SmallEpilogue::*;
+        let e = match epilogue {
+            Store => 0,
+            Silu => 1,
+            Qkv => 2,
+        };
+        self.linear_small[e].get(tiles.checked_sub(1)?).copied()
+    }
+
     /// The tensor-core attention kernel for `head_dim` with `row_tiles` tiles of 8 rows.
-    pub fn attention_mma(&self, head_dim: usize, row_tiles: usize) -> Option<sys::CUfunction> {
+    pub(crate) fn attention_mma(
+        &self,
+        head_dim: usize,
+        row_tiles: usize,
+    ) -> Option<sys::CUfunction> {
         self.attention_mma
             .iter()
             .find(|(k, _)| *k == (head_dim, row_tiles))

@@ -39,6 +39,13 @@ pub struct CudaOptions {
     pub max_tokens: usize,
     /// The attention kernel (`WRING_CUDA_ATTENTION` = mma | split | reference).
     pub attention: AttentionKernel,
+    /// Steps of at most this many tokens (≤ 32) run bf16 linears through the fused
+    /// small-step kernels (kernels/linear_small.cu: RoPE + K/V store and SiLU·mul in the
+    /// GEMM's launch) instead of cuBLAS (`WRING_CUDA_SMALL_LINEAR_MAX_T`, 0 = off).
+    pub small_linear_max_t: usize,
+    /// Launch wring's kernels with programmatic dependent launch (sm_90+): each may start
+    /// while the previous kernel drains (`WRING_CUDA_PDL` = on | off).
+    pub pdl: bool,
     /// q|k|v and gate|up weights concatenated at upload: one GEMM each, RoPE fused into
     /// the q/k/v split and SiLU·mul reading the gate|up halves (`WRING_CUDA_FUSED`; on by
     /// default: 135M decode 1.67 → 1.37 ms, 8B 7.34 → 6.70 ms, scripts/gpu/results/run6).
@@ -75,6 +82,8 @@ impl Default for CudaOptions {
             query_lens: vec![1, 2, 5, 7, 9, 13],
             max_tokens: 8192,
             attention: AttentionKernel::Mma,
+            pdl: true,
+            small_linear_max_t: 32,
             fused: true,
             fused_kv_store: true,
             weights: None,
@@ -112,7 +121,7 @@ fn switch(name: &str, v: &str) -> Result<bool> {
 impl CudaOptions {
     /// `WRING_CUDA_GRAPHS` = on | off | pad-only, `WRING_CUDA_GRAPH_BUCKETS` = 1,2,4,...,
     /// `WRING_CUDA_GRAPH_K` = 1,4,6,8,12 (verify lengths 1+K; decode is always included),
-    /// `WRING_CUDA_MAX_TOKENS` = 8192, `WRING_CUDA_ATTENTION` = mma | split | reference,
+    /// `WRING_CUDA_MAX_TOKENS` = 8192, `WRING_CUDA_ATTENTION` = mma | split | reference, `WRING_CUDA_PDL` = on | off, `WRING_CUDA_SMALL_LINEAR_MAX_T` = 0..=32,
     /// `WRING_CUDA_FUSED` = on | off, `WRING_CUDA_FUSED_KV_STORE` = on | off, `WRING_CUDA_WEIGHTS` = bf16 | fp8 | int4 | nvfp4, `WRING_CUDA_QUANT_KERNELS` = off | on,
     /// `WRING_CUDA_QGEMM_MAX_T` = 0..=32, `WRING_CUDA_GEMM_TUNE` = off | on.
     pub fn from_env() -> Result<Self> {
@@ -142,6 +151,19 @@ impl CudaOptions {
                     bail!("WRING_CUDA_ATTENTION={other:?}: expected mma, split or reference")
                 }
             };
+        }
+        if let Some(v) = var("WRING_CUDA_SMALL_LINEAR_MAX_T") {
+            o.small_linear_max_t = v
+                .trim()
+                .parse()
+                .ok()
+                .filter(|&t: &usize| t <= 32)
+                .with_context(|| {
+                    format!("WRING_CUDA_SMALL_LINEAR_MAX_T={v:?}: expected an integer from 0 to 32")
+                })?;
+        }
+        if let Some(v) = var("WRING_CUDA_PDL") {
+            o.pdl = switch("WRING_CUDA_PDL", &v)?;
         }
         if let Some(v) = var("WRING_CUDA_FUSED") {
             o.fused = switch("WRING_CUDA_FUSED", &v)?;

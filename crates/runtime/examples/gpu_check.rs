@@ -72,13 +72,17 @@ type Runner = LlamaRunner<CudaBackend>;
 /// model's shape when `path` is "dummy".
 fn model_source(path: &str) -> Result<(ModelConfig, WeightSource)> {
     // `dummy`: random SmolLM2-135M weights (head_dim 64); `dummy-8b`: llama-3.1-8b (128).
+    // `dummy-gguf`: the 135M shape with llama.cpp's interleaved RoPE pairs (as the GGUF).
     let shape = match path {
-        "dummy" => Some("smollm2-135m"),
+        "dummy" | "dummy-gguf" => Some("smollm2-135m"),
         "dummy-8b" => Some("llama-3.1-8b"),
         _ => None,
     };
     if let Some(shape) = shape {
-        let cfg = ModelConfig::named_shape(shape).context("shape")?;
+        let mut cfg = ModelConfig::named_shape(shape).context("shape")?;
+        if path == "dummy-gguf" {
+            cfg.rope_interleaved = true;
+        }
         return Ok((cfg, WeightSource::Dummy { seed: 0 }));
     }
     let cfg = wring_model::load_model(&wring_model::ModelSpec {
@@ -395,6 +399,62 @@ fn graphs(model: &str) -> Result<()> {
                 if ok { "ok" } else { "DIFFERENT" }
             );
         }
+    }
+    // Programmatic dependent launch changes when kernels start, never what they compute.
+    for q in [1usize, 5] {
+        let new: Vec<Vec<u32>> = (0..batch)
+            .map(|i| (0..q).map(|j| (600 + 9 * i + j) as u32).collect())
+            .collect();
+        let s = step(&new, &ctx, &tabs);
+        r.backend_mut().set_pdl(false);
+        let off = r.forward(&s)?.data;
+        r.backend_mut().set_pdl(true);
+        let on = r.forward(&s)?.data;
+        r.backend_mut().set_pdl(env.pdl);
+        let ok = same(&off, &on);
+        all_same &= ok;
+        println!(
+            "\nProgrammatic dependent launch on vs off, q {q}: {}",
+            if ok { "identical" } else { "DIFFERENT" }
+        );
+    }
+    // The small-step linears (fused RoPE/K-V store, SiLU) vs cuBLAS + separate kernels:
+    // another summation order, so within a tolerance and by argmax.
+    for q in [1usize, 2, 4] {
+        let new: Vec<Vec<u32>> = (0..batch)
+            .map(|i| (0..q).map(|j| (650 + 5 * i + j) as u32).collect())
+            .collect();
+        let s = step(&new, &ctx, &tabs);
+        r.backend_mut().set_small_linear_max_t(0);
+        let cublas = r.forward(&s)?;
+        r.backend_mut().set_small_linear_max_t(32);
+        let small = r.forward(&s)?;
+        r.backend_mut()
+            .set_small_linear_max_t(env.small_linear_max_t);
+        let (d, scale) = cublas
+            .data
+            .iter()
+            .zip(&small.data)
+            .fold((0f32, 0f32), |(d, m), (a, b)| {
+                (d.max((a - b).abs()), m.max(a.abs()))
+            });
+        let cols = cublas.vocab;
+        let rows = cublas.data.len() / cols.max(1);
+        let am = |x: &[f32], row: usize| {
+            let r = &x[row * cols..(row + 1) * cols];
+            (0..cols)
+                .max_by(|&a, &b| r[a].total_cmp(&r[b]))
+                .unwrap_or(0)
+        };
+        let agree = (0..rows)
+            .filter(|&i| am(&cublas.data, i) == am(&small.data, i))
+            .count();
+        let ok = d.is_finite() && d <= 2e-2 * scale.max(1.0) && agree * 100 >= rows * 95;
+        all_same &= ok;
+        println!(
+            "\nSmall-step linears vs cuBLAS, {batch} × {q} tokens: max |Δ logit| {d:.4} (max |logit| {scale:.1}), argmax {agree}/{rows}: {}",
+            if ok { "ok" } else { "DIFFERENT" }
+        );
     }
     r.backend_mut().set_graph_mode(GraphMode::On);
 

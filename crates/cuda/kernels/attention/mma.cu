@@ -433,11 +433,11 @@ __device__ __forceinline__ void attention_mma(const AttnArgs& a) {
 
 // One entry point per (head_dim, row tiles) the host may pick (MMA_ROW_TILES in
 // crates/cuda/src/backend/attention.rs); written out so the loader can find the names.
-extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32) attention_mma_d64_n1(AttnArgs a) { attention_mma<64, 1>(a); }
-extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32) attention_mma_d64_n2(AttnArgs a) { attention_mma<64, 2>(a); }
-extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32) attention_mma_d64_n3(AttnArgs a) { attention_mma<64, 3>(a); }
-extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32) attention_mma_d64_n4(AttnArgs a) { attention_mma<64, 4>(a); }
-extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32) attention_mma_d64_n6(AttnArgs a) { attention_mma<64, 6>(a); }
-extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32) attention_mma_d128_n1(AttnArgs a) { attention_mma<128, 1>(a); }
-extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32) attention_mma_d128_n2(AttnArgs a) { attention_mma<128, 2>(a); }
-extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32) attention_mma_d128_n3(AttnArgs a) { attention_mma<128, 3>(a); }
+extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32) attention_mma_d64_n1(AttnArgs a) { pdl_entry(); attention_mma<64, 1>(a); }
+extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32) attention_mma_d64_n2(AttnArgs a) { pdl_entry(); attention_mma<64, 2>(a); }
+extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32) attention_mma_d64_n3(AttnArgs a) { pdl_entry(); attention_mma<64, 3>(a); }
+extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32) attention_mma_d64_n4(AttnArgs a) { pdl_entry(); attention_mma<64, 4>(a); }
+extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32) attention_mma_d64_n6(AttnArgs a) { pdl_entry(); attention_mma<64, 6>(a); }
+extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32) attention_mma_d128_n1(AttnArgs a) { pdl_entry(); attention_mma<128, 1>(a); }
+extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32) attention_mma_d128_n2(AttnArgs a) { pdl_entry(); attention_mma<128, 2>(a); }
+extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32) attention_mma_d128_n3(AttnArgs a) { pdl_entry(); attention_mma<128, 3>(a); }

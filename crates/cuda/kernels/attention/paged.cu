@@ -14,7 +14,7 @@ extern "C" __global__ void kv_store(const float* __restrict__ k, const float* __
                                     bf16_t* __restrict__ k_pool, bf16_t* __restrict__ v_pool,
                                     const u32* __restrict__ positions, const u32* __restrict__ token_seq,
                                     const u32* __restrict__ seq_bt_off, const u32* __restrict__ block_tables,
-                                    int kv_width, int block_size) {
+                                    int kv_width, int block_size) { pdl_entry();
     const int t = blockIdx.x;
     const u32 slot = kv_slot(block_tables, seq_bt_off[token_seq[t]], positions[t], block_size);
     for (int i = threadIdx.x; i < kv_width; i += blockDim.x) {
@@ -124,7 +124,7 @@ __device__ __forceinline__ void attention_head_tiles(
     *l_out = l;
 }
 
-extern "C" __global__ void __launch_bounds__(ATTN_TILE) paged_attention(AttnArgs a) {
+extern "C" __global__ void __launch_bounds__(ATTN_TILE) paged_attention(AttnArgs a) { pdl_entry();
     __shared__ float partial[ATTN_WARPS][ATTN_MAX_HEAD_DIM];
     float m, l;
     attention_head_tiles(a.q, a.k_pool, a.v_pool, a.positions, a.token_seq, a.seq_bt_off, a.block_tables,
@@ -140,7 +140,7 @@ extern "C" __global__ void __launch_bounds__(ATTN_TILE) paged_attention(AttnArgs
 // parts[(t * n_heads + h) * S + s]; `attention_combine` merges the S partials in split
 // order. S is a constant of the launch (not of the batch), so a row's result depends on
 // its own sequence only. A split with no tile writes m = -inf, l = 0, acc = 0.
-extern "C" __global__ void __launch_bounds__(ATTN_TILE) paged_attention_split(AttnArgs a) {
+extern "C" __global__ void __launch_bounds__(ATTN_TILE) paged_attention_split(AttnArgs a) { pdl_entry();
     __shared__ float partial[ATTN_WARPS][ATTN_MAX_HEAD_DIM];
     float m, l;
     const u32 splits = gridDim.z, s = blockIdx.z;
@@ -154,7 +154,7 @@ extern "C" __global__ void __launch_bounds__(ATTN_TILE) paged_attention_split(At
 
 // One block per (token, head), one thread per output dim: out = Σ_s acc_s·e^(m_s−M) / Σ_s l_s·e^(m_s−M)
 // with M = max_s m_s, summed in split order (split 0 always holds position 0, so M is finite).
-extern "C" __global__ void attention_combine(AttnArgs a) {
+extern "C" __global__ void attention_combine(AttnArgs a) { pdl_entry();
     const int t = blockIdx.x, h = blockIdx.y, splits = a.grid_splits, head_dim = a.head_dim;
     const float* p = a.parts + (size_t)(t * a.n_heads + h) * splits * (head_dim + 2);
     float mx = (-WRING_INF);

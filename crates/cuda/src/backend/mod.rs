@@ -10,14 +10,19 @@
 //! ops become no-ops, and `finish_step` reports it.
 
 mod attention;
+mod linear;
 mod qlinear;
 mod tensor;
+mod transfer;
 
 pub(crate) use attention::MMA_ROW_TILES;
+pub(crate) use linear::SmallEpilogue;
 pub use tensor::{CudaMatrix, CudaTensor, CudaVector};
+pub use transfer::measure_copy_bandwidth;
+use transfer::{copy_to_host, to_bf16_bits, upload_f32, upload_slice};
 
 use crate::arena::Arena;
-use crate::blas::{Blas, Gemm};
+use crate::blas::Blas;
 use crate::blaslt::BlasLt;
 use crate::device::{launch, launch_struct, Arg, DeviceBuffer, PinnedBuffer};
 use crate::graphs::{GraphKey, Graphs};
@@ -105,6 +110,9 @@ impl CudaBackend {
             .compute_capability()
             .map_err(|e| anyhow!("cannot read the compute capability: {e:?}"))?;
         let kernels = Kernels::load(arch).context("loading the CUDA kernels")?;
+        // Programmatic dependent launch needs sm_90 (the instructions are no-ops below).
+        let mut opts = opts;
+        opts.pdl &= arch.0 >= 9;
         let sm_count = ctx
             .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
             .map_err(|e| anyhow!("cannot read the multiprocessor count: {e:?}"))?
@@ -149,6 +157,26 @@ impl CudaBackend {
 
     pub fn options(&self) -> &CudaOptions {
         &self.opts
+    }
+
+    /// The small-step linear kernels for steps of at most `t` tokens (0: cuBLAS always);
+    /// captured graphs are dropped and captured again.
+    pub fn set_small_linear_max_t(&mut self, t: usize) {
+        let t = t.min(32);
+        if self.opts.small_linear_max_t != t {
+            self.graphs.clear();
+        }
+        self.opts.small_linear_max_t = t;
+    }
+
+    /// Programmatic dependent launch on or off for steps run from now on (captured graphs
+    /// are dropped and captured again).
+    pub fn set_pdl(&mut self, on: bool) {
+        let on = on && self.arch.0 >= 9;
+        if self.opts.pdl != on {
+            self.graphs.clear();
+        }
+        self.opts.pdl = on;
     }
 
     /// The attention kernel for steps run from now on; captured graphs are dropped (they
@@ -283,7 +311,7 @@ impl CudaBackend {
         if !self.ok() {
             return;
         }
-        if let Err(e) = launch(f, grid, block, self.cu_stream(), args) {
+        if let Err(e) = launch(f, grid, block, self.cu_stream(), args, self.opts.pdl) {
             self.fail(anyhow!("launching {what} failed: {e:?}"));
         }
     }
@@ -300,7 +328,7 @@ impl CudaBackend {
         if !self.ok() {
             return;
         }
-        if let Err(e) = launch_struct(f, grid, block, self.cu_stream(), args) {
+        if let Err(e) = launch_struct(f, grid, block, self.cu_stream(), args, self.opts.pdl) {
             self.fail(anyhow!("launching {what} failed: {e:?}"));
         }
     }
@@ -403,54 +431,6 @@ impl CudaBackend {
         }
         self.widest = self.widest.max(cols);
     }
-}
-
-/// Device-to-device copy bandwidth (bytes read + written per second) over `bytes`.
-pub fn measure_copy_bandwidth(bytes: usize) -> Result<f64> {
-    crate::loader::ensure_cuda_libraries()?;
-    let ctx = CudaContext::new(0).map_err(|e| anyhow!("cannot open CUDA device 0: {e:?}"))?;
-    ctx.bind_to_thread().map_err(|e| anyhow!("{e:?}"))?;
-    let (a, b) = (
-        DeviceBuffer::alloc(bytes, "bandwidth test")?,
-        DeviceBuffer::alloc(bytes, "bandwidth test")?,
-    );
-    let copy = || -> Result<()> {
-        // SAFETY: both buffers hold `bytes`.
-        unsafe { result::memcpy_dtod_sync(b.ptr(), a.ptr(), bytes) }.map_err(|e| anyhow!("{e:?}"))
-    };
-    // SAFETY: a holds `bytes`; random-ish contents are irrelevant to a copy but zero pages
-    // are avoided by writing every byte once.
-    unsafe { result::memset_d8_sync(a.ptr(), 0x5a, bytes) }.map_err(|e| anyhow!("{e:?}"))?;
-    copy()?;
-    let mut times = vec![];
-    for _ in 0..10 {
-        let t0 = std::time::Instant::now();
-        copy()?;
-        result::ctx::synchronize().map_err(|e| anyhow!("{e:?}"))?;
-        times.push(t0.elapsed().as_secs_f64());
-    }
-    times.sort_by(|x, y| x.total_cmp(y));
-    Ok(2.0 * bytes as f64 / times[times.len() / 2])
-}
-
-fn upload_f32(v: &[f32], what: &str) -> Result<DeviceBuffer> {
-    upload_slice(v, what)
-}
-
-/// A device copy of `v` (plain values: u8, u16, f32).
-fn upload_slice<T: Copy>(v: &[T], what: &str) -> Result<DeviceBuffer> {
-    let buf = DeviceBuffer::alloc(std::mem::size_of_val(v).max(1), what)?;
-    // SAFETY: buf holds size_of_val(v) bytes.
-    unsafe { result::memcpy_htod_sync(buf.ptr(), v) }
-        .map_err(|e| anyhow!("copying {what} to the GPU failed: {e:?}"))?;
-    Ok(buf)
-}
-
-fn to_bf16_bits(data: &[f32]) -> Vec<u16> {
-    use rayon::prelude::*;
-    data.par_iter()
-        .map(|&x| half::bf16::from_f32(x).to_bits())
-        .collect()
 }
 
 impl Backend for CudaBackend {
@@ -705,59 +685,7 @@ impl Backend for CudaBackend {
     }
 
     fn linear(&mut self, x: &CudaTensor, w: &CudaMatrix, bias: Option<&CudaVector>) -> CudaTensor {
-        if !self.expect(x, DType::Bf16, "linear") {
-            return CudaTensor::empty();
-        }
-        if x.cols != w.cols {
-            self.fail(anyhow!(
-                "linear: input has {} columns, weight expects {}",
-                x.cols,
-                w.cols
-            ));
-            return CudaTensor::empty();
-        }
-        let out = match &w.w {
-            Weights::Bf16(buf) => {
-                let out = self.alloc(x.rows, w.rows, DType::F32, x.valid_rows);
-                if !self.ok() {
-                    return out;
-                }
-                let g = Gemm {
-                    x: x.ptr,
-                    w: buf.ptr(),
-                    y: out.ptr,
-                    tokens: x.rows,
-                    n_in: w.cols,
-                    n_out: w.rows,
-                };
-                if let Err(e) = self.blas.linear(g, !self.graphs.capturing()) {
-                    self.fail(e);
-                    return out;
-                }
-                out
-            }
-            _ => self.quant_linear(x, w),
-        };
-        if !self.ok() {
-            return out;
-        }
-        if let Some(b) = bias {
-            let n = out.rows * out.cols;
-            let args = [
-                Arg::Ptr(out.ptr),
-                Arg::Ptr(b.buf.ptr()),
-                Arg::I32(out.cols as i32),
-                Arg::I64(n as i64),
-            ];
-            self.launch(
-                self.kernels.add_bias_f32,
-                Self::grid_for(n),
-                256,
-                &args,
-                "bias",
-            );
-        }
-        out
+        self.linear_op(x, w, bias)
     }
 
     fn rope(&mut self, x: &mut CudaTensor, n_heads: usize, head_dim: usize, rope: &RopeSpec) {
@@ -964,143 +892,10 @@ impl Backend for CudaBackend {
         shape: AttnShape,
         rope: &RopeSpec,
     ) -> (CudaTensor, CudaTensor, CudaTensor) {
-        let empty = || {
-            (
-                CudaTensor::empty(),
-                CudaTensor::empty(),
-                CudaTensor::empty(),
-            )
-        };
-        let (qd, kvd) = (
-            shape.n_heads * shape.head_dim,
-            shape.n_kv_heads * shape.head_dim,
-        );
-        if w.rows != qd + 2 * kvd {
-            self.fail(anyhow!(
-                "qkv_rope: fused weight has {} rows, expected {}",
-                w.rows,
-                qd + 2 * kvd
-            ));
-            return empty();
-        }
-        let fused = self.linear(x, w, None);
-        if !self.ok() {
-            return empty();
-        }
-        let Some(freqs) = self.rope_freqs_ptr(rope) else {
-            return empty();
-        };
-        let q = self.alloc(x.rows, qd, DType::F32, x.valid_rows);
-        let k = self.alloc(x.rows, kvd, DType::F32, x.valid_rows);
-        let v = self.alloc(x.rows, kvd, DType::F32, x.valid_rows);
-        if !self.ok() {
-            return empty();
-        }
-        // K and V straight into the pool when its layout matches this shape (else null
-        // pools: k and v are written and `attention` stores them).
-        let pools = self.kv.as_ref().filter(|kv| {
-            self.opts.fused_kv_store
-                && layer < kv.spec.layers
-                && kv.spec.head_dim == shape.head_dim
-                && kv.spec.n_kv_heads == shape.n_kv_heads
-        });
-        let (k_pool, v_pool, block_size) = match pools {
-            Some(kv) => {
-                let k_pool = kv.buf.ptr() + (2 * layer * kv.part_bytes) as u64;
-                (k_pool, k_pool + kv.part_bytes as u64, kv.spec.block_size)
-            }
-            None => (0, 0, 0),
-        };
-        let args = [
-            Arg::Ptr(fused.ptr),
-            Arg::Ptr(q.ptr),
-            Arg::Ptr(k.ptr),
-            Arg::Ptr(v.ptr),
-            Arg::Ptr(self.meta_ptr(self.layout.off_positions)),
-            Arg::Ptr(freqs),
-            Arg::I32(shape.n_heads as i32),
-            Arg::I32(shape.n_kv_heads as i32),
-            Arg::I32(shape.head_dim as i32),
-            Arg::I32(rope.interleaved as i32),
-            Arg::Ptr(k_pool),
-            Arg::Ptr(v_pool),
-            Arg::Ptr(self.meta_ptr(self.layout.off_token_seq)),
-            Arg::Ptr(self.meta_ptr(self.layout.off_seq_bt_off)),
-            Arg::Ptr(self.meta_ptr(self.layout.off_block_tables)),
-            Arg::I32(block_size as i32),
-        ];
-        self.kv_stored = (k_pool != 0).then_some(layer);
-        let blocks_per_token = (shape.n_heads + 2 * shape.n_kv_heads) as u32;
-        self.launch(
-            self.kernels.rope_split_qkv,
-            (x.rows as u32, blocks_per_token, 1),
-            64,
-            &args,
-            "rope_split_qkv",
-        );
-        drop(fused);
-        (q, k, v)
+        self.qkv_rope_op(layer, x, w, shape, rope)
     }
 
     fn gate_up_silu(&mut self, x: &CudaTensor, w: &CudaMatrix) -> CudaTensor {
-        if !w.rows.is_multiple_of(2) {
-            self.fail(anyhow!(
-                "gate_up_silu: fused weight has an odd row count {}",
-                w.rows
-            ));
-            return CudaTensor::empty();
-        }
-        let gu = self.linear(x, w, None);
-        if !self.ok() {
-            return CudaTensor::empty();
-        }
-        let n = w.rows / 2;
-        let out = self.alloc(x.rows, n, DType::Bf16, x.valid_rows);
-        if !self.ok() {
-            return out;
-        }
-        let total = x.rows * n;
-        let args = [
-            Arg::Ptr(gu.ptr),
-            Arg::Ptr(out.ptr),
-            Arg::I32(n as i32),
-            Arg::I64(total as i64),
-        ];
-        self.launch(
-            self.kernels.silu_mul_fused,
-            Self::grid_for(total),
-            256,
-            &args,
-            "silu_mul_fused",
-        );
-        drop(gu);
-        out
-    }
-}
-
-/// Synchronous copy of `n` values of `dtype` at `ptr` into host f32.
-fn copy_to_host(stream: sys::CUstream, ptr: u64, n: usize, dtype: DType) -> Result<Vec<f32>> {
-    let err = |e| anyhow!("copying results from the GPU failed: {e:?}");
-    match dtype {
-        DType::F32 => {
-            let mut v = vec![0f32; n];
-            // SAFETY: ptr holds at least n f32 (tensor shape); synchronised below.
-            unsafe {
-                result::memcpy_dtoh_async(&mut v, ptr, stream).map_err(err)?;
-                result::stream::synchronize(stream).map_err(err)?;
-            }
-            Ok(v)
-        }
-        DType::Bf16 => {
-            let mut v = vec![0u16; n];
-            // SAFETY: as above for u16.
-            unsafe {
-                result::memcpy_dtoh_async(&mut v, ptr, stream).map_err(err)?;
-                result::stream::synchronize(stream).map_err(err)?;
-            }
-            Ok(v.into_iter()
-                .map(|b| half::bf16::from_bits(b).to_f32())
-                .collect())
-        }
+        self.gate_up_silu_op(x, w)
     }
 }

@@ -1,6 +1,8 @@
 //! `gpu_check steps OUT_DIR`: graph-replay step times of the shapes bestKpad makes, against
 //! the HBM roofline measured in the same call, for the 135M model's shape and dummy
-//! llama-3.1-8b, for each attention kernel in `STEPS_KERNELS` (default `mma,split`).
+//! llama-3.1-8b, for each configuration in `STEPS_VARIANTS` (default: `default` = this
+//! build's defaults, `nosmall` = cuBLAS for small steps, `nopdl` = no programmatic dependent
+//! launch, `before` = the previous defaults: split-KV attention, cuBLAS, no PDL).
 //! Writes `OUT_DIR/steps.json` (issue 14: decode at batch 1/8/32, verify 32 × (1 + K),
 //! K ∈ {4, 6, 8, 12}) and `OUT_DIR/latency.json` (issue 15: decode at batch 1 and 8 with
 //! the kernels a replayed step launches).
@@ -25,25 +27,27 @@ fn roofline_bytes(cfg: &ModelConfig, batch: usize, ctx: usize) -> f64 {
     (weights + kv) as f64
 }
 
-fn kernel_name(k: AttentionKernel) -> &'static str {
-    match k {
-        AttentionKernel::Mma => "mma",
-        AttentionKernel::Split => "split",
-        AttentionKernel::Reference => "reference",
-    }
+/// A backend configuration to time: (attention kernel, small-step linear max tokens, PDL).
+fn variant(name: &str) -> Result<(AttentionKernel, usize, bool)> {
+    let d = CudaOptions::from_env()?;
+    Ok(match name {
+        "default" => (d.attention, d.small_linear_max_t, d.pdl),
+        "nosmall" => (d.attention, 0, d.pdl),
+        "nopdl" => (d.attention, d.small_linear_max_t, false),
+        "before" => (AttentionKernel::Split, 0, false),
+        other => anyhow::bail!("STEPS_VARIANTS: unknown variant {other:?}"),
+    })
 }
 
 pub fn run(out_dir: &str) -> Result<()> {
-    let kernels: Vec<AttentionKernel> = std::env::var("STEPS_KERNELS")
-        .unwrap_or_else(|_| "mma,split".into())
+    let variants: Vec<String> = std::env::var("STEPS_VARIANTS")
+        .unwrap_or_else(|_| "default,nosmall,nopdl,before".into())
         .split(',')
-        .map(|k| match k.trim() {
-            "mma" => Ok(AttentionKernel::Mma),
-            "split" => Ok(AttentionKernel::Split),
-            "reference" => Ok(AttentionKernel::Reference),
-            other => anyhow::bail!("STEPS_KERNELS: unknown kernel {other:?}"),
-        })
-        .collect::<Result<_>>()?;
+        .map(|v| v.trim().to_string())
+        .collect();
+    for v in &variants {
+        variant(v)?;
+    }
     let bw = wring_cuda::measure_copy_bandwidth(2 << 30)?;
     println!(
         "## Step times (graph replay)\n\nDevice-to-device copy: {:.0} GB/s (bytes read + written).\n",
@@ -69,10 +73,13 @@ pub fn run(out_dir: &str) -> Result<()> {
             "### {name} (dummy weights, bf16), loaded in {:.0} s; context {ctx}\n",
             t0.elapsed().as_secs_f64()
         );
-        println!("| attention | batch × q | graph ms | roofline ms | % of roofline | × decode at this batch | kernels/step |");
+        println!("| variant | batch × q | graph ms | roofline ms | % of roofline | × decode at this batch | kernels/step |");
         println!("|---|---|---|---|---|---|---|");
-        for &kernel in &kernels {
+        for name in &variants {
+            let (kernel, small, pdl) = variant(name)?;
             r.backend_mut().set_attention(kernel);
+            r.backend_mut().set_small_linear_max_t(small);
+            r.backend_mut().set_pdl(pdl);
             r.backend_mut().set_graph_mode(GraphMode::On);
             let mut decode_ms = std::collections::HashMap::new();
             for (batch, q) in [(1, 1), (8, 1), (32, 1), (32, 5), (32, 7), (32, 9), (32, 13)] {
@@ -87,7 +94,7 @@ pub fn run(out_dir: &str) -> Result<()> {
                 let nodes = r.backend().graph_nodes(bucket, q);
                 println!(
                     "| {} | {batch} × {q} | {ms:.3} | {:.3} | {:.0} % | {:.2} | {} |",
-                    kernel_name(kernel),
+                    name,
                     roof * 1e3,
                     100.0 * roof * 1e3 / ms,
                     ms / decode_ms.get(&batch).copied().unwrap_or(ms),
@@ -95,12 +102,12 @@ pub fn run(out_dir: &str) -> Result<()> {
                 );
                 steps.push(json!({
                     "model": name, "batch": batch, "q": q, "ms": ms, "roofline_ms": roof * 1e3,
-                    "attention": kernel_name(kernel), "ctx": ctx,
+                    "variant": name, "ctx": ctx,
                 }));
                 if q == 1 && batch <= 8 {
                     latency.push(json!({
                         "model": name, "batch": batch, "ms_per_step": ms, "roofline_ms": roof * 1e3,
-                        "kernels_per_step": nodes, "attention": kernel_name(kernel), "ctx": ctx,
+                        "kernels_per_step": nodes, "variant": name, "ctx": ctx,
                     }));
                 }
             }
