@@ -79,15 +79,33 @@ __device__ __forceinline__ void ls_mainloop(const SmallLinArgs& a, int row_a, in
         }
     }
     pdl_entry();
+    // Token rows past T read as zeros (their columns of the product are never stored).
+    const bf16_t* xr[NT];
     bool tok_ok[NT];
 #pragma unroll
-    for (int nt = 0; nt < NT; ++nt) tok_ok[nt] = nt * 8 + g < a.T;
+    for (int nt = 0; nt < NT; ++nt) {
+        tok_ok[nt] = nt * 8 + g < a.T;
+        xr[nt] = a.x + (size_t)(nt * 8 + g) * a.K + 8 * c;
+    }
+    // The tokens' 16 bytes of each prefetched chunk, requested together (one L2 round trip)
+    // and then refilled with the weights, LS_PREFETCH chunks ahead.
+    uint4 prex[LS_PREFETCH][NT];
+#pragma unroll
+    for (int u = 0; u < LS_PREFETCH; ++u) {
+        const int p = warp + u * LS_WARPS;
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+            prex[u][nt] = (p < chunks && tok_ok[nt]) ? *(const uint4*)(xr[nt] + 32 * p) : make_uint4(0, 0, 0, 0);
+    }
     for (int base = warp; base < chunks; base += LS_WARPS * LS_PREFETCH) {
 #pragma unroll
         for (int u = 0; u < LS_PREFETCH; ++u) {
             const int p = base + u * LS_WARPS;
             if (p < chunks) {
                 uint4 wv[4] = {pre[u][0], pre[u][1], pre[u][2], pre[u][3]};
+                uint4 xv[NT];
+#pragma unroll
+                for (int nt = 0; nt < NT; ++nt) xv[nt] = prex[u][nt];
                 // Refill this slot with the chunk LS_PREFETCH rounds ahead.
                 const int pn = p + LS_WARPS * LS_PREFETCH;
                 if (pn < chunks) {
@@ -95,16 +113,17 @@ __device__ __forceinline__ void ls_mainloop(const SmallLinArgs& a, int row_a, in
                     pre[u][1] = ls_ld(wa1 + 32 * pn);
                     pre[u][2] = ls_ld(wb0 + 32 * pn);
                     pre[u][3] = ls_ld(wb1 + 32 * pn);
+#pragma unroll
+                    for (int nt = 0; nt < NT; ++nt)
+                        prex[u][nt] = tok_ok[nt] ? *(const uint4*)(xr[nt] + 32 * pn) : make_uint4(0, 0, 0, 0);
                 }
 #pragma unroll
                 for (int nt = 0; nt < NT; ++nt) {
-                    const uint4 xv = tok_ok[nt] ? *(const uint4*)(a.x + (size_t)(nt * 8 + g) * a.K + 32 * p + 8 * c)
-                                                : make_uint4(0, 0, 0, 0);
                     // k-step 2p: words x (k 2c..) and y (k 2c+8..); k-step 2p + 1: z, w.
-                    ls_mma(acc[0][nt], wv[0].x, wv[1].x, wv[0].y, wv[1].y, xv.x, xv.y);
-                    ls_mma(acc[0][nt], wv[0].z, wv[1].z, wv[0].w, wv[1].w, xv.z, xv.w);
-                    ls_mma(acc[1][nt], wv[2].x, wv[3].x, wv[2].y, wv[3].y, xv.x, xv.y);
-                    ls_mma(acc[1][nt], wv[2].z, wv[3].z, wv[2].w, wv[3].w, xv.z, xv.w);
+                    ls_mma(acc[0][nt], wv[0].x, wv[1].x, wv[0].y, wv[1].y, xv[nt].x, xv[nt].y);
+                    ls_mma(acc[0][nt], wv[0].z, wv[1].z, wv[0].w, wv[1].w, xv[nt].z, xv[nt].w);
+                    ls_mma(acc[1][nt], wv[2].x, wv[3].x, wv[2].y, wv[3].y, xv[nt].x, xv[nt].y);
+                    ls_mma(acc[1][nt], wv[2].z, wv[3].z, wv[2].w, wv[3].w, xv[nt].z, xv[nt].w);
                 }
             }
         }

@@ -41,7 +41,8 @@ pub struct CudaOptions {
     pub attention: AttentionKernel,
     /// Steps of at most this many tokens (≤ 32) run bf16 linears through the fused
     /// small-step kernels (kernels/linear_small.cu: RoPE + K/V store and SiLU·mul in the
-    /// GEMM's launch) instead of cuBLAS (`WRING_CUDA_SMALL_LINEAR_MAX_T`, 0 = off).
+    /// GEMM's launch) instead of cuBLAS (`WRING_CUDA_SMALL_LINEAR_MAX_T`, 0 = off, the
+    /// default: slower than cuBLAS on the H200 so far, BENCHMARKS "Small-step linears").
     pub small_linear_max_t: usize,
     /// Launch wring's kernels with programmatic dependent launch (sm_90+): each may start
     /// while the previous kernel drains (`WRING_CUDA_PDL` = on | off).
@@ -83,7 +84,7 @@ impl Default for CudaOptions {
             max_tokens: 8192,
             attention: AttentionKernel::Mma,
             pdl: true,
-            small_linear_max_t: 32,
+            small_linear_max_t: 0,
             fused: true,
             fused_kv_store: true,
             weights: None,

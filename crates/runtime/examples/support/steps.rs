@@ -1,8 +1,9 @@
 //! `gpu_check steps OUT_DIR`: graph-replay step times of the shapes bestKpad makes, against
 //! the HBM roofline measured in the same call, for the 135M model's shape and dummy
 //! llama-3.1-8b, for each configuration in `STEPS_VARIANTS` (default: `default` = this
-//! build's defaults, `nosmall` = cuBLAS for small steps, `nopdl` = no programmatic dependent
-//! launch, `before` = the previous defaults: split-KV attention, cuBLAS, no PDL).
+//! build's defaults, `small` = the fused small-step linears for steps of <= 32 tokens,
+//! `nosmall` = cuBLAS for every step, `nopdl` = no programmatic dependent launch, `before` =
+//! the previous defaults: split-KV attention, cuBLAS, no PDL).
 //! Writes `OUT_DIR/steps.json` (issue 14: decode at batch 1/8/32, verify 32 × (1 + K),
 //! K ∈ {4, 6, 8, 12}) and `OUT_DIR/latency.json` (issue 15: decode at batch 1 and 8 with
 //! the kernels a replayed step launches).
@@ -32,6 +33,7 @@ fn variant(name: &str) -> Result<(AttentionKernel, usize, bool)> {
     let d = CudaOptions::from_env()?;
     Ok(match name {
         "default" => (d.attention, d.small_linear_max_t, d.pdl),
+        "small" => (d.attention, 32, d.pdl),
         "nosmall" => (d.attention, 0, d.pdl),
         "nopdl" => (d.attention, d.small_linear_max_t, false),
         "before" => (AttentionKernel::Split, 0, false),
@@ -41,7 +43,7 @@ fn variant(name: &str) -> Result<(AttentionKernel, usize, bool)> {
 
 pub fn run(out_dir: &str) -> Result<()> {
     let variants: Vec<String> = std::env::var("STEPS_VARIANTS")
-        .unwrap_or_else(|_| "default,nosmall,nopdl,before".into())
+        .unwrap_or_else(|_| "default,small,nopdl,before".into())
         .split(',')
         .map(|v| v.trim().to_string())
         .collect();
