@@ -4,7 +4,7 @@
 //! The matmul order of one output `dot(x, w)` over `len` columns: the `nb = len / 8`
 //! 8-lane blocks are split into two halves, blocks `0..nb/2` and `nb/2..nb`, each summed
 //! by its own 8-lane FMA chain in block order; the two chains are added, the 8 lanes
-//! reduced by one fixed tree ([`hsum`]), and the `len % 8` tail elements FMA'd on in
+//! reduced by one fixed tree ([`hsum`](super::simd::hsum)), and the `len % 8` tail elements FMA'd on in
 //! order. Register tiles ([`tile`]) compute several tokens × several weight rows with
 //! shared loads, either both halves interleaved (small tiles: enough independent chains
 //! to hide the FMA latency) or one half after the other (large tiles: twelve chains are
@@ -12,6 +12,10 @@
 //! same operations in the same order whatever the tile, so a value never depends on how
 //! many tokens or rows were computed together, where it sat in a tile, or the threads.
 
+use super::simd::tree8;
+#[cfg(target_arch = "x86_64")]
+use super::simd::{dispatch, has_avx2, hsum};
+use super::tiling::tiled;
 use crate::{AttnShape, RopeSpec, SeqInput};
 
 /// Dot product in the matmul order (see the module docs): `matmul_t` computes each
@@ -49,12 +53,6 @@ pub fn dot4(x: [&[f32]; 4], w: &[f32]) -> [f32; 4] {
     x.map(|xi| dot_scalar(xi, w))
 }
 
-#[cfg(target_arch = "x86_64")]
-#[inline]
-fn has_avx2() -> bool {
-    std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma")
-}
-
 /// The matmul order without SIMD (the reference for the AVX2 tiles, bit for bit).
 fn dot_scalar(a: &[f32], b: &[f32]) -> f32 {
     let nb = a.len() / 8;
@@ -75,24 +73,6 @@ fn dot_scalar(a: &[f32], b: &[f32]) -> f32 {
         s = a[i].mul_add(b[i], s);
     }
     s
-}
-
-/// Lanes (0+4, 1+5, 2+6, 3+7), then (0+2, 1+3), then (0+1): the tree of [`hsum`].
-fn tree8(l: [f32; 8]) -> f32 {
-    ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]))
-}
-
-/// Lanes (0+4, 1+5, 2+6, 3+7), then (0+2, 1+3), then (0+1).
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-pub(crate) unsafe fn hsum(sum: std::arch::x86_64::__m256) -> f32 {
-    use std::arch::x86_64::*;
-    let lo = _mm256_castps256_ps128(sum);
-    let hi = _mm256_extractf128_ps(sum, 1);
-    let s4 = _mm_add_ps(lo, hi);
-    let s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
-    let s1 = _mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1));
-    _mm_cvtss_f32(s1)
 }
 
 /// `TT × RR` chains over elements `from..to` (multiples of 8), one per (token, row).
@@ -214,37 +194,6 @@ unsafe fn tile<const TT: usize, const RR: usize>(
     }
 }
 
-/// Calls `$run!(TT, RR)` with the literal tile shape matching `($tt, $rr)`.
-macro_rules! dispatch {
-    ($tt:expr, $rr:expr, $run:ident) => {
-        match ($tt, $rr) {
-            (1, 1) => $run!(1, 1),
-            (1, 2) => $run!(1, 2),
-            (1, 3) => $run!(1, 3),
-            (1, 4) => $run!(1, 4),
-            (1, 5) => $run!(1, 5),
-            (1, 6) => $run!(1, 6),
-            (1, 7) => $run!(1, 7),
-            (1, 8) => $run!(1, 8),
-            (2, 1) => $run!(2, 1),
-            (2, 2) => $run!(2, 2),
-            (2, 3) => $run!(2, 3),
-            (2, 4) => $run!(2, 4),
-            (2, 5) => $run!(2, 5),
-            (2, 6) => $run!(2, 6),
-            (3, 1) => $run!(3, 1),
-            (3, 2) => $run!(3, 2),
-            (3, 3) => $run!(3, 3),
-            (3, 4) => $run!(3, 4),
-            (4, 1) => $run!(4, 1),
-            (4, 2) => $run!(4, 2),
-            (4, 3) => $run!(4, 3),
-            (tt, rr) => unreachable!("no {tt}x{rr} tile"),
-        }
-    };
-}
-pub(crate) use dispatch;
-
 /// Largest weight-row count of an f32 tile of `tt` tokens (index `tt`, 1..=4): about
 /// twelve accumulators, and several rows even for one token (decode).
 const F32_ROWS: [usize; 5] = [0, 8, 6, 4, 3];
@@ -294,162 +243,6 @@ pub fn matmul_t(x: &[f32], t_rows: usize, w: &[f32], w_rows: usize, cols: usize)
             dispatch!(tt, rr, run);
         }
     })
-}
-
-/// Like [`matmul_t`] over 8-bit weights; each activation row is quantised on its own.
-pub fn matmul_q8(x: &[f32], t_rows: usize, w: &super::q8::Q8Matrix) -> Vec<f32> {
-    use super::q8::{quantize_row, tile_q8, Q8_ROWS, QK};
-    let cols = w.cols;
-    let nb = cols / QK;
-    assert!(x.len() >= t_rows * cols, "matmul_q8: short input");
-    let mut xq = vec![0i8; t_rows * cols];
-    let mut xs = vec![0f32; t_rows * nb];
-    for_rows(t_rows, 16, &mut xq, cols, &mut xs, nb, |t, q, s| {
-        quantize_row(&x[t * cols..(t + 1) * cols], q, s)
-    });
-    tiled(t_rows, w.rows, Q8_ROWS, |t, tt, r, rr, res, stride| {
-        tile_q8(&xq, &xs, t, tt, w, r, rr, res, stride)
-    })
-}
-
-/// Like [`matmul_q8`] over 4-bit weights; each activation row is quantised on its own
-/// (q8's int8 blocks plus their sums, [`super::q4::quantize_row`]).
-pub fn matmul_q4(x: &[f32], t_rows: usize, w: &super::q4::Q4Matrix) -> Vec<f32> {
-    use super::q4::{pad8, quantize_row, tile_q4, Q4_ROWS, QK};
-    let cols = w.cols;
-    let (nb, nbp) = (cols / QK, pad8(cols / QK));
-    assert!(x.len() >= t_rows * cols, "matmul_q4: short input");
-    let mut xq = vec![0i8; t_rows * cols];
-    // Scales and block sums of a row side by side: `nb + nbp` values.
-    let mut xss = vec![0f32; t_rows * (nb + nbp)];
-    for_rows(t_rows, 16, &mut xq, cols, &mut xss, nb + nbp, |t, q, ss| {
-        let (s, sums) = ss.split_at_mut(nb);
-        quantize_row(&x[t * cols..(t + 1) * cols], q, s, sums)
-    });
-    let mut xs = Vec::with_capacity(t_rows * nb);
-    let mut xsum = Vec::with_capacity(t_rows * nbp);
-    for ss in xss.chunks_exact(nb + nbp) {
-        xs.extend_from_slice(&ss[..nb]);
-        xsum.extend_from_slice(&ss[nb..]);
-    }
-    tiled(t_rows, w.rows, Q4_ROWS, |t, tt, r, rr, res, stride| {
-        tile_q4(&xq, &xs, &xsum, t, tt, w, r, rr, res, stride)
-    })
-}
-
-/// Calls `f(row, a_row, b_row)` for every row of two row-major buffers (`a`: `a_cols`
-/// per row, `b`: `b_cols`), in parallel over chunks of `chunk` rows
-/// ([`super::team::par_for`]).
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn for_rows<A: Send, B: Send>(
-    rows: usize,
-    chunk: usize,
-    a: &mut [A],
-    a_cols: usize,
-    b: &mut [B],
-    b_cols: usize,
-    f: impl Fn(usize, &mut [A], &mut [B]) + Sync,
-) {
-    let chunk = chunk.max(1);
-    assert!(
-        a.len() >= rows * a_cols && b.len() >= rows * b_cols,
-        "for_rows: short buffer"
-    );
-    let (sa, sb) = (
-        super::team::SharedMut::new(a),
-        super::team::SharedMut::new(b),
-    );
-    super::team::par_for(rows.div_ceil(chunk), |c| {
-        for r in c * chunk..((c + 1) * chunk).min(rows) {
-            // SAFETY: row r belongs to chunk c alone.
-            let (ra, rb) = unsafe {
-                (
-                    sa.slice(r * a_cols, (r + 1) * a_cols),
-                    sb.slice(r * b_cols, (r + 1) * b_cols),
-                )
-            };
-            f(r, ra, rb);
-        }
-    });
-}
-
-/// Fills `out[t][r]` (`[t_rows][w_rows]`) by calling `micro(t, tt, r, rr, res, stride)`
-/// for register tiles of tokens `t..t+tt` (`tt` ≤ 4) × weight rows `r..r+rr`
-/// (`rr` ≤ `max_rows[tt]`), which writes value (t+i, r+j) to `res[j * stride + i]`.
-/// Parallel over blocks of weight rows; inside a block, tokens are walked in tiles so
-/// the block's weights and a tile of activations stay in cache together. Tiling only
-/// decides *which* values are computed together, never how one is summed, so results
-/// do not depend on `t_rows`.
-fn tiled(
-    t_rows: usize,
-    w_rows: usize,
-    max_rows: [usize; 5],
-    micro: impl Fn(usize, usize, usize, usize, &mut [f32], usize) + Sync,
-) -> Vec<f32> {
-    const ROWS: usize = 24; // a multiple of every tile height
-    const TOKENS: usize = 16;
-    // [row][t]: each block of ROWS weight rows owns one contiguous chunk, so the tasks
-    // write in place (no per-block buffers); one token needs no transpose after.
-    let mut res = vec![0.0f32; w_rows * t_rows];
-    if t_rows == 0 {
-        return res;
-    }
-    let shared = super::team::SharedMut::new(&mut res);
-    super::team::par_for(w_rows.div_ceil(ROWS), |b| {
-        let (r0, r1) = (b * ROWS, ((b + 1) * ROWS).min(w_rows));
-        // SAFETY: block b owns rows r0..r1 of `res`, disjoint from every other block.
-        let res = unsafe { shared.slice(r0 * t_rows, r1 * t_rows) };
-        for t0 in (0..t_rows).step_by(TOKENS) {
-            let t1 = (t0 + TOKENS).min(t_rows);
-            // Groups of four tokens, each row tile against all of them (its weights
-            // stay in L1 while the tile's activations are reused from L1 too) ...
-            let full = t0 + (t1 - t0) / 4 * 4;
-            let mut r = r0;
-            while r < r1 {
-                let rr = (r1 - r).min(max_rows[4]);
-                for t in (t0..full).step_by(4) {
-                    micro(t, 4, r, rr, &mut res[(r - r0) * t_rows + t..], t_rows);
-                }
-                r += rr;
-            }
-            // ... then the one to three tokens left, in taller tiles.
-            if full < t1 {
-                let tt = t1 - full;
-                let mut r = r0;
-                while r < r1 {
-                    let rr = (r1 - r).min(max_rows[tt]);
-                    micro(
-                        full,
-                        tt,
-                        r,
-                        rr,
-                        &mut res[(r - r0) * t_rows + full..],
-                        t_rows,
-                    );
-                    r += rr;
-                }
-            }
-        }
-    });
-    if t_rows == 1 {
-        return res;
-    }
-    // To [t][row], in parallel over chunks of 16 tokens: for each weight row the chunk
-    // reads one cache line of `res` and writes one value into each of its 16 rows.
-    const T_CHUNK: usize = 16;
-    let mut out = vec![0.0f32; t_rows * w_rows];
-    let shared = super::team::SharedMut::new(&mut out);
-    super::team::par_for(t_rows.div_ceil(T_CHUNK), |c| {
-        let (t0, t1) = (c * T_CHUNK, ((c + 1) * T_CHUNK).min(t_rows));
-        // SAFETY: chunk c owns output rows t0..t1.
-        let out = unsafe { shared.slice(t0 * w_rows, t1 * w_rows) };
-        for (r, row) in res.chunks_exact(t_rows).enumerate() {
-            for (i, &v) in row[t0..t1].iter().enumerate() {
-                out[i * w_rows + r] = v;
-            }
-        }
-    });
-    out
 }
 
 /// Attention's dot product: two 8-lane FMA chains over 16-element steps (even and odd

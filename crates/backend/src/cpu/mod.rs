@@ -10,14 +10,18 @@ mod kernels;
 pub mod q4;
 pub mod q8;
 pub mod qmatmul;
+mod simd;
 pub mod team;
+mod tiling;
 
 use crate::quant::QuantMatrix;
 use crate::{AttnShape, Backend, HostMatrix, KvSpec, RopeSpec, SeqInput, StepInput};
 use anyhow::{ensure, Result};
 use std::borrow::Cow;
 
-pub use kernels::{dot, matmul_q4, matmul_q8, matmul_t};
+pub use kernels::{dot, matmul_t};
+pub use q4::matmul_q4;
+pub use q8::matmul_q8;
 
 /// Activations: row-major `[rows][cols]` f32.
 #[derive(Debug, Clone)]
@@ -225,7 +229,7 @@ impl Backend for CpuBackend {
 
     fn rms_norm(&mut self, x: &CpuTensor, w: &CpuVector, eps: f32) -> CpuTensor {
         let mut out = x.clone();
-        kernels::for_rows(
+        tiling::for_rows(
             x.rows,
             16,
             &mut out.data,
@@ -252,8 +256,8 @@ impl Backend for CpuBackend {
         );
         let mut out = match w {
             CpuMatrix::F32 { data, .. } => kernels::matmul_t(&x.data, x.rows, data, rows, cols),
-            CpuMatrix::Q8(m) => kernels::matmul_q8(&x.data, x.rows, m),
-            CpuMatrix::Q4(m) => kernels::matmul_q4(&x.data, x.rows, m),
+            CpuMatrix::Q8(m) => q8::matmul_q8(&x.data, x.rows, m),
+            CpuMatrix::Q4(m) => q4::matmul_q4(&x.data, x.rows, m),
             CpuMatrix::Quant(m) => qmatmul::matmul_quant(&x.data, x.rows, m),
         };
         if let Some(b) = bias {
@@ -283,7 +287,7 @@ impl Backend for CpuBackend {
             }
         }
         let angles = &self.rope_angles;
-        kernels::for_rows(
+        tiling::for_rows(
             rows,
             16,
             &mut x.data,
@@ -357,7 +361,7 @@ impl Backend for CpuBackend {
             .flat_map(|c| (0..shape.n_heads).map(move |h| (c, h)))
             .collect();
         let mut results: Vec<Vec<f32>> = vec![Vec::new(); tasks.len()];
-        kernels::for_rows(
+        tiling::for_rows(
             tasks.len(),
             1,
             &mut results,

@@ -19,6 +19,8 @@
 //! as f32 is 10 % more bytes than f16 but one broadcast load instead of a scalar
 //! conversion per block and row, and measured ~8 % faster at one token (BENCHMARKS.md).
 
+use super::tiling::{for_rows, tiled};
+
 use half::f16;
 
 pub const QK: usize = 32;
@@ -160,7 +162,7 @@ pub const Q4_ROWS: [usize; 5] = [0, 2, 2, 1, 1];
 /// integer sums (lane `l` = values `4l..4l+4`) FMA'd into an 8-lane chain; blocks
 /// `0..nb/2` and `nb/2..nb` are two chains, added; then the `m` chain (lane `l` takes
 /// blocks `8g + l`: `m_w·sum_a` FMA'd in `g` order) is added and the 8 lanes reduced
-/// by the fixed tree of [`super::kernels::hsum`]. `a`/`sa`/`suma`: one activation row
+/// by the fixed tree of [`super::simd::hsum`]. `a`/`sa`/`suma`: one activation row
 /// from [`quantize_row`].
 pub fn dot_q4_scalar(a: &[i8], sa: &[f32], suma: &[f32], w: &Q4Matrix, r: usize) -> f32 {
     let nb = w.nb();
@@ -246,7 +248,7 @@ pub(crate) fn tile_q4(
                     }
                 }};
             }
-            super::kernels::dispatch!(tt, rr, run);
+            super::simd::dispatch!(tt, rr, run);
             return;
         }
     }
@@ -365,15 +367,38 @@ unsafe fn tile_avx2<const TT: usize, const RR: usize>(
     }
     for t in 0..TT {
         for r in 0..RR {
-            out[t][r] = super::kernels::hsum(_mm256_add_ps(a0[t][r], am[t][r]));
+            out[t][r] = super::simd::hsum(_mm256_add_ps(a0[t][r], am[t][r]));
         }
     }
+}
+
+/// Like [`matmul_q8`](super::matmul_q8) over 4-bit weights; each activation row is quantised on its own
+/// (q8's int8 blocks plus their sums, [`quantize_row`]).
+pub fn matmul_q4(x: &[f32], t_rows: usize, w: &Q4Matrix) -> Vec<f32> {
+    let cols = w.cols;
+    let (nb, nbp) = (cols / QK, pad8(cols / QK));
+    assert!(x.len() >= t_rows * cols, "matmul_q4: short input");
+    let mut xq = vec![0i8; t_rows * cols];
+    // Scales and block sums of a row side by side: `nb + nbp` values.
+    let mut xss = vec![0f32; t_rows * (nb + nbp)];
+    for_rows(t_rows, 16, &mut xq, cols, &mut xss, nb + nbp, |t, q, ss| {
+        let (s, sums) = ss.split_at_mut(nb);
+        quantize_row(&x[t * cols..(t + 1) * cols], q, s, sums)
+    });
+    let mut xs = Vec::with_capacity(t_rows * nb);
+    let mut xsum = Vec::with_capacity(t_rows * nbp);
+    for ss in xss.chunks_exact(nb + nbp) {
+        xs.extend_from_slice(&ss[..nb]);
+        xsum.extend_from_slice(&ss[nb..]);
+    }
+    tiled(t_rows, w.rows, Q4_ROWS, |t, tt, r, rr, res, stride| {
+        tile_q4(&xq, &xs, &xsum, t, tt, w, r, rr, res, stride)
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cpu::matmul_q4;
 
     fn data(n: usize, seed: usize) -> Vec<f32> {
         (0..n)

@@ -3,6 +3,8 @@
 //! A quarter of f32's memory traffic per decode step. Still batch-invariant: each
 //! activation row is quantised on its own and each dot product sums in a fixed order.
 
+use super::tiling::{for_rows, tiled};
+
 pub const QK: usize = 32;
 
 /// A row-major `[rows][cols]` matrix in 32-value blocks.
@@ -172,7 +174,7 @@ pub(crate) fn tile_q8(
                     }
                 }};
             }
-            super::kernels::dispatch!(tt, rr, run);
+            super::simd::dispatch!(tt, rr, run);
             return;
         }
     }
@@ -256,15 +258,29 @@ unsafe fn tile_avx2<const TT: usize, const RR: usize>(
     }
     for t in 0..TT {
         for r in 0..RR {
-            out[t][r] = super::kernels::hsum(_mm256_add_ps(a0[t][r], a1[t][r]));
+            out[t][r] = super::simd::hsum(_mm256_add_ps(a0[t][r], a1[t][r]));
         }
     }
+}
+
+/// Like [`matmul_t`](super::matmul_t) over 8-bit weights; each activation row is quantised on its own.
+pub fn matmul_q8(x: &[f32], t_rows: usize, w: &Q8Matrix) -> Vec<f32> {
+    let cols = w.cols;
+    let nb = cols / QK;
+    assert!(x.len() >= t_rows * cols, "matmul_q8: short input");
+    let mut xq = vec![0i8; t_rows * cols];
+    let mut xs = vec![0f32; t_rows * nb];
+    for_rows(t_rows, 16, &mut xq, cols, &mut xs, nb, |t, q, s| {
+        quantize_row(&x[t * cols..(t + 1) * cols], q, s)
+    });
+    tiled(t_rows, w.rows, Q8_ROWS, |t, tt, r, rr, res, stride| {
+        tile_q8(&xq, &xs, t, tt, w, r, rr, res, stride)
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cpu::matmul_q8;
 
     fn data(n: usize, seed: usize) -> Vec<f32> {
         (0..n)

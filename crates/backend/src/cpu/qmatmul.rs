@@ -11,8 +11,8 @@
 //! Batch-invariant like the rest of the backend: every output is one dot product of one
 //! activation row (quantised on its own) and one weight row, summed in a fixed order.
 
-use super::kernels::for_rows;
 use super::kernels::{dot, dot4};
+use super::tiling::for_rows;
 use crate::quant::{e4m3_to_f32, f32_to_e4m3, QuantData, QuantMatrix, E4M3_MAX};
 
 const ROWS: usize = 16;

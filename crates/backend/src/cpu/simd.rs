@@ -1,0 +1,59 @@
+//! SIMD helpers shared by the f32 (`kernels.rs`), 8-bit (`q8.rs`) and 4-bit
+//! (`q4.rs`) kernels: CPU feature detection, the one fixed 8-lane reduction tree
+//! every dot product ends with, and the dispatch from a tile shape to a kernel
+//! instantiated for it.
+
+#[cfg(target_arch = "x86_64")]
+#[inline]
+pub(crate) fn has_avx2() -> bool {
+    std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma")
+}
+
+/// Lanes (0+4, 1+5, 2+6, 3+7), then (0+2, 1+3), then (0+1): the tree of [`hsum`].
+pub(crate) fn tree8(l: [f32; 8]) -> f32 {
+    ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]))
+}
+
+/// Lanes (0+4, 1+5, 2+6, 3+7), then (0+2, 1+3), then (0+1).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+pub(crate) unsafe fn hsum(sum: std::arch::x86_64::__m256) -> f32 {
+    use std::arch::x86_64::*;
+    let lo = _mm256_castps256_ps128(sum);
+    let hi = _mm256_extractf128_ps(sum, 1);
+    let s4 = _mm_add_ps(lo, hi);
+    let s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+    let s1 = _mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1));
+    _mm_cvtss_f32(s1)
+}
+
+/// Calls `$run!(TT, RR)` with the literal tile shape matching `($tt, $rr)`.
+macro_rules! dispatch {
+    ($tt:expr, $rr:expr, $run:ident) => {
+        match ($tt, $rr) {
+            (1, 1) => $run!(1, 1),
+            (1, 2) => $run!(1, 2),
+            (1, 3) => $run!(1, 3),
+            (1, 4) => $run!(1, 4),
+            (1, 5) => $run!(1, 5),
+            (1, 6) => $run!(1, 6),
+            (1, 7) => $run!(1, 7),
+            (1, 8) => $run!(1, 8),
+            (2, 1) => $run!(2, 1),
+            (2, 2) => $run!(2, 2),
+            (2, 3) => $run!(2, 3),
+            (2, 4) => $run!(2, 4),
+            (2, 5) => $run!(2, 5),
+            (2, 6) => $run!(2, 6),
+            (3, 1) => $run!(3, 1),
+            (3, 2) => $run!(3, 2),
+            (3, 3) => $run!(3, 3),
+            (3, 4) => $run!(3, 4),
+            (4, 1) => $run!(4, 1),
+            (4, 2) => $run!(4, 2),
+            (4, 3) => $run!(4, 3),
+            (tt, rr) => unreachable!("no {tt}x{rr} tile"),
+        }
+    };
+}
+pub(crate) use dispatch;

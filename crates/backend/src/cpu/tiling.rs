@@ -1,0 +1,117 @@
+//! Parallel loops over matmul outputs shared by the f32 and quantized kernels:
+//! register tiles of tokens × weight rows (`tiled`) and per-row work on two
+//! buffers (`for_rows`), both on the CPU team (`team.rs`).
+
+use super::team;
+
+/// Calls `f(row, a_row, b_row)` for every row of two row-major buffers (`a`: `a_cols`
+/// per row, `b`: `b_cols`), in parallel over chunks of `chunk` rows
+/// ([`team::par_for`]).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn for_rows<A: Send, B: Send>(
+    rows: usize,
+    chunk: usize,
+    a: &mut [A],
+    a_cols: usize,
+    b: &mut [B],
+    b_cols: usize,
+    f: impl Fn(usize, &mut [A], &mut [B]) + Sync,
+) {
+    let chunk = chunk.max(1);
+    assert!(
+        a.len() >= rows * a_cols && b.len() >= rows * b_cols,
+        "for_rows: short buffer"
+    );
+    let (sa, sb) = (team::SharedMut::new(a), team::SharedMut::new(b));
+    team::par_for(rows.div_ceil(chunk), |c| {
+        for r in c * chunk..((c + 1) * chunk).min(rows) {
+            // SAFETY: row r belongs to chunk c alone.
+            let (ra, rb) = unsafe {
+                (
+                    sa.slice(r * a_cols, (r + 1) * a_cols),
+                    sb.slice(r * b_cols, (r + 1) * b_cols),
+                )
+            };
+            f(r, ra, rb);
+        }
+    });
+}
+
+/// Fills `out[t][r]` (`[t_rows][w_rows]`) by calling `micro(t, tt, r, rr, res, stride)`
+/// for register tiles of tokens `t..t+tt` (`tt` ≤ 4) × weight rows `r..r+rr`
+/// (`rr` ≤ `max_rows[tt]`), which writes value (t+i, r+j) to `res[j * stride + i]`.
+/// Parallel over blocks of weight rows; inside a block, tokens are walked in tiles so
+/// the block's weights and a tile of activations stay in cache together. Tiling only
+/// decides *which* values are computed together, never how one is summed, so results
+/// do not depend on `t_rows`.
+pub(crate) fn tiled(
+    t_rows: usize,
+    w_rows: usize,
+    max_rows: [usize; 5],
+    micro: impl Fn(usize, usize, usize, usize, &mut [f32], usize) + Sync,
+) -> Vec<f32> {
+    const ROWS: usize = 24; // a multiple of every tile height
+    const TOKENS: usize = 16;
+    // [row][t]: each block of ROWS weight rows owns one contiguous chunk, so the tasks
+    // write in place (no per-block buffers); one token needs no transpose after.
+    let mut res = vec![0.0f32; w_rows * t_rows];
+    if t_rows == 0 {
+        return res;
+    }
+    let shared = team::SharedMut::new(&mut res);
+    team::par_for(w_rows.div_ceil(ROWS), |b| {
+        let (r0, r1) = (b * ROWS, ((b + 1) * ROWS).min(w_rows));
+        // SAFETY: block b owns rows r0..r1 of `res`, disjoint from every other block.
+        let res = unsafe { shared.slice(r0 * t_rows, r1 * t_rows) };
+        for t0 in (0..t_rows).step_by(TOKENS) {
+            let t1 = (t0 + TOKENS).min(t_rows);
+            // Groups of four tokens, each row tile against all of them (its weights
+            // stay in L1 while the tile's activations are reused from L1 too) ...
+            let full = t0 + (t1 - t0) / 4 * 4;
+            let mut r = r0;
+            while r < r1 {
+                let rr = (r1 - r).min(max_rows[4]);
+                for t in (t0..full).step_by(4) {
+                    micro(t, 4, r, rr, &mut res[(r - r0) * t_rows + t..], t_rows);
+                }
+                r += rr;
+            }
+            // ... then the one to three tokens left, in taller tiles.
+            if full < t1 {
+                let tt = t1 - full;
+                let mut r = r0;
+                while r < r1 {
+                    let rr = (r1 - r).min(max_rows[tt]);
+                    micro(
+                        full,
+                        tt,
+                        r,
+                        rr,
+                        &mut res[(r - r0) * t_rows + full..],
+                        t_rows,
+                    );
+                    r += rr;
+                }
+            }
+        }
+    });
+    if t_rows == 1 {
+        return res;
+    }
+    // To [t][row], in parallel over chunks of 16 tokens: for each weight row the chunk
+    // reads one cache line of `res` and writes one value into each of its 16 rows.
+    const T_CHUNK: usize = 16;
+    let mut out = vec![0.0f32; t_rows * w_rows];
+    let shared = team::SharedMut::new(&mut out);
+    team::par_for(t_rows.div_ceil(T_CHUNK), |c| {
+        let (t0, t1) = (c * T_CHUNK, ((c + 1) * T_CHUNK).min(t_rows));
+        // SAFETY: chunk c owns output rows t0..t1.
+        let out = unsafe { shared.slice(t0 * w_rows, t1 * w_rows) };
+        for (r, row) in res.chunks_exact(t_rows).enumerate() {
+            for (i, &v) in row[t0..t1].iter().enumerate() {
+                out[i * w_rows + r] = v;
+            }
+        }
+    });
+    out
+}
