@@ -4,6 +4,7 @@
 pub mod chat;
 pub mod config;
 pub mod export;
+pub mod ggml_type;
 pub mod gguf;
 pub mod hub;
 pub mod llama;

@@ -1,6 +1,6 @@
 //! Dequantisation of GGML block formats to f32 (layouts as documented by ggml).
 
-use crate::gguf::GgmlType;
+use crate::ggml_type::GgmlType;
 use anyhow::{ensure, Result};
 use half::{bf16, f16};
 use rayon::prelude::*;

@@ -283,7 +283,7 @@ impl WeightSource {
     /// mixed file such as Q4_K_M has 4-bit gates and some 6-bit matrices, which then go
     /// to 4 bits too).
     pub fn native_cpu_weights(&self) -> CpuWeights {
-        use crate::gguf::GgmlType;
+        use crate::ggml_type::GgmlType;
         match self {
             WeightSource::Gguf(g) => match g.tensors.get("blk.0.ffn_gate.weight").map(|t| t.ty) {
                 Some(GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q4K) => CpuWeights::Q4,
