@@ -135,6 +135,12 @@ pub trait Backend: Send {
     fn replay(&mut self) -> anyhow::Result<Option<Self::Tensor>> {
         Ok(None)
     }
+    /// Query lengths per sequence (1 + K for a verify step) for which the backend
+    /// captures step graphs; a step of another shape runs its ops eagerly. None: the
+    /// backend captures no graphs. The engine's adaptive K policy picks K among these.
+    fn captured_query_lens(&self) -> Option<Vec<usize>> {
+        None
+    }
     /// Index of the largest value of each row of `logits` (first on ties), computed
     /// where the logits live so only ids travel; None when the backend has no such op.
     fn argmax_rows(&mut self, _logits: &Self::Tensor) -> Option<Vec<u32>> {

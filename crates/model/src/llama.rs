@@ -294,4 +294,7 @@ impl<B: Backend> ModelRunner for LlamaRunner<B> {
     fn device_name(&self) -> String {
         self.backend.name()
     }
+    fn captured_query_lens(&self) -> Option<Vec<usize>> {
+        self.backend.captured_query_lens()
+    }
 }

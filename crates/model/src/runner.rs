@@ -22,6 +22,11 @@ pub trait ModelRunner: Send {
     fn forward_greedy(&mut self, _step: &StepInput) -> anyhow::Result<Option<Vec<u32>>> {
         Ok(None)
     }
+    /// Query lengths per sequence for which the backend replays captured step graphs
+    /// (`Backend::captured_query_lens`); None: no graphs.
+    fn captured_query_lens(&self) -> Option<Vec<usize>> {
+        None
+    }
 }
 
 /// Greedy continuation of one sequence: the prompt as one prefill step, then one
