@@ -7,9 +7,6 @@ use std::str::FromStr;
 use anyhow::{bail, Context};
 use serde::Deserialize;
 
-/// K values the adaptive policy may pick (0 = plain decode). On CUDA each is a
-/// captured graph shape.
-pub const CAPTURED_KS: [usize; 6] = [0, 1, 4, 6, 8, 12];
 /// Levels of the study's dynamic-K controller.
 pub const DYNAMIC_LEVELS: [usize; 3] = [4, 6, 12];
 /// Largest K any policy may use.
@@ -156,22 +153,6 @@ impl KPolicy {
             bail!("k_policy {s:?}: profile files can only be set on the server");
         }
         Self::parse(s)
-    }
-
-    /// The largest K this policy can ask for.
-    pub fn max_k(&self) -> usize {
-        match self {
-            Self::Fixed(k) => *k,
-            Self::Profile(p) => p
-                .workloads
-                .values()
-                .copied()
-                .chain([p.default])
-                .max()
-                .unwrap_or(0),
-            Self::Dynamic => *DYNAMIC_LEVELS.last().expect("levels"),
-            Self::Adaptive => *CAPTURED_KS.last().expect("ks"),
-        }
     }
 
     pub fn label(&self) -> String {
@@ -322,21 +303,5 @@ mod tests {
         c.max_num_batched_tokens = 2048;
         c.max_num_seqs = 0;
         assert!(c.validate().is_err());
-    }
-
-    #[test]
-    fn every_adaptive_k_is_a_captured_cuda_shape() {
-        // The adaptive policy picks K from CAPTURED_KS; on CUDA a verify step of 1 + K
-        // query rows replays a graph only if that length is captured, so a missing one
-        // silently runs eagerly (K = 1 did: the adaptive policy ran ~1.4x slower per step
-        // than fixed K on the H200, results/tune-h200-2026-11-30).
-        let lens = wring_cuda::CudaOptions::default().query_lens;
-        for k in CAPTURED_KS {
-            assert!(
-                lens.contains(&(k + 1)),
-                "K={k}: query length {} not captured",
-                k + 1
-            );
-        }
     }
 }

@@ -1,84 +1,33 @@
-//! The engine loop: owns the runner, the scheduler, the proposer and every
-//! request's state; one iteration plans a step, drafts, runs the model, verifies
-//! or samples, detokenises, applies stop rules and streams events.
+//! The engine loop: owns the runner, the scheduler, the speculation state and every
+//! request's state. One iteration takes commands, then runs a step: plan the
+//! drafts (`spec_decode`), schedule, build the input (`step_input.rs`), run the
+//! model, verify or sample, and emit (detokenise, stop rules, stream events).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::{mpsc, Arc, Weak};
 use std::time::{Duration, Instant};
 
-use tokio::sync::mpsc::UnboundedSender;
-use wring_model::runner::{ModelRunner, SeqInput, StepInput};
-use wring_model::{IncrementalDecoder, Tokenizer};
+use wring_model::runner::{ModelRunner, StepInput};
+use wring_model::Tokenizer;
 
-use crate::api::{EngineEvent, FinishReason, TokenLogprob, Usage};
+use crate::api::{EngineEvent, FinishReason, TokenLogprob};
 use crate::block_manager::BlockManager;
-use crate::config::{EngineConfig, KPolicy, ProposerKind, CAPTURED_KS};
-use crate::handle::{Command, Shared, Submission};
+use crate::channel::{Command, Shared, Submission};
+use crate::config::{EngineConfig, KPolicy};
 use crate::metrics::MetricsSnapshot;
-use crate::sampling::{token_logprobs, RequestSampler};
+use crate::request::{Appended, RequestState};
+use crate::sampling::token_logprobs;
 use crate::scheduler::{Scheduler, SchedulerLimits};
 use crate::sequence::Sequence;
-use crate::spec::{
-    verify_drafts, AdaptiveK, DynamicK, NgramProposer, NoProposer, PositionAcceptance, Proposer,
-    RejectionRule, ScoreCalibration, StepCostModel, SuffixProposer,
-};
-use crate::stop::{StopOutcome, StopStrings};
-
-/// What one forward step returned: whole logit rows, or only their argmax ids.
-enum StepOutput {
-    Logits(wring_model::runner::Logits),
-    Ids(Vec<u32>),
-}
-
-/// Token id written into pad slots; its value never matters (pads are rejected
-/// by construction).
-const PAD_TOKEN: u32 = 0;
-
-struct RequestState {
-    request_id: String,
-    sampler: RequestSampler,
-    decoder: IncrementalDecoder,
-    stops: StopStrings,
-    stop_ids: HashSet<u32>,
-    max_tokens: usize,
-    logprobs: Option<u32>,
-    events: UnboundedSender<EngineEvent>,
-    arrival: Instant,
-    first_token_at: Option<Instant>,
-    usage: Usage,
-    k_policy: KPolicy,
-    workload: Option<String>,
-    admitted: bool,
-}
-
-/// This step's draft for one decoding sequence.
-struct SeqDraft {
-    /// Real draft tokens (`valid_len` of them).
-    tokens: Vec<u32>,
-    /// Query slots after the last token: K when padding, else `tokens.len()`.
-    slots: usize,
-    dynamic: bool,
-    /// The drafter's own running probabilities for `tokens`, when it gives them.
-    scores: Option<Vec<f32>>,
-}
-
-struct SpecState {
-    dynamic: DynamicK,
-    adaptive: AdaptiveK,
-    /// Present when the adaptive policy is available (calibrated at start-up).
-    cost: Option<StepCostModel>,
-    acceptance: PositionAcceptance,
-    /// Drafter scores → measured acceptance, learned from every verify step.
-    calibration: ScoreCalibration,
-}
+use crate::spec_decode::{verify, DraftAsk, SpecDecoder, StepBudget, StepDrafts, StepOutput};
+use crate::step_input::{self, StepRow};
 
 pub(crate) struct EngineCore {
     runner: Box<dyn ModelRunner>,
     sched: Scheduler,
     requests: HashMap<u64, RequestState>,
-    proposer: Box<dyn Proposer>,
-    spec: SpecState,
+    spec: SpecDecoder,
     cfg: EngineConfig,
     eos: Vec<u32>,
     tokenizer: Arc<Tokenizer>,
@@ -121,13 +70,8 @@ impl EngineCore {
             max_model_len = pool_tokens;
         }
         let vocab = runner.vocab_size();
-        let proposer: Box<dyn Proposer> = match cfg.spec.method {
-            ProposerKind::None => Box::new(NoProposer),
-            ProposerKind::Ngram => {
-                Box::new(NgramProposer::new(cfg.spec.ngram_min, cfg.spec.ngram_max))
-            }
-            ProposerKind::Suffix => Box::new(SuffixProposer::new(&cfg.spec.suffix, vocab)?),
-        };
+        let captured = runner.captured_query_lens();
+        let spec = SpecDecoder::new(&cfg.spec, vocab, captured.as_deref())?;
         let sched = Scheduler::new(
             SchedulerLimits {
                 max_num_seqs: cfg.max_num_seqs,
@@ -135,16 +79,10 @@ impl EngineCore {
             },
             BlockManager::new(num_blocks, block_size, cfg.enable_prefix_caching),
         );
-        let mut metrics = MetricsSnapshot {
+        let metrics = MetricsSnapshot {
             kv_blocks_total: num_blocks,
             ..Default::default()
         };
-        metrics.spec_num_accepted_tokens_per_pos = Vec::new();
-        let max_k = cfg
-            .spec
-            .k_policy
-            .max_k()
-            .max(*CAPTURED_KS.last().expect("ks"));
         let trace = match &cfg.trace_out {
             Some(p) => Some(crate::trace::TraceWriter::create(p)?),
             None => None,
@@ -154,14 +92,7 @@ impl EngineCore {
             runner,
             sched,
             requests: HashMap::new(),
-            proposer,
-            spec: SpecState {
-                dynamic: DynamicK::default(),
-                adaptive: AdaptiveK::new(&CAPTURED_KS),
-                cost: None,
-                acceptance: PositionAcceptance::new(max_k),
-                calibration: ScoreCalibration::new(),
-            },
+            spec,
             cfg,
             eos,
             tokenizer,
@@ -171,20 +102,11 @@ impl EngineCore {
             drain_deadline: None,
         };
         if core.cfg.spec.enabled() && core.cfg.spec.k_policy == KPolicy::Adaptive {
-            let t = Instant::now();
-            let points = crate::calibrate::measure_step_costs(
+            core.spec.calibrate(
                 core.runner.as_mut(),
                 &mut core.sched.blocks,
                 core.cfg.max_num_seqs,
-                &[0, 4, 12],
             )?;
-            let model = StepCostModel::fit_calibration(&points);
-            tracing::info!(
-                "adaptive K: step-cost model measured in {:.1}s: {:?} (fixed s, s/seq, s/row)",
-                t.elapsed().as_secs_f64(),
-                model.coefficients()
-            );
-            core.spec.cost = Some(model);
         }
         Ok((core, max_model_len))
     }
@@ -205,7 +127,7 @@ impl EngineCore {
         &self.metrics
     }
     pub fn adaptive_ready(&self) -> bool {
-        self.spec.cost.is_some()
+        self.spec.adaptive_ready()
     }
 
     pub fn run(mut self, rx: mpsc::Receiver<Command>, shared: Weak<Shared>) {
@@ -251,7 +173,7 @@ impl EngineCore {
                     self.finish(id, FinishReason::Abort, shared);
                 }
             }
-            Command::ResetSuffixCache => self.proposer.reset_global(),
+            Command::ResetSuffixCache => self.spec.proposer().reset_global(),
             Command::Shutdown(drain) => {
                 let d = Instant::now() + drain;
                 self.drain_deadline = Some(self.drain_deadline.map_or(d, |x| x.min(d)));
@@ -275,33 +197,12 @@ impl EngineCore {
         if self.drain_deadline.is_some() {
             return fail("engine is shutting down".into());
         }
-        if let Err(e) = self.proposer.start(id, &req.prompt_ids) {
+        if let Err(e) = self.spec.proposer().start(id, &req.prompt_ids) {
             self.metrics.finished_error += 1;
             return fail(format!("{e:#}"));
         }
-        let mut stop_ids: HashSet<u32> = req.stop_token_ids.iter().copied().collect();
-        if !req.ignore_eos {
-            stop_ids.extend(self.eos.iter().copied());
-        }
-        let state = RequestState {
-            request_id: req.request_id.clone(),
-            sampler: RequestSampler::new(req.sampling.clone(), &req.prompt_ids),
-            decoder: IncrementalDecoder::new(self.tokenizer.clone(), &req.prompt_ids, true),
-            stops: StopStrings::new(&req.stop_strings),
-            stop_ids,
-            max_tokens: req.max_tokens as usize,
-            logprobs: req.sampling.logprobs,
-            events,
-            arrival: Instant::now(),
-            first_token_at: None,
-            usage: Usage {
-                prompt_tokens: req.prompt_ids.len() as u32,
-                ..Default::default()
-            },
-            k_policy: k_policy.unwrap_or_else(|| self.cfg.spec.k_policy.clone()),
-            workload: req.spec.workload.clone(),
-            admitted: false,
-        };
+        let k_policy = k_policy.unwrap_or_else(|| self.cfg.spec.k_policy.clone());
+        let state = RequestState::new(&req, k_policy, events, &self.eos, self.tokenizer.clone());
         self.requests.insert(id, state);
         self.sched.add(Sequence::new(id, req.prompt_ids));
     }
@@ -318,22 +219,14 @@ impl EngineCore {
         }
     }
 
-    /// K a request's policy asks for now.
-    fn wanted_k(&self, r: &RequestState) -> usize {
-        match &r.k_policy {
-            KPolicy::Fixed(k) => *k,
-            KPolicy::Profile(p) => p.k_for(r.workload.as_deref()),
-            KPolicy::Dynamic => self.spec.dynamic.k(),
-            KPolicy::Adaptive => *self.spec.adaptive.candidates.last().unwrap_or(&0),
+    /// The step's drafts: one ask per decoding sequence, planned against the step's
+    /// whole budget (the prefill waiting to share it included).
+    fn plan_drafts(&mut self) -> StepDrafts {
+        if !self.cfg.spec.enabled() {
+            return StepDrafts::default();
         }
-    }
-
-    /// Drafts for every decoding sequence, with uniform K padding when enabled.
-    fn plan_drafts(&mut self) -> HashMap<u64, SeqDraft> {
         let ids = self.sched.decoding_ids();
         let mut asks = Vec::with_capacity(ids.len());
-        // (want, cap, room, adaptive, dynamic)
-        let mut info = Vec::with_capacity(ids.len());
         for &id in &ids {
             let (Some(seq), Some(r)) = (self.sched.get(id), self.requests.get(&id)) else {
                 continue;
@@ -341,149 +234,73 @@ impl EngineCore {
             let room = self.max_model_len.saturating_sub(seq.len());
             // Emitting accepted + 1 tokens must stay within max_tokens.
             let remaining = r.max_tokens.saturating_sub(seq.num_output() + 1);
-            let cap = room.min(remaining);
-            let want = self.wanted_k(r);
-            let adaptive = r.k_policy == KPolicy::Adaptive;
-            let dynamic = r.k_policy == KPolicy::Dynamic;
-            asks.push((id, want.min(cap)));
-            info.push((want, cap, room, adaptive, dynamic));
-        }
-        let proposals = self.proposer.propose(&asks);
-
-        // The adaptive policy picks one K for its sequences from their scores.
-        let mut adaptive_k = 0;
-        if let Some(cost) = &self.spec.cost {
-            let scores: Vec<Vec<f32>> = proposals
-                .iter()
-                .zip(&info)
-                .filter(|(_, i)| i.3)
-                .map(|(p, i)| {
-                    let n = p.tokens.len().min(i.1);
-                    match &p.probs {
-                        Some(pr) => self.spec.calibration.apply(&pr[..n.min(pr.len())]),
-                        None => self.spec.acceptance.running_probs(n),
-                    }
-                })
-                .collect();
-            if !scores.is_empty() {
-                let refs: Vec<&[f32]> = scores.iter().map(|s| s.as_slice()).collect();
-                adaptive_k = self.spec.adaptive.choose(&refs, 0, self.cfg.spec.pad, cost);
-            }
-        }
-
-        let mut drafts = HashMap::with_capacity(asks.len());
-        let mut step_k = 0;
-        for ((&(id, _), p), &(want, cap, _, adaptive, dynamic)) in
-            asks.iter().zip(proposals).zip(&info)
-        {
-            let k = if adaptive { adaptive_k } else { want }.min(cap);
-            step_k = step_k.max(k);
-            let mut tokens = p.tokens;
-            tokens.truncate(k);
-            let scores = p.probs.map(|mut pr| {
-                pr.truncate(tokens.len());
-                pr
-            });
-            drafts.insert(
+            asks.push(DraftAsk {
                 id,
-                SeqDraft {
-                    slots: tokens.len(),
-                    tokens,
-                    dynamic,
-                    scores,
-                },
-            );
+                policy: &r.k_policy,
+                workload: r.workload.as_deref(),
+                room,
+                cap: room.min(remaining),
+            });
         }
-        if self.cfg.spec.pad {
-            for (&(id, _), &(_, _, room, _, _)) in asks.iter().zip(&info) {
-                if let Some(d) = drafts.get_mut(&id) {
-                    d.slots = step_k.min(room);
-                }
-            }
-        }
-        self.metrics.last_k = step_k;
+        let budget = StepBudget {
+            max_tokens: self.cfg.max_num_batched_tokens,
+            prefill: self.sched.prefill_demand(),
+        };
+        let drafts = self.spec.plan(&asks, budget);
+        self.metrics.last_k = drafts.k;
         drafts
     }
 
-    /// One step; false when nothing could be scheduled.
+    /// One step: plan drafts → schedule → build the input → run the model →
+    /// verify and emit. False when nothing could be scheduled.
     fn step(&mut self, shared: &Weak<Shared>) -> bool {
-        let drafts = if self.cfg.spec.enabled() {
-            self.plan_drafts()
-        } else {
-            HashMap::new()
-        };
-        let plan = self
-            .sched
-            .schedule(&|id| drafts.get(&id).map_or(0, |d| d.slots));
+        let drafts = self.plan_drafts();
+        let plan = self.sched.schedule(&|id| drafts.slots_for(id));
         if plan.is_empty() {
             return false;
         }
-
-        // Build the step.
-        struct Row {
-            id: u64,
-            num_tokens: usize,
-            slots: usize,
-            num_computed: usize,
-            completes: bool,
-            first_logit: usize,
+        let (input, rows) = step_input::build(&plan, &self.sched, &drafts);
+        self.mark_admitted(&rows, shared);
+        let out = match self.run_model(&input, &rows) {
+            Ok(out) => out,
+            Err(msg) => {
+                for r in &rows {
+                    self.fail(r.id, msg.clone(), shared);
+                }
+                return true;
+            }
+        };
+        for r in rows {
+            if r.completes {
+                self.verify_and_emit(&r, &out, &drafts, shared);
+            } else {
+                self.sched.set_computed(r.id, r.num_computed + r.num_tokens);
+            }
         }
-        let mut input = StepInput::default();
-        let mut rows = Vec::with_capacity(plan.scheduled.len());
-        for sc in &plan.scheduled {
-            let seq = self.sched.get(sc.id).expect("scheduled seq exists");
-            let nc = seq.num_computed;
-            let query_start = input.tokens.len();
-            input
-                .tokens
-                .extend_from_slice(&seq.tokens[nc..nc + sc.num_tokens]);
-            if sc.num_slots > 0 {
-                let d = &drafts[&sc.id];
-                input.tokens.extend_from_slice(&d.tokens);
-                input.tokens.extend(std::iter::repeat_n(
-                    PAD_TOKEN,
-                    sc.num_slots - d.tokens.len(),
-                ));
-            }
-            let query_len = sc.num_tokens + sc.num_slots;
-            input
-                .positions
-                .extend((nc..nc + query_len).map(|p| p as u32));
-            let completes = nc + sc.num_tokens == seq.len();
-            let first_logit = input.logit_rows.len();
-            if completes {
-                // The last known token, then every slot (all 1 + K rows when padded).
-                let last = query_start + sc.num_tokens - 1;
-                input.logit_rows.extend(last..last + 1 + sc.num_slots);
-            }
-            input.seqs.push(SeqInput {
-                query_start,
-                query_len,
-                context_len: nc + query_len,
-                block_table: seq.blocks.clone(),
-            });
-            rows.push(Row {
-                id: sc.id,
-                num_tokens: sc.num_tokens,
-                slots: sc.num_slots,
-                num_computed: nc,
-                completes,
-                first_logit,
-            });
-            if let Some(r) = self.requests.get_mut(&sc.id) {
-                if !r.admitted {
-                    r.admitted = true;
-                    self.metrics.prompt_tokens += r.usage.prompt_tokens as u64;
-                    if let Some(sh) = shared.upgrade() {
-                        sh.pending.fetch_sub(1, Ordering::AcqRel);
-                    }
+        self.spec.end_step();
+        true
+    }
+
+    /// Counts requests whose first step this is as admitted (out of the queue).
+    fn mark_admitted(&mut self, rows: &[StepRow], shared: &Weak<Shared>) {
+        for row in rows {
+            let Some(r) = self.requests.get_mut(&row.id) else {
+                continue;
+            };
+            if !r.admitted {
+                r.admitted = true;
+                self.metrics.prompt_tokens += r.usage.prompt_tokens as u64;
+                if let Some(sh) = shared.upgrade() {
+                    sh.pending.fetch_sub(1, Ordering::AcqRel);
                 }
             }
         }
+    }
 
-        // When every row that gets logits takes their argmax (greedy, no penalties, no
-        // logprobs), only ids come back from the runner (the argmax runs on the device
-        // where it can); otherwise, or when the runner has no such path, whole rows.
+    /// Runs the step. When every row that gets logits takes their argmax (greedy, no
+    /// penalties, no logprobs) only ids come back (the argmax runs on the device
+    /// where it can); otherwise, or when the runner has no such path, whole rows.
+    fn run_model(&mut self, input: &StepInput, rows: &[StepRow]) -> Result<StepOutput, String> {
         let ids_only = rows.iter().filter(|r| r.completes).all(|r| {
             self.requests
                 .get(&r.id)
@@ -491,144 +308,65 @@ impl EngineCore {
         });
         let t0 = Instant::now();
         let result = if ids_only && !input.logit_rows.is_empty() {
-            match self.runner.forward_greedy(&input) {
+            match self.runner.forward_greedy(input) {
                 Ok(Some(ids)) => Ok(StepOutput::Ids(ids)),
-                Ok(None) => self.runner.forward(&input).map(StepOutput::Logits),
+                Ok(None) => self.runner.forward(input).map(StepOutput::Logits),
                 Err(e) => Err(e),
             }
         } else {
-            self.runner.forward(&input).map(StepOutput::Logits)
+            self.runner.forward(input).map(StepOutput::Logits)
         };
-        let out = match result {
-            Ok(o) => o,
-            Err(e) => {
-                tracing::error!("forward step failed: {e:#}");
-                for r in &rows {
-                    self.fail(r.id, format!("model step failed: {e:#}"), shared);
-                }
-                return true;
-            }
-        };
+        let out = result.map_err(|e| {
+            tracing::error!("forward step failed: {e:#}");
+            format!("model step failed: {e:#}")
+        })?;
         let secs = t0.elapsed().as_secs_f64();
-        if let Some(cost) = &mut self.spec.cost {
-            cost.observe(rows.len(), input.tokens.len(), secs);
-        }
+        self.spec.observe_step(rows.len(), input.tokens.len(), secs);
         self.metrics.steps += 1;
-        let shape_error = match &out {
-            StepOutput::Logits(l) if l.rows != input.logit_rows.len() || l.vocab != self.vocab => {
-                Some(format!(
-                    "runner returned {}x{} logits, expected {}x{}",
-                    l.rows,
-                    l.vocab,
-                    input.logit_rows.len(),
-                    self.vocab
-                ))
-            }
-            StepOutput::Ids(ids) if ids.len() != input.logit_rows.len() => Some(format!(
-                "runner returned {} greedy ids, expected {}",
-                ids.len(),
-                input.logit_rows.len()
-            )),
-            _ => None,
-        };
-        if let Some(msg) = shape_error {
-            for r in &rows {
-                self.fail(r.id, msg.clone(), shared);
-            }
-            return true;
-        }
+        out.check_shape(input.logit_rows.len(), self.vocab)?;
+        Ok(out)
+    }
 
-        let (mut dyn_accepted, mut dyn_seqs) = (0usize, 0usize);
-        for r in rows {
-            if !r.completes {
-                self.sched.set_computed(r.id, r.num_computed + r.num_tokens);
-                continue;
-            }
-            let Some(state) = self.requests.get_mut(&r.id) else {
-                continue;
-            };
-            let (tokens, accepted, valid) = match &out {
-                StepOutput::Ids(ids) => {
-                    // Greedy verification on ids: the same rule as `verify_drafts`
-                    // for a greedy sampler (accept while the draft is the argmax,
-                    // then the target's own token).
-                    let ids = &ids[r.first_logit..r.first_logit + 1 + r.slots];
-                    let draft: &[u32] = drafts.get(&r.id).map_or(&[], |d| &d.tokens);
-                    let valid = if r.slots == 0 {
-                        0
-                    } else {
-                        draft.len().min(r.slots)
-                    };
-                    let accepted = draft[..valid]
-                        .iter()
-                        .zip(ids)
-                        .take_while(|(d, t)| d == t)
-                        .count();
-                    let tokens = ids[..=accepted].to_vec();
-                    for &t in &tokens {
-                        state.sampler.observe(t);
-                    }
-                    (tokens, accepted, valid)
-                }
-                StepOutput::Logits(logits) => {
-                    let row = |j: usize| logits.row(r.first_logit + j);
-                    if r.slots == 0 {
-                        (vec![state.sampler.sample(row(0))], 0, 0)
-                    } else {
-                        let d = &drafts[&r.id];
-                        let valid = d.tokens.len();
-                        let out = verify_drafts(
-                            &mut state.sampler,
-                            row,
-                            &d.tokens,
-                            valid,
-                            RejectionRule::Correct,
-                        );
-                        (out.tokens, out.accepted, valid)
-                    }
-                }
-            };
-            if r.slots > 0 {
-                if valid > 0 {
-                    state.usage.spec_steps += 1;
-                    state.usage.draft_tokens += valid as u32;
-                    state.usage.accepted_tokens += accepted as u32;
-                    self.spec.acceptance.observe(valid, accepted);
-                    if let Some(sc) = &drafts[&r.id].scores {
-                        self.spec
-                            .calibration
-                            .observe(&sc[..valid.min(sc.len())], accepted);
-                    }
-                }
-                self.metrics.count_verify(valid, accepted);
-                if drafts[&r.id].dynamic {
-                    dyn_accepted += accepted;
-                    dyn_seqs += 1;
-                }
-            }
-            let logprob_rows: Option<Vec<TokenLogprob>> = match (&out, state.logprobs) {
-                (StepOutput::Logits(logits), Some(n)) => Some(
-                    tokens
-                        .iter()
-                        .enumerate()
-                        .map(|(i, &t)| token_logprobs(logits.row(r.first_logit + i), t, n as usize))
-                        .collect(),
-                ),
-                _ => None,
-            };
-            if let Some(reason) = self.emit(r.id, tokens, logprob_rows) {
-                self.finish(r.id, reason, shared);
-            } else {
-                self.sched
-                    .set_computed(r.id, r.num_computed + r.num_tokens + accepted);
-            }
+    /// Verifies a sequence's drafts (or samples its next token), records the
+    /// acceptance, and emits what came out.
+    fn verify_and_emit(
+        &mut self,
+        r: &StepRow,
+        out: &StepOutput,
+        drafts: &StepDrafts,
+        shared: &Weak<Shared>,
+    ) {
+        let Some(state) = self.requests.get_mut(&r.id) else {
+            return;
+        };
+        let target = out.target(r.first_logit);
+        let draft_row = drafts.row_of(r.id).filter(|_| r.slots > 0);
+        let (draft, valid) =
+            draft_row.map_or((&[][..], 0), |b| (drafts.draft(b), drafts.valid_len[b]));
+        let outcome = verify(&mut state.sampler, target, draft, valid);
+        if let Some(b) = draft_row {
+            self.spec.record(
+                drafts,
+                b,
+                outcome.accepted,
+                &mut state.usage,
+                &mut self.metrics,
+            );
         }
-        if dyn_seqs > 0 {
-            self.spec
-                .dynamic
-                .observe(dyn_accepted as f64 / dyn_seqs as f64);
+        let logprob_rows: Option<Vec<TokenLogprob>> = state.logprobs.and_then(|n| {
+            (0..outcome.tokens.len())
+                .map(|i| {
+                    let row = target.logits(i)?;
+                    Some(token_logprobs(row, outcome.tokens[i], n as usize))
+                })
+                .collect()
+        });
+        if let Some(reason) = self.emit(r.id, outcome.tokens, logprob_rows) {
+            self.finish(r.id, reason, shared);
+        } else {
+            self.sched
+                .set_computed(r.id, r.num_computed + r.num_tokens + outcome.accepted);
         }
-        true
     }
 
     /// Appends emitted tokens to a request, applying stop rules token by token;
@@ -642,46 +380,7 @@ impl EngineCore {
         let now = Instant::now();
         let state = self.requests.get_mut(&id)?;
         let seq = self.sched.get_mut(id)?;
-        let mut kept = Vec::with_capacity(tokens.len());
-        let mut text = String::new();
-        let mut finish = None;
-        let mut stopped_by_string = false;
-        for t in tokens {
-            seq.tokens.push(t);
-            kept.push(t);
-            if state.stop_ids.contains(&t) {
-                finish = Some(FinishReason::Stop);
-                break;
-            }
-            let piece = state.decoder.push(t);
-            match state.stops.push(&piece) {
-                StopOutcome::Continue(s) => text.push_str(&s),
-                StopOutcome::Stopped(s) => {
-                    text.push_str(&s);
-                    finish = Some(FinishReason::Stop);
-                    stopped_by_string = true;
-                    break;
-                }
-            }
-            if seq.num_output() >= state.max_tokens || seq.len() >= self.max_model_len {
-                finish = Some(FinishReason::Length);
-                break;
-            }
-        }
-        if finish.is_some() && !stopped_by_string {
-            // Release what the decoder and the stop-string guard still hold.
-            let rest = state.decoder.flush();
-            match state.stops.push(&rest) {
-                StopOutcome::Continue(s) => {
-                    text.push_str(&s);
-                    text.push_str(&state.stops.flush());
-                }
-                StopOutcome::Stopped(s) => {
-                    text.push_str(&s);
-                    finish = Some(FinishReason::Stop);
-                }
-            }
-        }
+        let Appended { kept, text, finish } = state.append(seq, tokens, self.max_model_len);
         if state.first_token_at.is_none() {
             state.first_token_at = Some(now);
             self.metrics
@@ -690,7 +389,7 @@ impl EngineCore {
         }
         state.usage.completion_tokens += kept.len() as u32;
         self.metrics.generation_tokens += kept.len() as u64;
-        if let Err(e) = self.proposer.append(id, &kept) {
+        if let Err(e) = self.spec.proposer().append(id, &kept) {
             tracing::warn!("proposer append for request {id}: {e:#}");
         }
         let logprobs = logprobs.map(|mut l| {
@@ -726,7 +425,7 @@ impl EngineCore {
             }
         }
         let completed = matches!(reason, FinishReason::Stop | FinishReason::Length);
-        self.proposer.finish(id, completed);
+        self.spec.proposer().finish(id, completed);
         if let Some(seq) = seq {
             r.usage.cached_tokens = seq.cached_prompt_tokens as u32;
             if let (true, Some(t)) = (completed, self.trace.as_mut()) {

@@ -5,13 +5,13 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
-use std::thread::JoinHandle;
 use std::time::Duration;
 
-use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
-use wring_model::{ChatTemplate, LoadedModel, RunnerOptions, Tokenizer};
+use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
+use wring_model::{ChatTemplate, LoadedModel, ModelRunner, RunnerOptions, Tokenizer};
 
 use crate::api::{EngineEvent, GenerateRequest, SubmitError};
+use crate::channel::{Command, Limits, Shared, Submission};
 use crate::config::{EngineConfig, KPolicy};
 use crate::core::EngineCore;
 use crate::metrics::MetricsSnapshot;
@@ -30,52 +30,34 @@ pub struct EngineInfo {
     pub eos_token_ids: Vec<u32>,
 }
 
-pub(crate) enum Command {
-    Submit(Box<Submission>),
-    Abort(u64),
-    ResetSuffixCache,
-    Shutdown(Duration),
-}
+pub struct Engine;
 
-pub(crate) struct Submission {
-    pub id: u64,
-    pub req: GenerateRequest,
-    /// Per-request K policy override, parsed at submission.
-    pub k_policy: Option<KPolicy>,
-    pub events: UnboundedSender<EngineEvent>,
-}
-
-/// State shared between handles and the engine thread.
-pub(crate) struct Shared {
-    pub commands: Mutex<mpsc::Sender<Command>>,
-    pub next_id: AtomicU64,
-    /// Submitted but not yet admitted to a first step.
-    pub pending: AtomicUsize,
-    pub shutting_down: AtomicBool,
-    pub metrics: Mutex<MetricsSnapshot>,
-    pub thread: Mutex<Option<JoinHandle<()>>>,
-    pub limits: Limits,
-}
-
-#[derive(Debug, Clone)]
-pub(crate) struct Limits {
+/// What the engine needs to know about the model it serves besides its runner.
+#[derive(Clone)]
+pub struct ServedModel {
+    pub name: String,
+    pub tokenizer: Arc<Tokenizer>,
+    pub chat_template: Option<Arc<ChatTemplate>>,
+    pub eos_token_ids: Vec<u32>,
+    /// Context length (prompt + output) before the KV pool's own limit.
     pub max_model_len: usize,
-    pub vocab_size: usize,
-    pub max_waiting: usize,
-    pub spec_enabled: bool,
-    pub adaptive_ready: bool,
 }
 
-impl Shared {
-    pub fn send(&self, c: Command) -> bool {
-        self.commands
-            .lock()
-            .map(|tx| tx.send(c).is_ok())
-            .unwrap_or(false)
+impl ServedModel {
+    /// `max_model_len` 0: the model's own context length.
+    pub fn of(model: &LoadedModel, max_model_len: usize) -> Self {
+        Self {
+            name: model.name.clone(),
+            tokenizer: model.tokenizer.clone(),
+            chat_template: model.chat_template.clone(),
+            eos_token_ids: model.eos_token_ids.clone(),
+            max_model_len: match max_model_len {
+                0 => model.max_context(),
+                n => n.min(model.max_context()),
+            },
+        }
     }
 }
-
-pub struct Engine;
 
 impl Engine {
     /// Binds the model to its runner, calibrates what needs calibrating and starts
@@ -86,15 +68,26 @@ impl Engine {
         cfg: EngineConfig,
     ) -> anyhow::Result<(EngineHandle, EngineInfo)> {
         cfg.validate()?;
-        let name = model.name.clone();
-        let tokenizer = model.tokenizer.clone();
-        let chat_template = model.chat_template.clone();
-        let eos = model.eos_token_ids.clone();
-        let model_max = match runner_opts.max_model_len {
-            0 => model.max_context(),
-            n => n.min(model.max_context()),
-        };
+        let served = ServedModel::of(&model, runner_opts.max_model_len);
         let runner = wring_runtime::open_runner(model, &runner_opts)?;
+        Self::start_with_runner(served, runner, cfg)
+    }
+
+    /// Starts the engine on a runner built by the caller (another backend, or a
+    /// runner wrapped to observe its steps).
+    pub fn start_with_runner(
+        model: ServedModel,
+        runner: Box<dyn ModelRunner>,
+        cfg: EngineConfig,
+    ) -> anyhow::Result<(EngineHandle, EngineInfo)> {
+        cfg.validate()?;
+        let ServedModel {
+            name,
+            tokenizer,
+            chat_template,
+            eos_token_ids: eos,
+            max_model_len: model_max,
+        } = model;
         let (core, max_model_len) = EngineCore::new(
             runner,
             cfg.clone(),

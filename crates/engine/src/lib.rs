@@ -1,22 +1,24 @@
 //! wring's engine: requests, the paged KV block manager, the continuous-batching
-//! scheduler, speculative decoding (proposers, uniform-K padding, verification, K
-//! policies), sampling, stop handling and metrics.
+//! scheduler, speculative decoding (`spec_decode`: proposers, uniform-K padding,
+//! verification, K policies), sampling, stop handling and metrics.
 
 pub mod api;
 pub mod block_manager;
-mod calibrate;
+mod channel;
 pub mod config;
 mod core;
 mod handle;
 pub mod metrics;
+mod request;
 pub mod sampling;
 pub mod scheduler;
 pub mod sequence;
-pub mod spec;
+pub mod spec_decode;
+mod step_input;
 pub mod stop;
 mod trace;
 
 pub use api::*;
 pub use config::{EngineConfig, KPolicy, KProfile, ProposerKind, SpecConfig, SuffixParams};
-pub use handle::{Engine, EngineHandle, EngineInfo, RequestHandle};
+pub use handle::{Engine, EngineHandle, EngineInfo, RequestHandle, ServedModel};
 pub use metrics::{Histogram, MetricsSnapshot};

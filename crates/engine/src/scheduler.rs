@@ -45,6 +45,15 @@ impl StepPlan {
     }
 }
 
+/// Prefill work that could join the next step.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PrefillDemand {
+    pub seqs: usize,
+    /// Tokens without KV yet (a waiting sequence's prefix-cache hits are not known
+    /// before admission, so they count too).
+    pub tokens: usize,
+}
+
 #[derive(Debug)]
 pub struct Scheduler {
     limits: SchedulerLimits,
@@ -110,6 +119,24 @@ impl Scheduler {
             .copied()
             .filter(|id| self.seqs[id].is_decoding())
             .collect()
+    }
+
+    /// Unfinished prefills of running sequences, and waiting sequences while a
+    /// running slot is free for them: what the next step's budget may take besides
+    /// decode and verify rows.
+    pub fn prefill_demand(&self) -> PrefillDemand {
+        let free_slots = self.limits.max_num_seqs.saturating_sub(self.running.len());
+        let prefilling = self
+            .running
+            .iter()
+            .filter(|id| !self.seqs[*id].is_decoding());
+        let mut d = PrefillDemand::default();
+        for id in prefilling.chain(self.waiting.iter().take(free_slots)) {
+            let s = &self.seqs[id];
+            d.seqs += 1;
+            d.tokens += s.len() - s.num_computed;
+        }
+        d
     }
 
     /// Removes a sequence (finished or aborted) and frees all its blocks at once.
@@ -314,6 +341,39 @@ mod tests {
         }
         assert_eq!(chunks, vec![10, 10, 5]);
         assert!(s.get(1).unwrap().is_decoding());
+    }
+
+    #[test]
+    fn prefill_demand_counts_unfinished_and_admittable_prompts() {
+        let mut s = sched(64, 4, 2, 10);
+        for (id, len) in [(1, 25), (2, 7), (3, 9)] {
+            s.add(Sequence::new(id, prompt(len, id as u32 * 100)));
+        }
+        // Nothing runs: the two that fit the free slots wait.
+        assert_eq!(
+            s.prefill_demand(),
+            PrefillDemand {
+                seqs: 2,
+                tokens: 32
+            }
+        );
+        let plan = s.schedule(&|_| 0);
+        run_step(&mut s, &plan, 9);
+        // 1 has 15 tokens left; one slot is free for 2 (3 waits behind it).
+        assert_eq!(
+            s.prefill_demand(),
+            PrefillDemand {
+                seqs: 2,
+                tokens: 22
+            }
+        );
+        for _ in 0..2 {
+            let plan = s.schedule(&|_| 0);
+            run_step(&mut s, &plan, 9);
+        }
+        // 1 decodes now; 2 has its last 2 tokens; no slot is free for 3.
+        assert!(s.get(1).unwrap().is_decoding());
+        assert_eq!(s.prefill_demand(), PrefillDemand { seqs: 1, tokens: 2 });
     }
 
     #[test]

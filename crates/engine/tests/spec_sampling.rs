@@ -6,7 +6,7 @@ mod common;
 
 use common::*;
 use wring_engine::sampling::{Distribution, RequestSampler};
-use wring_engine::spec::{verify_drafts, RejectionRule};
+use wring_engine::spec_decode::{verify_drafts, RejectionRule};
 use wring_engine::SamplingParams;
 use wring_model::runner::{SeqInput, StepInput};
 use wring_model::RunnerOptions;

@@ -7,6 +7,22 @@ use wring_model::runner::{ModelRunner, SeqInput, StepInput};
 
 use crate::block_manager::BlockManager;
 
+/// K values timed: none, the largest candidate and the one nearest a third of it
+/// (0, 4, 12 for the CPU's candidates), so every timed shape is one the runner has
+/// captured when it captures any.
+pub fn calibration_ks(candidates: &[usize]) -> Vec<usize> {
+    let max = candidates.iter().copied().max().unwrap_or(0);
+    let third = candidates
+        .iter()
+        .copied()
+        .min_by_key(|&k| (3 * k).abs_diff(max))
+        .unwrap_or(0);
+    let mut ks = vec![0, third, max];
+    ks.sort_unstable();
+    ks.dedup();
+    ks
+}
+
 /// Batch sizes timed: 1, a quarter, a half and all of `max_num_seqs`.
 fn batch_sizes(max_num_seqs: usize) -> Vec<usize> {
     let mut v = vec![
@@ -98,5 +114,13 @@ mod tests {
         assert_eq!(batch_sizes(32), vec![1, 8, 16, 32]);
         assert_eq!(batch_sizes(1), vec![1]);
         assert_eq!(batch_sizes(3), vec![1, 3]);
+    }
+
+    #[test]
+    fn calibration_ks_are_candidates_spanning_the_range() {
+        assert_eq!(calibration_ks(&[0, 1, 4, 6, 8, 12]), vec![0, 4, 12]);
+        assert_eq!(calibration_ks(&[0, 1, 4, 8]), vec![0, 4, 8]);
+        assert_eq!(calibration_ks(&[0, 1]), vec![0, 1]);
+        assert_eq!(calibration_ks(&[0]), vec![0]);
     }
 }

@@ -1,0 +1,129 @@
+//! Speculative decoding (vLLM's module name): everything about one step's
+//! speculation. The engine loop asks [`SpecDecoder::plan`] for the step's drafts
+//! ([`StepDrafts`]: `[B][K]` tokens plus `valid_len[B]`), feeds them to the model,
+//! checks each sequence's rows with [`verify`] and reports the outcome to
+//! [`SpecDecoder::record`].
+//!
+//! - `planner.rs`: the one planner (proposals, K per policy, padding).
+//! - `drafts.rs`: [`StepDrafts`], the drafts as the verify step carries them.
+//! - `verifier.rs`: one verifier for greedy ids and for logit rows.
+//! - `stats.rs`: acceptance statistics.
+//! - `k_policy/`: fixed, profile, dynamic and adaptive K (cost model, calibration).
+//! - `proposer.rs`, `suffix_proposer.rs`: the drafters.
+
+mod drafts;
+pub mod k_policy;
+mod planner;
+pub mod proposer;
+mod stats;
+pub mod suffix_proposer;
+pub mod verifier;
+
+pub use drafts::{StepDrafts, PAD_TOKEN};
+pub use k_policy::{
+    AdaptiveK, DynamicK, KPolicies, ScoreCalibration, StepCostModel, StepLoad, FALLBACK_KS,
+};
+pub use planner::{DraftAsk, StepBudget};
+pub use proposer::{DraftProposal, NgramProposer, NoProposer, Proposer};
+pub use stats::{AcceptanceStats, PositionAcceptance};
+pub use suffix_proposer::SuffixProposer;
+pub use verifier::{verify, verify_drafts, RejectionRule, StepOutput, TargetRows, VerifyOutcome};
+
+use wring_model::runner::ModelRunner;
+
+use crate::api::Usage;
+use crate::block_manager::BlockManager;
+use crate::config::{KPolicy, ProposerKind, SpecConfig};
+use crate::metrics::MetricsSnapshot;
+
+/// The speculation state the engine keeps across steps: the drafter, the K
+/// policies and what verification has taught them.
+pub struct SpecDecoder {
+    proposer: Box<dyn Proposer>,
+    pub policies: KPolicies,
+    pub stats: AcceptanceStats,
+    pad: bool,
+}
+
+impl SpecDecoder {
+    /// `captured_query_lens`: the runner's captured verify shapes
+    /// (`ModelRunner::captured_query_lens`); the adaptive policy's K candidates.
+    pub fn new(
+        cfg: &SpecConfig,
+        vocab: usize,
+        captured_query_lens: Option<&[usize]>,
+    ) -> anyhow::Result<Self> {
+        let proposer: Box<dyn Proposer> = match cfg.method {
+            ProposerKind::None => Box::new(NoProposer),
+            ProposerKind::Ngram => Box::new(NgramProposer::new(cfg.ngram_min, cfg.ngram_max)),
+            ProposerKind::Suffix => Box::new(SuffixProposer::new(&cfg.suffix, vocab)?),
+        };
+        let policies = KPolicies::new(captured_query_lens);
+        let max_k = policies
+            .max_k(&cfg.k_policy)
+            .max(policies.max_k(&KPolicy::Adaptive));
+        Ok(Self {
+            proposer,
+            stats: AcceptanceStats::new(max_k),
+            policies,
+            pad: cfg.pad,
+        })
+    }
+
+    /// The drafter: told about prompts, emitted tokens and finished requests.
+    pub fn proposer(&mut self) -> &mut dyn Proposer {
+        self.proposer.as_mut()
+    }
+
+    /// Whether the adaptive policy has its step-cost model.
+    pub fn adaptive_ready(&self) -> bool {
+        self.policies.cost.is_some()
+    }
+
+    /// Times verify steps on the runner and fits the adaptive policy's cost model.
+    pub fn calibrate(
+        &mut self,
+        runner: &mut dyn ModelRunner,
+        blocks: &mut BlockManager,
+        max_num_seqs: usize,
+    ) -> anyhow::Result<()> {
+        let t = std::time::Instant::now();
+        let ks = k_policy::calibrate::calibration_ks(self.policies.adaptive.candidates());
+        let points = k_policy::calibrate::measure_step_costs(runner, blocks, max_num_seqs, &ks)?;
+        let model = StepCostModel::fit_calibration(&points);
+        tracing::info!(
+            "adaptive K: candidates {:?}; step-cost model measured in {:.1}s: {:?} (fixed s, s/seq, s/row)",
+            self.policies.adaptive.candidates(),
+            t.elapsed().as_secs_f64(),
+            model.coefficients()
+        );
+        self.policies.cost = Some(model);
+        Ok(())
+    }
+
+    /// A real step's time, for the cost model.
+    pub fn observe_step(&mut self, num_seqs: usize, num_rows: usize, secs: f64) {
+        if let Some(cost) = &mut self.policies.cost {
+            cost.observe(num_seqs, num_rows, secs);
+        }
+    }
+
+    /// Row b of `drafts` was verified with `accepted` draft tokens accepted.
+    pub fn record(
+        &mut self,
+        drafts: &StepDrafts,
+        b: usize,
+        accepted: usize,
+        usage: &mut Usage,
+        metrics: &mut MetricsSnapshot,
+    ) {
+        self.stats.record(drafts, b, accepted, usage, metrics);
+    }
+
+    /// After every row of the step is verified: feeds the dynamic controller.
+    pub fn end_step(&mut self) {
+        if let Some(mean) = self.stats.take_dynamic_mean() {
+            self.policies.dynamic.observe(mean);
+        }
+    }
+}

@@ -1,0 +1,71 @@
+//! Builds the runner's input for one step from the scheduler's plan and the step's
+//! drafts: each sequence's known tokens, then its draft slots (real drafts, then
+//! pads), positions, block tables, and the rows whose logits come back.
+
+use wring_model::runner::{SeqInput, StepInput};
+
+use crate::scheduler::{Scheduler, StepPlan};
+use crate::spec_decode::StepDrafts;
+
+/// One scheduled sequence's place in the step.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StepRow {
+    pub id: u64,
+    /// Known tokens fed this step.
+    pub num_tokens: usize,
+    /// Draft slots after them (0: prefill chunk or plain decode).
+    pub slots: usize,
+    /// Tokens with KV before the step.
+    pub num_computed: usize,
+    /// The step reaches the sequence's last known token, so it yields new tokens.
+    pub completes: bool,
+    /// Index of its first logit row in the step's output.
+    pub first_logit: usize,
+}
+
+/// The step's input and, in the same order, where each sequence sits in it.
+pub fn build(plan: &StepPlan, sched: &Scheduler, drafts: &StepDrafts) -> (StepInput, Vec<StepRow>) {
+    let mut input = StepInput::default();
+    let mut rows = Vec::with_capacity(plan.scheduled.len());
+    for sc in &plan.scheduled {
+        let seq = sched.get(sc.id).expect("scheduled seq exists");
+        let nc = seq.num_computed;
+        let query_start = input.tokens.len();
+        input
+            .tokens
+            .extend_from_slice(&seq.tokens[nc..nc + sc.num_tokens]);
+        if sc.num_slots > 0 {
+            let b = drafts
+                .row_of(sc.id)
+                .expect("a sequence with slots has drafts");
+            debug_assert_eq!(drafts.slots[b], sc.num_slots);
+            input.tokens.extend_from_slice(drafts.slot_tokens(b));
+        }
+        let query_len = sc.num_tokens + sc.num_slots;
+        input
+            .positions
+            .extend((nc..nc + query_len).map(|p| p as u32));
+        let completes = nc + sc.num_tokens == seq.len();
+        let first_logit = input.logit_rows.len();
+        if completes {
+            // The last known token, then every slot (all 1 + K rows when padded).
+            let last = query_start + sc.num_tokens - 1;
+            input.logit_rows.extend(last..last + 1 + sc.num_slots);
+        }
+        input.seqs.push(SeqInput {
+            query_start,
+            query_len,
+            context_len: nc + query_len,
+            block_table: seq.blocks.clone(),
+        });
+        rows.push(StepRow {
+            id: sc.id,
+            num_tokens: sc.num_tokens,
+            slots: sc.num_slots,
+            num_computed: nc,
+            completes,
+            first_logit,
+        });
+    }
+    (input, rows)
+}
