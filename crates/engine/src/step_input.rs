@@ -69,3 +69,53 @@ pub fn build(plan: &StepPlan, sched: &Scheduler, drafts: &StepDrafts) -> (StepIn
     }
     (input, rows)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::block_manager::BlockManager;
+    use crate::scheduler::SchedulerLimits;
+    use crate::sequence::Sequence;
+    use crate::spec_decode::PAD_TOKEN;
+
+    #[test]
+    fn a_verify_row_carries_drafts_then_pads_and_a_prefill_chunk_its_last_logit() {
+        let limits = SchedulerLimits {
+            max_num_seqs: 4,
+            max_num_batched_tokens: 64,
+        };
+        let mut s = Scheduler::new(limits, BlockManager::new(16, 4, false));
+        s.add(Sequence::new(1, vec![10, 11, 12, 13, 14]));
+        let _ = s.schedule(&|_| 0);
+        s.get_mut(1).unwrap().tokens.push(42);
+        s.set_computed(1, 5);
+        s.add(Sequence::new(2, vec![20, 21, 22]));
+        // Sequence 1 verifies one real draft token in K = 3 padded slots.
+        let drafts = StepDrafts::from_rows(
+            3,
+            vec![crate::spec_decode::drafts::DraftRow {
+                id: 1,
+                tokens: vec![7],
+                slots: 3,
+                scores: None,
+                dynamic: false,
+            }],
+        );
+        let plan = s.schedule(&|id| drafts.slots_for(id));
+        let (input, rows) = build(&plan, &s, &drafts);
+        assert_eq!(input.tokens, vec![42, 7, PAD_TOKEN, PAD_TOKEN, 20, 21, 22]);
+        assert_eq!(input.positions, vec![5, 6, 7, 8, 0, 1, 2]);
+        assert_eq!(input.logit_rows, vec![0, 1, 2, 3, 6]);
+        let shape: Vec<_> = input
+            .seqs
+            .iter()
+            .map(|q| (q.query_start, q.query_len, q.context_len))
+            .collect();
+        assert_eq!(shape, vec![(0, 4, 9), (4, 3, 3)]);
+        let firsts: Vec<_> = rows
+            .iter()
+            .map(|r| (r.slots, r.completes, r.first_logit))
+            .collect();
+        assert_eq!(firsts, vec![(3, true, 0), (0, true, 4)]);
+    }
+}

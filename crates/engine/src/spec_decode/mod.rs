@@ -11,7 +11,7 @@
 //! - `k_policy/`: fixed, profile, dynamic and adaptive K (cost model, calibration).
 //! - `proposer.rs`, `suffix_proposer.rs`: the drafters.
 
-mod drafts;
+pub(crate) mod drafts;
 pub mod k_policy;
 mod planner;
 pub mod proposer;
