@@ -9,6 +9,8 @@
 //! weights well below the HBM bandwidth on an H200 (issue 7's 8B roofline numbers).
 
 use crate::blaslt::BlasLt;
+use crate::gemm::Gemm;
+
 use crate::device::DeviceBuffer;
 use anyhow::{anyhow, Result};
 use cudarc::cublas::{result, sys};
@@ -45,24 +47,6 @@ pub struct GemmTuneReport {
     pub gemm_ex_us: f64,
     pub lt_us: Vec<f64>,
     pub chosen: Option<usize>,
-}
-
-/// One GEMM `y[t][o] = Σ_i x[t][i] · w[o][i]`: device addresses of bf16 `x` `[tokens][n_in]`,
-/// bf16 `w` `[n_out][n_in]` and f32 `y` (row-major), and the shape.
-#[derive(Debug, Clone, Copy)]
-pub struct Gemm {
-    pub x: u64,
-    pub w: u64,
-    pub y: u64,
-    pub tokens: usize,
-    pub n_in: usize,
-    pub n_out: usize,
-}
-
-impl Gemm {
-    fn shape(&self) -> (usize, usize, usize) {
-        (self.tokens, self.n_in, self.n_out)
-    }
 }
 
 /// A cuBLASLt candidate replaces cuBLAS only when it is this much faster (timing noise).

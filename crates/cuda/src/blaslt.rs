@@ -246,10 +246,10 @@ impl BlasLt {
     pub fn bf16_linear(
         &mut self,
         stream: cudarc::driver::sys::CUstream,
-        g: crate::blas::Gemm,
+        g: crate::gemm::Gemm,
         algo: usize,
     ) -> Result<()> {
-        let crate::blas::Gemm {
+        let crate::gemm::Gemm {
             x,
             w,
             y,

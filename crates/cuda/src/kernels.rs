@@ -207,7 +207,7 @@ impl Kernels {
                     get("linear_small_qkv_n4")?,
                 ],
             ],
-            attention_mma: crate::backend::MMA_ROW_TILES
+            attention_mma: crate::params::MMA_ROW_TILES
                 .iter()
                 .flat_map(|&(d, tiles)| tiles.iter().map(move |&nt| (d, nt)))
                 .map(|(d, nt)| Ok(((d, nt), get(&format!("attention_mma_d{d}_n{nt}"))?)))
@@ -239,10 +239,10 @@ impl Kernels {
     /// The small-step linear with `epilogue` for `tiles` tiles of 8 tokens (1 to 4).
     pub(crate) fn linear_small(
         &self,
-        epilogue: crate::backend::SmallEpilogue,
+        epilogue: crate::params::SmallEpilogue,
         tiles: usize,
     ) -> Option<sys::CUfunction> {
-        use crate::backend::SmallEpilogue::*;
+        use crate::params::SmallEpilogue::*;
         let e = match epilogue {
             Store => 0,
             Silu => 1,
@@ -300,7 +300,7 @@ mod tests {
     #[test]
     fn every_tensor_core_attention_build_is_defined() {
         let names: Vec<String> = SOURCES.iter().flat_map(|(_, s)| entry_names(s)).collect();
-        for &(d, tiles) in crate::backend::MMA_ROW_TILES.iter() {
+        for &(d, tiles) in crate::params::MMA_ROW_TILES.iter() {
             for nt in tiles {
                 let want = format!("attention_mma_d{d}_n{nt}");
                 assert!(names.contains(&want), "{want} is not defined in any source");

@@ -12,11 +12,13 @@ mod backend;
 mod blas;
 mod blaslt;
 mod device;
+mod gemm;
 mod graphs;
 pub mod kernels;
 mod loader;
 mod meta;
 mod options;
+mod params;
 pub mod qweights;
 
 pub use backend::{measure_copy_bandwidth, CudaBackend, CudaMatrix, CudaTensor, CudaVector};

@@ -6,31 +6,7 @@ use std::path::Path;
 use wring_lint::{check_import_cycles, AllowedEdge};
 
 /// Edges tolerated until their owner removes them. Each one cuts a known cycle.
-const ALLOWED: &[AllowedEdge] = &[
-    AllowedEdge {
-        // blas.rs uses BlasLt and blaslt.rs uses blas::Gemm; the CUDA split (issue 18,
-        // the lead's half) moves Gemm out of the loop. Delete this entry then.
-        from: "crates/cuda/src/blaslt.rs",
-        to: "crates/cuda/src/blas.rs",
-        why: "Gemm lives in blas.rs, issue 18",
-    },
-    AllowedEdge {
-        // New with the backend/ split (076dfd5): attention.rs implements methods of
-        // mod.rs's CudaBackend while mod.rs holds attention's MmaWorkspace, and
-        // kernels.rs reads backend::MMA_ROW_TILES (re-exported from attention.rs).
-        // Delete once the attention state and constants no longer loop back.
-        from: "crates/cuda/src/backend/attention.rs",
-        to: "crates/cuda/src/backend/mod.rs",
-        why: "CudaBackend impl split across files, issue 18",
-    },
-    AllowedEdge {
-        // The same with backend/linear.rs (25ceb53): it implements CudaBackend's linears
-        // while kernels.rs reads backend::SmallEpilogue from it.
-        from: "crates/cuda/src/backend/linear.rs",
-        to: "crates/cuda/src/backend/mod.rs",
-        why: "CudaBackend impl split across files, issue 18",
-    },
-];
+const ALLOWED: &[AllowedEdge] = &[];
 
 #[test]
 fn no_crate_has_a_file_import_cycle() {

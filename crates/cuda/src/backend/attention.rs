@@ -11,33 +11,9 @@ use super::tensor::{CudaTensor, DType};
 use super::CudaBackend;
 use crate::device::{Arg, DeviceBuffer};
 use crate::options::AttentionKernel;
+use crate::params::{AttnArgs, MmaWorkspace, MMA_ROW_TILES};
 use anyhow::anyhow;
 use wring_backend::AttnShape;
-
-/// The parameter struct every attention kernel takes (kernels/attention/args.cuh).
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct AttnArgs {
-    pub q: u64,
-    pub out: u64,
-    pub k_pool: u64,
-    pub v_pool: u64,
-    pub positions: u64,
-    pub token_seq: u64,
-    pub seq_q_start: u64,
-    pub seq_bt_off: u64,
-    pub block_tables: u64,
-    pub parts: u64,
-    pub counters: u64,
-    pub n_heads: i32,
-    pub n_kv_heads: i32,
-    pub head_dim: i32,
-    pub block_size: i32,
-    pub seq_cap: i32,
-    pub grid_splits: i32,
-    pub scale: f32,
-    pub scale_log2: f32,
-}
 
 /// kernels/attention/mma.cu's limits.
 const MMA_MAX_SPLITS: usize = 8;
@@ -46,20 +22,8 @@ const MMA_MAX_CHUNKS: usize = 64;
 /// Sequences per step whose keys may be split (partials are kept for this many); later
 /// sequences of a larger eager step run unsplit.
 const MMA_SEQ_CAP: usize = 256;
-/// Row tiles (8 rows each) per block that `attention_mma_d{D}_n{NT}` is built for.
-pub(crate) const MMA_ROW_TILES: [(usize, &[usize]); 2] =
-    [(64, &[1, 2, 3, 4, 6]), (128, &[1, 2, 3])];
-
 /// The split-KV reference variant's split count (the previous default).
 const SPLIT_KERNEL_SPLITS: usize = 4;
-
-/// Partials and counters of `attention_mma`, sized for one model shape.
-pub(super) struct MmaWorkspace {
-    parts: DeviceBuffer,
-    counters: DeviceBuffer,
-    n_heads: usize,
-    head_dim: usize,
-}
 
 /// (row tiles per block, row chunks) for `rows` rows per (sequence, KV head).
 fn mma_tiles(head_dim: usize, rows: usize) -> Option<(usize, usize)> {
@@ -297,13 +261,5 @@ mod tests {
         assert_eq!(mma_tiles(128, 20), Some((3, 1)));
         assert_eq!(mma_tiles(128, 52), Some((3, 3)));
         assert_eq!(mma_tiles(256, 4), None);
-    }
-
-    #[test]
-    fn attention_args_match_the_kernels_struct() {
-        // 11 pointers, 6 ints, 2 floats (kernels/attention/args.cuh).
-        assert_eq!(std::mem::size_of::<AttnArgs>(), 11 * 8 + 6 * 4 + 2 * 4);
-        assert_eq!(std::mem::offset_of!(AttnArgs, n_heads), 88);
-        assert_eq!(std::mem::offset_of!(AttnArgs, scale_log2), 116);
     }
 }

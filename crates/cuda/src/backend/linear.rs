@@ -4,47 +4,11 @@
 
 use super::tensor::{CudaMatrix, CudaTensor, CudaVector, DType, Weights};
 use super::CudaBackend;
-use crate::blas::Gemm;
 use crate::device::Arg;
+use crate::gemm::Gemm;
+use crate::params::{SmallEpilogue, SmallLinArgs};
 use anyhow::anyhow;
 use wring_backend::{AttnShape, RopeSpec};
-
-/// The parameter struct of kernels/linear_small.cu, field for field.
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct SmallLinArgs {
-    pub w: u64,
-    pub x: u64,
-    pub y: u64,
-    pub h: u64,
-    pub q: u64,
-    pub k_pool: u64,
-    pub v_pool: u64,
-    pub positions: u64,
-    pub token_seq: u64,
-    pub seq_bt_off: u64,
-    pub block_tables: u64,
-    pub inv_freq: u64,
-    pub t: i32,
-    pub k: i32,
-    pub rows: i32,
-    pub n_heads: i32,
-    pub n_kv_heads: i32,
-    pub head_dim: i32,
-    pub interleaved: i32,
-    pub block_size: i32,
-}
-
-/// What follows the small-step GEMM inside its launch.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum SmallEpilogue {
-    /// f32 rows out.
-    Store,
-    /// silu(gate) * up of the stacked gate|up rows, bf16 out.
-    Silu,
-    /// RoPE, q as f32 rows, k and v into the KV pool.
-    Qkv,
-}
 
 /// Tokens one n-tile of the small-step kernels holds; they are built for 1 to 4 tiles.
 const SMALL_TILE_TOKENS: usize = 8;
@@ -339,18 +303,5 @@ impl CudaBackend {
         );
         drop(gu);
         out
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn small_linear_args_match_the_kernels_struct() {
-        // 12 pointers, 8 ints (kernels/linear_small.cu SmallLinArgs).
-        assert_eq!(std::mem::size_of::<SmallLinArgs>(), 12 * 8 + 8 * 4);
-        assert_eq!(std::mem::offset_of!(SmallLinArgs, t), 96);
-        assert_eq!(std::mem::offset_of!(SmallLinArgs, block_size), 124);
     }
 }

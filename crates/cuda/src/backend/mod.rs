@@ -15,8 +15,6 @@ mod qlinear;
 mod tensor;
 mod transfer;
 
-pub(crate) use attention::MMA_ROW_TILES;
-pub(crate) use linear::SmallEpilogue;
 pub use tensor::{CudaMatrix, CudaTensor, CudaVector};
 pub use transfer::measure_copy_bandwidth;
 use transfer::{copy_to_host, to_bf16_bits, upload_f32, upload_slice};
@@ -89,7 +87,7 @@ pub struct CudaBackend {
     /// Streaming multiprocessors (sizes grids that must fill the GPU).
     sm_count: usize,
     /// Split partials and counters of the tensor-core attention kernel.
-    mma_ws: Option<attention::MmaWorkspace>,
+    mma_ws: Option<crate::params::MmaWorkspace>,
 }
 
 impl CudaBackend {
@@ -882,6 +880,12 @@ impl Backend for CudaBackend {
 
     fn fuses_projections(&self) -> bool {
         self.opts.fused
+    }
+
+    /// The query lengths uniform steps are captured for (`WRING_CUDA_GRAPH_K`), so the
+    /// engine's adaptive K only picks shapes that replay a graph; none when graphs are off.
+    fn captured_query_lens(&self) -> Option<Vec<usize>> {
+        (self.opts.graphs == GraphMode::On).then(|| self.opts.query_lens.clone())
     }
 
     fn qkv_rope(

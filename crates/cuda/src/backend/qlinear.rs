@@ -4,9 +4,9 @@
 
 use super::tensor::{CudaMatrix, CudaTensor, DType, Weights};
 use super::{upload_slice, CudaBackend};
-use crate::blas::Gemm;
 use crate::blaslt::{fp8_pad_tokens, fp8_shape_ok, BlasLt};
 use crate::device::{Arg, DeviceBuffer};
+use crate::gemm::Gemm;
 use crate::qweights::{DeviceMatrix, DeviceQuant};
 use anyhow::{anyhow, Result};
 
