@@ -49,6 +49,37 @@ tune() { # concurrency prompts configs
 tune 32 32 nospec,suffix-k4,suffix-k6,suffix-k8,suffix-k12,adaptive
 tune 1 8 nospec,suffix-k4,suffix-k8,suffix-k12,adaptive
 
+# Host time per engine step around the forward (issue 15): no-spec and suffix K=8 on mix,
+# concurrency 1 and 32, from the server's step counters.
+hostsplit() { # label serve-flags...
+    local label=$1; shift
+    $PIN $W serve --device cuda --port 8200 --kv-cache-mib 4096 "$@" > "$B/$label.serve.log" 2>&1 &
+    local pid=$!
+    for _ in $(seq 120); do curl -sf http://127.0.0.1:8200/v1/models > /dev/null 2>&1 && break; sleep 1; done
+    for n in 1 32; do
+        local before=$(curl -s http://127.0.0.1:8200/metrics | grep -E '^wring:engine_step')
+        $PIN $W bench serve --base-url http://127.0.0.1:8200 --corpus mix --corpus-dir "$corp" \
+            --concurrency $n --num-prompts $((n == 1 ? 8 : 32)) --runs 1 --warmup 0 --max-tokens 256 \
+            --max-prompt-chars 6000 --device H200 --label "$label" --no-progress \
+            --result-json "$B/$label-mix-c$n.json" > "$B/$label-mix-c$n.log" 2>&1
+        local after=$(curl -s http://127.0.0.1:8200/metrics | grep -E '^wring:engine_step')
+        python3 - "$label" "$n" "$before" "$after" <<'PY'
+import sys
+def parse(t):
+    return {l.split()[0]: float(l.split()[1]) for l in t.splitlines() if l.strip()}
+label, n, a, b = sys.argv[1], sys.argv[2], parse(sys.argv[3]), parse(sys.argv[4])
+d = {k: b[k] - a.get(k, 0.0) for k in b}
+steps = d.get("wring:engine_steps_total", 0)
+if steps:
+    print(f"{label} mix c={n}: {int(steps)} steps, model {1e3 * d['wring:engine_step_model_seconds_total'] / steps:.3f} ms/step, "
+          f"host {1e3 * d['wring:engine_step_host_seconds_total'] / steps:.3f} ms/step")
+PY
+    done
+    kill $pid; sleep 2; kill -9 $pid 2>/dev/null
+}
+hostsplit hostsplit-nospec | tee -a "$B/hostsplit.txt"
+hostsplit hostsplit-k8 --speculative suffix --k-policy fixed:8 | tee -a "$B/hostsplit.txt"
+
 # The peer, through the same client and prompts.
 for _ in $(seq 60); do [ -f /tmp/lcpp/build.rc ] && break; sleep 5; done
 echo "llama.cpp build: $(cat /tmp/lcpp/build.rc 2>/dev/null || echo 'not finished')"

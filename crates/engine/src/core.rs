@@ -254,6 +254,8 @@ impl EngineCore {
     /// One step: plan drafts → schedule → build the input → run the model →
     /// verify and emit. False when nothing could be scheduled.
     fn step(&mut self, shared: &Weak<Shared>) -> bool {
+        let started = Instant::now();
+        let model_before = self.metrics.step_model_seconds;
         let drafts = self.plan_drafts();
         let plan = self.sched.schedule(&|id| drafts.slots_for(id));
         if plan.is_empty() {
@@ -278,6 +280,8 @@ impl EngineCore {
             }
         }
         self.spec.end_step();
+        let model = self.metrics.step_model_seconds - model_before;
+        self.metrics.step_host_seconds += (started.elapsed().as_secs_f64() - model).max(0.0);
         true
     }
 
@@ -323,6 +327,7 @@ impl EngineCore {
         let secs = t0.elapsed().as_secs_f64();
         self.spec.observe_step(rows.len(), input.tokens.len(), secs);
         self.metrics.steps += 1;
+        self.metrics.step_model_seconds += secs;
         out.check_shape(input.logit_rows.len(), self.vocab)?;
         Ok(out)
     }

@@ -71,6 +71,11 @@ pub struct MetricsSnapshot {
     pub last_k: usize,
     // Counters.
     pub steps: u64,
+    /// Seconds engine steps spent in the model's forward (the device's share of a step).
+    pub step_model_seconds: f64,
+    /// Seconds engine steps spent around it on the host: planning drafts, scheduling,
+    /// building the input, verifying, detokenising and streaming.
+    pub step_host_seconds: f64,
     pub prompt_tokens: u64,
     pub generation_tokens: u64,
     pub prefix_cache_queried_tokens: u64,
@@ -104,6 +109,8 @@ impl Default for MetricsSnapshot {
             kv_blocks_total: 0,
             last_k: 0,
             steps: 0,
+            step_model_seconds: 0.0,
+            step_host_seconds: 0.0,
             prompt_tokens: 0,
             generation_tokens: 0,
             prefix_cache_queried_tokens: 0,

@@ -95,6 +95,16 @@ pub fn render(m: &MetricsSnapshot, model_name: &str) -> String {
         "Engine steps run.",
         m.steps as f64,
     );
+    p.counter(
+        "wring:engine_step_model_seconds_total",
+        "Seconds engine steps spent in the model's forward.",
+        m.step_model_seconds,
+    );
+    p.counter(
+        "wring:engine_step_host_seconds_total",
+        "Seconds engine steps spent on the host around the forward (drafting, scheduling, verifying, streaming).",
+        m.step_host_seconds,
+    );
     p.labeled_counter(
         "vllm:request_success_total",
         "Finished requests by finish reason.",
