@@ -29,8 +29,8 @@ NAMED = {"type": "function", "function": {"name": "get_weather"}}
 
 def ask(client, **kw):
     kw.setdefault("tool_choice", NAMED)
-    return client.chat.completions.create(model=MODEL, messages=HISTORY, tools=TOOLS, temperature=0,
-                                          max_tokens=40, **kw)
+    kw.setdefault("max_tokens", 40)
+    return client.chat.completions.create(model=MODEL, messages=HISTORY, tools=TOOLS, temperature=0, **kw)
 
 
 @pytest.mark.parametrize("tool_choice", [NAMED, "required"])

@@ -55,12 +55,13 @@ pub fn prompt_inputs(
                         items.len()
                     )));
                 }
+                let strings = items[0].is_string();
                 items
                     .iter()
                     .enumerate()
                     .map(|(i, item)| match item {
-                        Value::String(s) => Ok(PromptInput::Text(s.clone())),
-                        Value::Array(inner) => Ok(PromptInput::Ids(ids(inner, &format!("Prompt {i}: "))?)),
+                        Value::String(s) if strings => Ok(PromptInput::Text(s.clone())),
+                        Value::Array(inner) if !strings => Ok(PromptInput::Ids(ids(inner, &format!("Prompt {i}: "))?)),
                         other => Err(bad(format!(
                             "A batch of prompts must be all strings or all token-id arrays; prompt {i} is {}.",
                             json_kind(other)
@@ -111,6 +112,8 @@ mod tests {
             json!({"a": 1}),
             json!([[]]),
             json!(["a", 1]),
+            json!(["a", [1]]),
+            json!([[1], "a"]),
             json!([true]),
         ] {
             let e = p(bad.clone()).unwrap_err();
