@@ -158,7 +158,7 @@ fn the_mask_sets_forbidden_logits_to_minus_infinity() {
     let mask = m.allowed_tokens().unwrap();
     let allowed = mask.count();
     assert!(
-        allowed >= 2 && allowed < 100,
+        (2..100).contains(&allowed),
         "{allowed} tokens start yes/no"
     );
     let mut logits = vec![0.0f32; f.compiler.vocab_size()];
