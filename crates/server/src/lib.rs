@@ -24,6 +24,7 @@ pub mod messages;
 pub mod metrics;
 pub mod params;
 pub mod prom;
+pub mod prompt;
 pub mod prompts;
 pub mod protocol;
 pub mod routes;

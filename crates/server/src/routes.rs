@@ -16,10 +16,10 @@ use crate::choice::ToolOutput;
 use crate::error::ApiError;
 use crate::generate::{respond, ChoiceRequest, Endpoint, ResponseShape};
 use crate::params::{chat_plan, completion_plan, Limits, Plan, PromptInput};
+use crate::prompt::{check_model, encode, render_prompt, tool_format};
 use crate::protocol::{ChatCompletionRequest, CompletionRequest, ModelCard, ModelList};
 use crate::state::AppState;
 use crate::structured;
-use crate::tools::{render_chat, RenderedChat, ToolFormat, ToolPlan};
 
 /// Header that tags a request with a workload for `profile:` K tables.
 pub const WORKLOAD_HEADER: &str = "x-wring-workload";
@@ -195,33 +195,6 @@ async fn submit(
     respond(state, id, shape, choices).await
 }
 
-/// A chat request's prompt: its messages and offered tools through the template.
-pub(crate) fn render_prompt(
-    state: &AppState,
-    messages: Vec<serde_json::Value>,
-    tools: &ToolPlan,
-) -> Result<RenderedChat, ApiError> {
-    let template = state.info.chat_template.as_ref().ok_or_else(|| {
-        ApiError::invalid("This model has no chat template; use /v1/completions instead.")
-    })?;
-    render_chat(template, messages, tools, tool_format(state)).map_err(|e| {
-        ApiError::invalid_param(
-            "messages",
-            format!("The chat template rejected the messages: {e:#}"),
-        )
-    })
-}
-
-fn tool_format(state: &AppState) -> ToolFormat {
-    state.config.tool_call_format.unwrap_or_else(|| {
-        state
-            .info
-            .chat_template
-            .as_ref()
-            .map_or(ToolFormat::Hermes, |t| ToolFormat::detect(t.source()))
-    })
-}
-
 /// Compiles a structured-output constraint against the tokenizer (a bad schema,
 /// regex or grammar is a 400 naming its field). The engine does not apply grammar
 /// masks yet, so a valid constraint is refused too rather than silently ignored.
@@ -246,28 +219,6 @@ async fn check_constraint(state: &Arc<AppState>, plan: &Plan) -> Result<(), ApiE
     })
     .await
     .map_err(|e| ApiError::internal(format!("grammar check failed: {e}")))?
-}
-
-/// Token ids of a prompt, with BOS in front when the model wants one (chat
-/// templates usually write it themselves; then it is not doubled).
-pub(crate) fn encode(state: &AppState, text: &str) -> Result<Vec<u32>, ApiError> {
-    let tok = &state.info.tokenizer;
-    let mut ids = tok
-        .encode(text)
-        .map_err(|e| ApiError::invalid(format!("The prompt could not be tokenized: {e:#}")))?;
-    if let (true, Some(bos)) = (tok.add_bos(), tok.bos_token_id()) {
-        if ids.first() != Some(&bos) {
-            ids.insert(0, bos);
-        }
-    }
-    Ok(ids)
-}
-
-pub(crate) fn check_model(state: &AppState, model: Option<&str>) -> Result<(), ApiError> {
-    match model {
-        Some(name) if !state.knows_model(name) => Err(ApiError::model_not_found(name)),
-        _ => Ok(()),
-    }
 }
 
 fn limits(state: &AppState) -> Limits {

@@ -14,8 +14,8 @@ use serde_json::Value;
 use crate::body::{parse_json_object, read_limited, require_json};
 use crate::error::ApiError;
 use crate::messages::chat_messages;
+use crate::prompt::{check_model, encode, render_prompt};
 use crate::protocol::ChatMessageIn;
-use crate::routes::{check_model, encode, render_prompt};
 use crate::state::AppState;
 use crate::tools::tool_plan;
 
