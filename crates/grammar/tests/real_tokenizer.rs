@@ -157,10 +157,7 @@ fn the_mask_sets_forbidden_logits_to_minus_infinity() {
         .unwrap();
     let mask = m.allowed_tokens().unwrap();
     let allowed = mask.count();
-    assert!(
-        (2..100).contains(&allowed),
-        "{allowed} tokens start yes/no"
-    );
+    assert!((2..100).contains(&allowed), "{allowed} tokens start yes/no");
     let mut logits = vec![0.0f32; f.compiler.vocab_size()];
     mask.apply(&mut logits);
     assert_eq!(logits.iter().filter(|l| l.is_finite()).count(), allowed);
