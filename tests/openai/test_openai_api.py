@@ -195,7 +195,7 @@ def test_64_concurrent_streams_equal_solo_greedy(client, aclient):
 
 def test_client_errors_map_to_openai_exceptions(client, server):
     with pytest.raises(openai.BadRequestError) as e:
-        chat(client, n=2)
+        chat(client, n=0)
     assert e.value.body["param"] == "n"
     with pytest.raises(openai.BadRequestError):
         chat(client, max_tokens=0)

@@ -18,6 +18,14 @@ pub struct SamplingParams {
     pub repetition_penalty: f32,
     /// Number of top logprobs to return per token (None = no logprobs).
     pub logprobs: Option<u32>,
+    /// Added to the raw logit of each listed token before anything else (OpenAI
+    /// `logit_bias`: -100 bans a token, +100 all but forces it).
+    #[serde(default)]
+    pub logit_bias: Vec<(u32, f32)>,
+    /// Stop token ids (EOS and `stop_token_ids`) cannot be sampled before this
+    /// many tokens were emitted (vLLM `min_tokens`).
+    #[serde(default)]
+    pub min_tokens: u32,
 }
 
 impl Default for SamplingParams {
@@ -32,6 +40,8 @@ impl Default for SamplingParams {
             frequency_penalty: 0.0,
             repetition_penalty: 1.0,
             logprobs: None,
+            logit_bias: Vec::new(),
+            min_tokens: 0,
         }
     }
 }

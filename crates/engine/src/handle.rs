@@ -248,6 +248,17 @@ fn validate_request(req: &GenerateRequest, l: &Limits) -> Result<Option<KPolicy>
             l.vocab_size
         )));
     }
+    if let Some((t, _)) = req
+        .sampling
+        .logit_bias
+        .iter()
+        .find(|(t, _)| *t as usize >= l.vocab_size)
+    {
+        return Err(SubmitError::Invalid(format!(
+            "logit_bias token id {t} is outside the vocabulary (size {})",
+            l.vocab_size
+        )));
+    }
     if req.max_tokens == 0 {
         return Err(SubmitError::Invalid("max_tokens must be at least 1".into()));
     }

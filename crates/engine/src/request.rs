@@ -55,7 +55,8 @@ impl RequestState {
         }
         Self {
             request_id: req.request_id.clone(),
-            sampler: RequestSampler::new(req.sampling.clone(), &req.prompt_ids),
+            sampler: RequestSampler::new(req.sampling.clone(), &req.prompt_ids)
+                .with_stop_ids(stop_ids.iter().copied()),
             decoder: IncrementalDecoder::new(tokenizer, &req.prompt_ids, true),
             stops: StopStrings::new(&req.stop_strings),
             stop_ids,

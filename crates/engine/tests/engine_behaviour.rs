@@ -86,7 +86,7 @@ fn stop_strings_eos_max_tokens_logprobs_and_seeds() {
             presence_penalty: 0.5,
             frequency_penalty: 0.5,
             repetition_penalty: 1.1,
-            logprobs: None,
+            ..Default::default()
         };
         collect(engine.submit(r).unwrap()).ids
     };

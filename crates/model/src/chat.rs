@@ -74,6 +74,29 @@ impl ChatTemplate {
         &self.eos_token
     }
 
+    /// Renders OpenAI-shaped messages (any JSON: `tool_calls`, `tool_call_id`, `name`,
+    /// ...) with the `tools` variable, as Hugging Face's
+    /// `apply_chat_template(messages, tools=...)` does; `tools: None` leaves it none.
+    pub fn render_json(
+        &self,
+        messages: &serde_json::Value,
+        tools: Option<&serde_json::Value>,
+        add_generation_prompt: bool,
+    ) -> Result<String> {
+        let tmpl = self
+            .env
+            .get_template("chat")
+            .expect("added at construction");
+        tmpl.render(context! {
+            messages => messages,
+            tools => tools,
+            add_generation_prompt => add_generation_prompt,
+            bos_token => self.bos_token,
+            eos_token => self.eos_token,
+        })
+        .map_err(|e| anyhow!("chat template failed: {e}"))
+    }
+
     pub fn render(&self, messages: &[ChatMessage], add_generation_prompt: bool) -> Result<String> {
         let tmpl = self
             .env
@@ -112,6 +135,25 @@ mod tests {
         let t = ChatTemplate::new(src, "", "").unwrap();
         let out = t.render(&[ChatMessage::new("user", "hi")], true).unwrap();
         assert_eq!(out, "<|im_start|>system\nDefault<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n");
+    }
+
+    #[test]
+    fn json_messages_and_tools_reach_the_template() {
+        let src = "{% if tools %}{% for t in tools %}{{ t.function.name }}|{% endfor %}{% endif %}{% for m in messages %}{{ m.role }}:{% if m.tool_calls %}{{ m.tool_calls[0].function.arguments.x }}{% else %}{{ m.content }}{% endif %};{% endfor %}";
+        let t = ChatTemplate::new(src, "", "").unwrap();
+        let msgs = serde_json::json!([
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": "", "tool_calls": [{"function": {"name": "f", "arguments": {"x": 7}}}]}
+        ]);
+        let tools = serde_json::json!([{"type": "function", "function": {"name": "f"}}]);
+        assert_eq!(
+            t.render_json(&msgs, Some(&tools), false).unwrap(),
+            "f|user:hi;assistant:7;"
+        );
+        assert_eq!(
+            t.render_json(&msgs, None, false).unwrap(),
+            "user:hi;assistant:7;"
+        );
     }
 
     #[test]

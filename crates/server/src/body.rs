@@ -8,6 +8,26 @@ use serde_json::Value;
 
 use crate::error::ApiError;
 
+/// A body with a Content-Type must be JSON (415 otherwise); one without any is read
+/// as JSON, for hand-written clients.
+pub fn require_json(headers: &HeaderMap) -> Result<(), ApiError> {
+    let Some(value) = headers.get(header::CONTENT_TYPE) else {
+        return Ok(());
+    };
+    let text = value.to_str().unwrap_or("(not text)");
+    let mime = text
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
+    if mime == "application/json" || (mime.starts_with("application/") && mime.ends_with("+json")) {
+        Ok(())
+    } else {
+        Err(ApiError::unsupported_media_type(text))
+    }
+}
+
 /// Reads at most `limit` bytes of `body` (413 beyond that).
 pub async fn read_limited(
     headers: &HeaderMap,
@@ -161,6 +181,28 @@ mod tests {
                 "{:?}",
                 String::from_utf8_lossy(body)
             );
+        }
+    }
+
+    #[test]
+    fn only_json_content_types_are_read() {
+        let with = |ct: &str| {
+            let mut h = HeaderMap::new();
+            h.insert(header::CONTENT_TYPE, ct.parse().unwrap());
+            require_json(&h)
+        };
+        assert!(require_json(&HeaderMap::new()).is_ok());
+        assert!(with("application/json").is_ok());
+        assert!(with("Application/JSON; charset=utf-8").is_ok());
+        assert!(with("application/vnd.api+json").is_ok());
+        for bad in [
+            "text/plain",
+            "application/x-www-form-urlencoded",
+            "multipart/form-data; boundary=x",
+        ] {
+            let e = with(bad).unwrap_err();
+            assert_eq!(e.status, 415, "{bad}");
+            assert!(e.message.contains(bad), "{}", e.message);
         }
     }
 

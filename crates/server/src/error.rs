@@ -104,6 +104,17 @@ impl ApiError {
         e
     }
 
+    pub fn unsupported_media_type(content_type: &str) -> Self {
+        Self::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "invalid_request_error",
+            format!(
+                "Unsupported Content-Type `{content_type}`; send the body as `application/json`."
+            ),
+        )
+        .with_code("unsupported_media_type")
+    }
+
     pub fn not_found(message: impl Into<String>) -> Self {
         Self::new(StatusCode::NOT_FOUND, "invalid_request_error", message)
     }

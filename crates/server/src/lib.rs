@@ -1,25 +1,38 @@
 //! wring's OpenAI-compatible HTTP API over the engine (axum + tokio).
 //!
-//! - `routes`: endpoints and the API-key check; `body` + `params`: turning a request
-//!   body into an engine request, with an OpenAI-shaped 4xx for every kind of bad input.
-//! - `generate`: one request's life: submit, then a JSON body or an SSE stream. The
-//!   engine's `RequestHandle` is owned by the response, so a client that goes away
-//!   aborts its request (and frees its KV blocks) when hyper drops the body.
+//! - `routes`: endpoints and the API-key check; `cors`: browser preflights; `body` +
+//!   `params` (+ `messages`, `prompts`, `structured`, `tools`): turning a request body
+//!   into engine requests, with an OpenAI-shaped 4xx for every kind of bad input.
+//! - `generate`: one request's life: submit its choices (`n` samples of each prompt,
+//!   siblings after the first so they share its cached prompt blocks), then a JSON
+//!   body or an SSE stream; `choice`: one choice's output (tool calls parsed out,
+//!   logprobs, echo). The engine's `RequestHandle`s are owned by the response, so a
+//!   client that goes away aborts its requests (and frees their KV blocks) when
+//!   hyper drops the body.
+//! - `tokenize`: vLLM's `/tokenize` and `/detokenize`.
 //! - `metrics`: `/metrics` in Prometheus text with vLLM's names; `stats`: the
 //!   periodic throughput log line.
 //! - `serve`: run until a shutdown signal, then drain the engine within a timeout.
 
 pub mod body;
+pub mod choice;
+pub mod cors;
 pub mod error;
 pub mod generate;
 pub mod logprobs;
+pub mod messages;
 pub mod metrics;
 pub mod params;
 pub mod prom;
+pub mod prompt;
+pub mod prompts;
 pub mod protocol;
 pub mod routes;
 pub mod state;
 pub mod stats;
+pub mod structured;
+pub mod tokenize;
+pub mod tools;
 
 use std::future::{Future, IntoFuture};
 use std::sync::Arc;

@@ -17,6 +17,7 @@ pub struct LogprobFormatter {
 }
 
 /// One batch of logprobs in the request's format.
+#[derive(Debug)]
 pub enum Formatted {
     Chat(ChatLogprobs),
     Completion(CompletionLogprobs),

@@ -7,10 +7,17 @@ use wring_engine::api::{GenerateRequest, SamplingParams, SpecOverrides};
 
 use crate::body::json_kind;
 use crate::error::ApiError;
-use crate::protocol::{ChatCompletionRequest, ChatMessageIn, CompletionRequest, StreamOptions};
+use crate::messages::chat_messages;
+use crate::prompts::prompt_inputs;
+pub use crate::prompts::PromptInput;
+use crate::protocol::{ChatCompletionRequest, CompletionRequest, StreamOptions};
+use crate::structured::{self, Constraint, StructuredFields};
+use crate::tools::{tool_plan, ToolPlan};
 
 /// Most stop strings one request may carry (OpenAI allows 4; we are more lenient).
 pub const MAX_STOP_STRINGS: usize = 16;
+/// Most choices (`n` times the number of prompts) one request may ask for.
+pub const MAX_CHOICES: usize = 64;
 /// Most top logprobs per token.
 pub const MAX_TOP_LOGPROBS: i64 = 20;
 
@@ -26,8 +33,16 @@ pub enum LogprobsFormat {
 pub struct Plan {
     pub model: Option<String>,
     pub sampling: SamplingParams,
-    /// None = as many as fit in the context.
+    /// None = the server's default (`Limits::max_tokens_default`), capped by the context.
     pub max_tokens: Option<u32>,
+    /// Used when `max_tokens` is None; 0 = as many as fit in the context.
+    pub default_max_tokens: u32,
+    /// Independent samples per prompt (`n`).
+    pub n: u32,
+    /// Completions: the prompt text goes in front of each choice's text.
+    pub echo: bool,
+    /// Structured output, validated against the tokenizer by the route.
+    pub constraint: Option<Constraint>,
     pub stop_strings: Vec<String>,
     pub stop_token_ids: Vec<u32>,
     pub ignore_eos: bool,
@@ -71,6 +86,9 @@ impl Plan {
                     1,
                     prompt_param,
                 ))
+            }
+            None if self.default_max_tokens > 0 => {
+                room.min(self.default_max_tokens as usize) as u32
             }
             None => room as u32,
         };
@@ -116,40 +134,41 @@ struct Common<'a> {
     frequency_penalty: Option<f32>,
     repetition_penalty: Option<f32>,
     logit_bias: Option<&'a Value>,
+    min_tokens: Option<i64>,
     ignore_eos: Option<bool>,
     stop_token_ids: Option<&'a Vec<u32>>,
     skip_special_tokens: Option<bool>,
+    structured: StructuredFields<'a>,
     workload: Option<String>,
     k_policy: Option<String>,
     user: Option<String>,
 }
 
-/// Limits the checks need to know about the served model.
+/// What the server knows that validation needs.
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
     pub vocab_size: usize,
+    /// `max_tokens` when a chat request sends none (0 = the rest of the context).
+    pub max_tokens_default: u32,
 }
 
-/// Validated chat request: the plan plus (role, content) messages for the template.
+/// A validated chat request: the plan, the messages for the template and the tools.
+#[derive(Debug, Clone)]
+pub struct ChatInput {
+    pub messages: Vec<Value>,
+    pub tools: ToolPlan,
+}
+
 pub fn chat_plan(
     req: &ChatCompletionRequest,
     workload_header: Option<String>,
     limits: Limits,
-) -> Result<(Plan, Vec<(String, String)>), ApiError> {
+) -> Result<(Plan, ChatInput), ApiError> {
     let max_tokens = match (req.max_completion_tokens, req.max_tokens) {
         (Some(m), _) => Some((m, "max_completion_tokens")),
         (None, Some(m)) => Some((m, "max_tokens")),
         (None, None) => None,
     };
-    reject_unless_neutral("response_format", req.response_format.as_ref(), |v| {
-        v.get("type").and_then(Value::as_str) == Some("text")
-    })?;
-    reject_unless_neutral("tools", req.tools.as_ref(), |v| {
-        v.as_array().is_some_and(|a| a.is_empty())
-    })?;
-    reject_unless_neutral("tool_choice", req.tool_choice.as_ref(), |v| {
-        matches!(v.as_str(), Some("none") | Some("auto"))
-    })?;
     reject_unless_neutral("functions", req.functions.as_ref(), |_| false)?;
     reject_unless_neutral("function_call", req.function_call.as_ref(), |_| false)?;
     if req.top_logprobs.is_some() && req.logprobs != Some(true) {
@@ -162,6 +181,7 @@ pub fn chat_plan(
         (Some(true), top) => Some(check_top_logprobs("top_logprobs", top.unwrap_or(0))?),
         _ => None,
     };
+    let tools = tool_plan(req.tools.as_ref(), req.tool_choice.as_ref())?;
     let common = Common {
         model: req.model.clone(),
         max_tokens,
@@ -178,40 +198,45 @@ pub fn chat_plan(
         frequency_penalty: req.frequency_penalty,
         repetition_penalty: req.repetition_penalty,
         logit_bias: req.logit_bias.as_ref(),
+        min_tokens: req.min_tokens,
         ignore_eos: req.ignore_eos,
         stop_token_ids: req.stop_token_ids.as_ref(),
         skip_special_tokens: req.skip_special_tokens,
+        structured: StructuredFields {
+            response_format: req.response_format.as_ref(),
+            guided_json: req.guided_json.as_ref(),
+            guided_regex: req.guided_regex.as_ref(),
+            guided_choice: req.guided_choice.as_ref(),
+            guided_grammar: req.guided_grammar.as_ref(),
+            structured_outputs: req.structured_outputs.as_ref(),
+        },
         workload: req.workload.clone().or(workload_header),
         k_policy: req.k_policy.clone(),
         user: req.user.clone(),
     };
-    let mut plan = common_plan(common, limits)?;
+    let mut plan = common_plan(common, limits, 1)?;
     if let Some(top) = logprobs {
         plan.sampling.logprobs = Some(top);
         plan.logprobs = Some(LogprobsFormat::Chat);
     }
+    if plan.constraint.is_some()
+        && tools.parses_calls()
+        && tools.choice != crate::tools::ToolChoice::Auto
+    {
+        return Err(ApiError::invalid_param(
+            "tool_choice",
+            "A forced tool call (`required` or a named function) cannot be combined with `response_format` or guided decoding.",
+        ));
+    }
     let messages = chat_messages(&req.messages)?;
-    Ok((plan, messages))
-}
-
-/// What a completions request asks to continue.
-#[derive(Debug, Clone, PartialEq)]
-pub enum PromptInput {
-    Text(String),
-    Ids(Vec<u32>),
+    Ok((plan, ChatInput { messages, tools }))
 }
 
 pub fn completion_plan(
     req: &CompletionRequest,
     workload_header: Option<String>,
     limits: Limits,
-) -> Result<(Plan, PromptInput), ApiError> {
-    if req.echo == Some(true) {
-        return Err(ApiError::invalid_param(
-            "echo",
-            "`echo` is not supported by this server.",
-        ));
-    }
+) -> Result<(Plan, Vec<PromptInput>), ApiError> {
     if req.suffix.as_deref().is_some_and(|s| !s.is_empty()) {
         return Err(ApiError::invalid_param(
             "suffix",
@@ -219,13 +244,21 @@ pub fn completion_plan(
         ));
     }
     if let Some(b) = req.best_of {
-        if b != 1 {
+        if b != 1 && Some(b) != req.n {
             return Err(ApiError::invalid_param(
                 "best_of",
-                format!("Only best_of=1 is supported; got {b}."),
+                format!("Only best_of equal to n is supported (no ranking of extra samples); got best_of={b}."),
             ));
         }
     }
+    let echo = req.echo == Some(true);
+    if echo && req.logprobs.is_some() {
+        return Err(ApiError::invalid_param(
+            "echo",
+            "`echo` with `logprobs` would need the prompt's logprobs, which this server does not compute; send one of them.",
+        ));
+    }
+    let prompts = prompt_inputs(req.prompt.as_ref(), limits.vocab_size)?;
     let common = Common {
         model: req.model.clone(),
         // Legacy completions default to 16 tokens (OpenAI and vLLM agree).
@@ -243,31 +276,51 @@ pub fn completion_plan(
         frequency_penalty: req.frequency_penalty,
         repetition_penalty: req.repetition_penalty,
         logit_bias: req.logit_bias.as_ref(),
+        min_tokens: req.min_tokens,
         ignore_eos: req.ignore_eos,
         stop_token_ids: req.stop_token_ids.as_ref(),
         skip_special_tokens: req.skip_special_tokens,
+        structured: StructuredFields {
+            response_format: req.response_format.as_ref(),
+            guided_json: req.guided_json.as_ref(),
+            guided_regex: req.guided_regex.as_ref(),
+            guided_choice: req.guided_choice.as_ref(),
+            guided_grammar: req.guided_grammar.as_ref(),
+            structured_outputs: req.structured_outputs.as_ref(),
+        },
         workload: req.workload.clone().or(workload_header),
         k_policy: req.k_policy.clone(),
         user: req.user.clone(),
     };
-    let mut plan = common_plan(common, limits)?;
+    let mut plan = common_plan(common, limits, prompts.len())?;
+    plan.echo = echo;
     if let Some(k) = req.logprobs {
         plan.sampling.logprobs = Some(check_top_logprobs("logprobs", k)?);
         plan.logprobs = Some(LogprobsFormat::Completion);
     }
-    let prompt = prompt_input(req.prompt.as_ref(), limits)?;
-    Ok((plan, prompt))
+    Ok((plan, prompts))
 }
 
-fn common_plan(c: Common<'_>, limits: Limits) -> Result<Plan, ApiError> {
-    if let Some(n) = c.n {
-        if n != 1 {
+fn common_plan(c: Common<'_>, limits: Limits, num_prompts: usize) -> Result<Plan, ApiError> {
+    let n = match c.n {
+        None => 1,
+        Some(n) if n < 1 => {
             return Err(ApiError::invalid_param(
                 "n",
-                format!("Only n=1 is supported; got n={n}."),
-            ));
+                format!("`n` must be at least 1; got {n}."),
+            ))
         }
-    }
+        Some(n) if n as usize * num_prompts > MAX_CHOICES => {
+            return Err(ApiError::invalid_param(
+                "n",
+                format!(
+                    "At most {MAX_CHOICES} choices per request (n times the number of prompts); got {}.",
+                    n as usize * num_prompts
+                ),
+            ))
+        }
+        Some(n) => n as u32,
+    };
     let max_tokens = match c.max_tokens {
         Some((m, param)) if m <= 0 => {
             return Err(ApiError::invalid_param(
@@ -290,9 +343,23 @@ fn common_plan(c: Common<'_>, limits: Limits) -> Result<Plan, ApiError> {
     let include_usage = c
         .stream_options
         .is_some_and(|o| o.include_usage == Some(true) || o.continuous_usage_stats == Some(true));
-    reject_unless_neutral("logit_bias", c.logit_bias, |v| {
-        v.as_object().is_some_and(|o| o.is_empty())
-    })?;
+    let logit_bias = logit_bias(c.logit_bias, limits.vocab_size)?;
+    let min_tokens = match c.min_tokens {
+        None => 0,
+        Some(m) if m < 0 => {
+            return Err(ApiError::invalid_param(
+                "min_tokens",
+                format!("`min_tokens` must be at least 0; got {m}."),
+            ))
+        }
+        Some(m) => u32::try_from(m).unwrap_or(u32::MAX),
+    };
+    if let Some(max) = max_tokens.filter(|&max| min_tokens > max) {
+        return Err(ApiError::invalid_param(
+            "min_tokens",
+            format!("`min_tokens` ({min_tokens}) must not exceed `max_tokens` ({max})."),
+        ));
+    }
 
     let defaults = SamplingParams::default();
     let temperature = check_range("temperature", c.temperature, 0.0, 2.0)?.unwrap_or(1.0);
@@ -345,6 +412,7 @@ fn common_plan(c: Common<'_>, limits: Limits) -> Result<Plan, ApiError> {
             ),
         ));
     }
+    let constraint = structured::parse(c.structured)?;
     Ok(Plan {
         model: c.model,
         sampling: SamplingParams {
@@ -357,8 +425,14 @@ fn common_plan(c: Common<'_>, limits: Limits) -> Result<Plan, ApiError> {
             frequency_penalty,
             repetition_penalty,
             logprobs: None,
+            logit_bias,
+            min_tokens,
         },
         max_tokens,
+        default_max_tokens: limits.max_tokens_default,
+        n,
+        echo: false,
+        constraint,
         stop_strings: stop_strings(c.stop)?,
         stop_token_ids,
         ignore_eos: c.ignore_eos.unwrap_or(false),
@@ -371,6 +445,46 @@ fn common_plan(c: Common<'_>, limits: Limits) -> Result<Plan, ApiError> {
         },
         user: c.user,
     })
+}
+
+/// `logit_bias`: `{"<token id>": bias}` with biases in [-100, 100].
+fn logit_bias(v: Option<&Value>, vocab_size: usize) -> Result<Vec<(u32, f32)>, ApiError> {
+    let bad = |msg: String| ApiError::invalid_param("logit_bias", msg);
+    let map = match v {
+        None | Some(Value::Null) => return Ok(Vec::new()),
+        Some(Value::Object(m)) => m,
+        Some(other) => {
+            return Err(bad(format!(
+                "`logit_bias` must map token ids to biases; got {}.",
+                json_kind(other)
+            )))
+        }
+    };
+    let mut out: Vec<(u32, f32)> = map
+        .iter()
+        .map(|(k, v)| {
+            let id: u32 = k
+                .trim()
+                .parse()
+                .map_err(|_| bad(format!("`logit_bias` keys must be token ids; got {k:?}.")))?;
+            if id as usize >= vocab_size {
+                return Err(bad(format!(
+                    "Token id {id} in `logit_bias` is outside the vocabulary (size {vocab_size})."
+                )));
+            }
+            let b = v
+                .as_f64()
+                .filter(|b| (-100.0..=100.0).contains(b))
+                .ok_or_else(|| {
+                    bad(format!(
+                        "The bias for token {id} must be a number between -100 and 100; got {v}."
+                    ))
+                })?;
+            Ok((id, b as f32))
+        })
+        .collect::<Result<_, _>>()?;
+    out.sort_by_key(|(t, _)| *t);
+    Ok(out)
 }
 
 fn check_range(param: &str, v: Option<f32>, lo: f32, hi: f32) -> Result<Option<f32>, ApiError> {
@@ -454,136 +568,23 @@ fn stop_strings(stop: Option<&Value>) -> Result<Vec<String>, ApiError> {
     Ok(list)
 }
 
-fn chat_messages(messages: &[ChatMessageIn]) -> Result<Vec<(String, String)>, ApiError> {
-    if messages.is_empty() {
-        return Err(ApiError::invalid_param(
-            "messages",
-            "`messages` must contain at least one message.",
-        ));
-    }
-    messages
-        .iter()
-        .enumerate()
-        .map(|(i, m)| {
-            let role = match m.role.as_str() {
-                "system" | "user" | "assistant" | "tool" => m.role.clone(),
-                // OpenAI's newer name for the system role; templates know "system".
-                "developer" => "system".to_string(),
-                other => {
-                    return Err(ApiError::invalid_param(
-                        format!("messages[{i}].role"),
-                        format!("Unknown role `{other}`; expected system, developer, user, assistant or tool."),
-                    ))
-                }
-            };
-            Ok((role, message_text(i, m.content.as_ref())?))
-        })
-        .collect()
-}
-
-/// A message's text: a string, text parts joined by newlines, or "" for null.
-fn message_text(i: usize, content: Option<&Value>) -> Result<String, ApiError> {
-    let param = || format!("messages[{i}].content");
-    match content {
-        None | Some(Value::Null) => Ok(String::new()),
-        Some(Value::String(s)) => Ok(s.clone()),
-        Some(Value::Array(parts)) => {
-            let mut texts = Vec::with_capacity(parts.len());
-            for part in parts {
-                match (
-                    part.get("type").and_then(Value::as_str),
-                    part.get("text").and_then(Value::as_str),
-                ) {
-                    (Some("text"), Some(t)) => texts.push(t),
-                    (Some("text"), None) => {
-                        return Err(ApiError::invalid_param(
-                            param(),
-                            "A text content part needs a string `text`.",
-                        ))
-                    }
-                    (Some(kind), _) => {
-                        return Err(ApiError::invalid_param(
-                            param(),
-                            format!(
-                                "Content parts of type `{kind}` are not supported; only `text`."
-                            ),
-                        ))
-                    }
-                    (None, _) => {
-                        return Err(ApiError::invalid_param(
-                            param(),
-                            "Each content part needs a `type`.",
-                        ))
-                    }
-                }
-            }
-            Ok(texts.join("\n"))
-        }
-        Some(other) => Err(ApiError::invalid_param(
-            param(),
-            format!(
-                "Message content must be a string or an array of content parts; got {}.",
-                json_kind(other)
-            ),
-        )),
-    }
-}
-
-fn prompt_input(prompt: Option<&Value>, limits: Limits) -> Result<PromptInput, ApiError> {
-    let bad = |what: String| ApiError::invalid_param("prompt", what);
-    let batch = || bad("Batched prompts are not supported; send one prompt per request.".into());
-    let ids = |items: &[Value]| -> Result<Vec<u32>, ApiError> {
-        items
-            .iter()
-            .map(|v| {
-                let id = v.as_u64().ok_or_else(|| {
-                    bad(format!("Token ids must be non-negative integers; got {v}."))
-                })?;
-                if id as usize >= limits.vocab_size {
-                    return Err(bad(format!(
-                        "Token id {id} is outside the vocabulary (size {}).",
-                        limits.vocab_size
-                    )));
-                }
-                Ok(id as u32)
-            })
-            .collect()
-    };
-    match prompt {
-        None | Some(Value::Null) => Err(bad("`prompt` is required.".into())),
-        Some(Value::String(s)) => Ok(PromptInput::Text(s.clone())),
-        Some(Value::Array(items)) => match items.as_slice() {
-            [] => Err(bad("`prompt` must not be empty.".into())),
-            [Value::String(s)] => Ok(PromptInput::Text(s.clone())),
-            [Value::Array(inner)] => Ok(PromptInput::Ids(ids(inner)?)),
-            [Value::Number(_), ..] => Ok(PromptInput::Ids(ids(items)?)),
-            [Value::String(_) | Value::Array(_), ..] => Err(batch()),
-            [other, ..] => Err(bad(format!(
-                "`prompt` must be a string, an array of token ids, or a one-element array of either; found {}.",
-                json_kind(other)
-            ))),
-        },
-        Some(other) => Err(bad(format!(
-            "`prompt` must be a string or an array of token ids; got {}.",
-            json_kind(other)
-        ))),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::body::parse_json_object;
 
-    const LIMITS: Limits = Limits { vocab_size: 1000 };
+    const LIMITS: Limits = Limits {
+        vocab_size: 1000,
+        max_tokens_default: 0,
+    };
 
-    fn chat(body: serde_json::Value) -> Result<(Plan, Vec<(String, String)>), ApiError> {
+    fn chat(body: serde_json::Value) -> Result<(Plan, ChatInput), ApiError> {
         let req: ChatCompletionRequest =
             parse_json_object(body.to_string().as_bytes(), ChatCompletionRequest::FIELDS)?;
         chat_plan(&req, None, LIMITS)
     }
 
-    fn completion(body: serde_json::Value) -> Result<(Plan, PromptInput), ApiError> {
+    fn completion(body: serde_json::Value) -> Result<(Plan, Vec<PromptInput>), ApiError> {
         let req: CompletionRequest =
             parse_json_object(body.to_string().as_bytes(), CompletionRequest::FIELDS)?;
         completion_plan(&req, Some("hdr".into()), LIMITS)
@@ -600,12 +601,14 @@ mod tests {
         }))
         .unwrap();
         assert_eq!(
-            msgs,
+            msgs.messages,
             vec![
-                ("system".into(), "a\nb".into()),
-                ("user".into(), "hi".into())
+                serde_json::json!({"role": "system", "content": "a\nb"}),
+                serde_json::json!({"role": "user", "content": "hi"})
             ]
         );
+        assert!(!msgs.tools.parses_calls());
+        assert_eq!(plan.n, 1);
         assert_eq!(plan.max_tokens, Some(5));
         assert_eq!(plan.sampling.temperature, 0.0);
         assert_eq!(plan.sampling.seed, Some(7));
@@ -621,20 +624,64 @@ mod tests {
     fn completion_defaults() {
         let (plan, prompt) =
             completion(serde_json::json!({"prompt": [[1, 2, 3]], "logprobs": 0})).unwrap();
-        assert_eq!(prompt, PromptInput::Ids(vec![1, 2, 3]));
+        assert_eq!(prompt, vec![PromptInput::Ids(vec![1, 2, 3])]);
         assert_eq!(plan.max_tokens, Some(16));
         assert_eq!(plan.sampling.temperature, 1.0);
         assert_eq!(plan.sampling.logprobs, Some(0));
         assert_eq!(plan.spec.workload.as_deref(), Some("hdr"));
         let (_, prompt) = completion(serde_json::json!({"prompt": ["hello"]})).unwrap();
-        assert_eq!(prompt, PromptInput::Text("hello".into()));
+        assert_eq!(prompt, vec![PromptInput::Text("hello".into())]);
+        let (plan, prompts) = completion(serde_json::json!({
+            "prompt": ["a", "b"], "n": 3, "echo": true, "seed": 1,
+            "logit_bias": {"5": -100, " 7": 2.5}, "min_tokens": 4, "ignore_eos": true, "stop_token_ids": [9]
+        }))
+        .unwrap();
+        assert_eq!(prompts.len(), 2);
+        assert_eq!((plan.n, plan.echo), (3, true));
+        assert_eq!(plan.sampling.logit_bias, vec![(5, -100.0), (7, 2.5)]);
+        assert_eq!(plan.sampling.min_tokens, 4);
+        assert!(plan.ignore_eos);
+        assert_eq!(plan.stop_token_ids, vec![9]);
     }
 
     #[test]
     fn every_bad_parameter_is_named() {
         let m = serde_json::json!([{"role": "user", "content": "hi"}]);
         let chat_cases = [
-            (serde_json::json!({"messages": m, "n": 2}), "n"),
+            (serde_json::json!({"messages": m, "n": 0}), "n"),
+            (serde_json::json!({"messages": m, "n": 65}), "n"),
+            (
+                serde_json::json!({"messages": m, "logit_bias": {"x": 1}}),
+                "logit_bias",
+            ),
+            (
+                serde_json::json!({"messages": m, "logit_bias": {"1": 101}}),
+                "logit_bias",
+            ),
+            (
+                serde_json::json!({"messages": m, "logit_bias": [1]}),
+                "logit_bias",
+            ),
+            (
+                serde_json::json!({"messages": m, "min_tokens": -1}),
+                "min_tokens",
+            ),
+            (
+                serde_json::json!({"messages": m, "min_tokens": 9, "max_tokens": 3}),
+                "min_tokens",
+            ),
+            (
+                serde_json::json!({"messages": m, "tool_choice": "auto"}),
+                "tool_choice",
+            ),
+            (
+                serde_json::json!({"messages": [{"role": "user", "content": null}]}),
+                "messages[0].content",
+            ),
+            (
+                serde_json::json!({"messages": m, "response_format": {"type": "yaml"}}),
+                "response_format",
+            ),
             (
                 serde_json::json!({"messages": m, "max_tokens": 0}),
                 "max_tokens",
@@ -679,15 +726,7 @@ mod tests {
             ),
             (
                 serde_json::json!({"messages": m, "tools": [{"type": "function"}]}),
-                "tools",
-            ),
-            (
-                serde_json::json!({"messages": m, "response_format": {"type": "json_object"}}),
-                "response_format",
-            ),
-            (
-                serde_json::json!({"messages": m, "logit_bias": {"5": 1}}),
-                "logit_bias",
+                "tools[0].function",
             ),
             (
                 serde_json::json!({"messages": m, "stop_token_ids": [1000]}),
@@ -713,7 +752,10 @@ mod tests {
             assert_eq!(e.param.as_deref(), Some(param), "{body}: {}", e.message);
         }
         let completion_cases = [
-            (serde_json::json!({"prompt": "x", "echo": true}), "echo"),
+            (
+                serde_json::json!({"prompt": "x", "echo": true, "logprobs": 1}),
+                "echo",
+            ),
             (serde_json::json!({"prompt": "x", "best_of": 3}), "best_of"),
             (
                 serde_json::json!({"prompt": "x", "logprobs": 30}),
@@ -726,7 +768,6 @@ mod tests {
             (serde_json::json!({"prompt": "x", "suffix": "y"}), "suffix"),
             (serde_json::json!({}), "prompt"),
             (serde_json::json!({"prompt": []}), "prompt"),
-            (serde_json::json!({"prompt": ["a", "b"]}), "prompt"),
             (serde_json::json!({"prompt": [1, -2]}), "prompt"),
             (serde_json::json!({"prompt": [5000]}), "prompt"),
             (serde_json::json!({"prompt": {"a": 1}}), "prompt"),
@@ -748,6 +789,13 @@ mod tests {
             .into_request("r".into(), vec![1; 10], 32, "messages")
             .unwrap();
         assert_eq!(req.max_tokens, 22);
+        // The server's default caps a request that sends no max_tokens.
+        let mut defaulted = plan.clone();
+        defaulted.default_max_tokens = 8;
+        let req = defaulted
+            .into_request("r".into(), vec![1; 10], 32, "messages")
+            .unwrap();
+        assert_eq!(req.max_tokens, 8);
         let e = plan
             .clone()
             .into_request("r".into(), vec![1; 32], 32, "messages")

@@ -54,6 +54,12 @@ pub struct ChatCompletionRequest {
     pub ignore_eos: Option<bool>,
     pub stop_token_ids: Option<Vec<u32>>,
     pub skip_special_tokens: Option<bool>,
+    pub min_tokens: Option<i64>,
+    pub guided_json: Option<Value>,
+    pub guided_regex: Option<Value>,
+    pub guided_choice: Option<Value>,
+    pub guided_grammar: Option<Value>,
+    pub structured_outputs: Option<Value>,
     // wring extensions: speculative-decoding controls.
     pub workload: Option<String>,
     pub k_policy: Option<String>,
@@ -94,12 +100,20 @@ impl ChatCompletionRequest {
         "ignore_eos",
         "stop_token_ids",
         "skip_special_tokens",
+        "min_tokens",
+        "guided_json",
+        "guided_regex",
+        "guided_choice",
+        "guided_grammar",
+        "structured_outputs",
         "workload",
         "k_policy",
     ];
 }
 
-/// One message of `messages`. `content` is a string, an array of text parts, or null.
+/// One message of `messages`. `content` is a string, an array of text parts, or
+/// null (only for an assistant message with `tool_calls`). `refusal` and
+/// `function_call` are accepted as null so that a response message can be sent back.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ChatMessageIn {
@@ -107,6 +121,10 @@ pub struct ChatMessageIn {
     #[serde(default)]
     pub content: Option<Value>,
     pub name: Option<String>,
+    pub tool_calls: Option<Value>,
+    pub tool_call_id: Option<String>,
+    pub refusal: Option<Value>,
+    pub function_call: Option<Value>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -136,6 +154,13 @@ pub struct CompletionRequest {
     pub ignore_eos: Option<bool>,
     pub stop_token_ids: Option<Vec<u32>>,
     pub skip_special_tokens: Option<bool>,
+    pub min_tokens: Option<i64>,
+    pub response_format: Option<Value>,
+    pub guided_json: Option<Value>,
+    pub guided_regex: Option<Value>,
+    pub guided_choice: Option<Value>,
+    pub guided_grammar: Option<Value>,
+    pub structured_outputs: Option<Value>,
     pub workload: Option<String>,
     pub k_policy: Option<String>,
 }
@@ -166,6 +191,13 @@ impl CompletionRequest {
         "ignore_eos",
         "stop_token_ids",
         "skip_special_tokens",
+        "min_tokens",
+        "response_format",
+        "guided_json",
+        "guided_regex",
+        "guided_choice",
+        "guided_grammar",
+        "structured_outputs",
         "workload",
         "k_policy",
     ];
@@ -244,10 +276,47 @@ pub struct CompletionLogprobs {
     pub text_offset: Vec<u32>,
 }
 
+/// A tool call in a response message: `arguments` is a JSON string, as OpenAI sends it.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct ToolCallOut {
+    pub id: String,
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    pub function: FunctionCallOut,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct FunctionCallOut {
+    pub name: String,
+    pub arguments: String,
+}
+
+/// One element of a streamed `delta.tool_calls`: the first delta of a call carries
+/// its id, type and name; later ones append to `arguments`.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct ToolCallDelta {
+    pub index: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    #[serde(rename = "type", skip_serializing_if = "Option::is_none")]
+    pub kind: Option<&'static str>,
+    pub function: FunctionDelta,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct FunctionDelta {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    pub arguments: String,
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub struct ChatMessageOut {
     pub role: &'static str,
-    pub content: String,
+    /// Null when the message is only tool calls.
+    pub content: Option<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<ToolCallOut>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -274,6 +343,8 @@ pub struct ChatDelta {
     pub role: Option<&'static str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub content: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<Vec<ToolCallDelta>>,
 }
 
 #[derive(Debug, Clone, Serialize)]

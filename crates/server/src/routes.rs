@@ -10,14 +10,16 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use wring_model::ChatMessage;
 
-use crate::body::{parse_json_object, read_limited};
+use crate::body::{parse_json_object, read_limited, require_json};
+use crate::choice::ToolOutput;
 use crate::error::ApiError;
-use crate::generate::{respond, Endpoint, ResponseShape};
+use crate::generate::{respond, ChoiceRequest, Endpoint, ResponseShape};
 use crate::params::{chat_plan, completion_plan, Limits, Plan, PromptInput};
+use crate::prompt::{check_model, encode, render_prompt, tool_format};
 use crate::protocol::{ChatCompletionRequest, CompletionRequest, ModelCard, ModelList};
 use crate::state::AppState;
+use crate::structured;
 
 /// Header that tags a request with a workload for `profile:` K tables.
 pub const WORKLOAD_HEADER: &str = "x-wring-workload";
@@ -28,18 +30,25 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/completions", post(completions))
         .route("/v1/models", get(list_models))
         .route("/v1/models/{model}", get(get_model))
+        .route("/tokenize", post(crate::tokenize::tokenize))
+        .route("/detokenize", post(crate::tokenize::detokenize))
         .route("/admin/suffix-cache/reset", post(reset_suffix_cache))
         .route_layer(middleware::from_fn_with_state(
             state.clone(),
             require_api_key,
         ));
-    Router::new()
+    let router = Router::new()
         .merge(protected)
         .route("/health", get(health))
         .route("/metrics", get(crate::metrics::handler))
         .fallback(not_found)
-        .method_not_allowed_fallback(method_not_allowed)
-        .with_state(state)
+        .method_not_allowed_fallback(method_not_allowed);
+    // Outermost, so a preflight is answered before routing and the key check.
+    let router = match crate::cors::layer(&state.config.allowed_origins) {
+        Some(cors) => router.layer(cors),
+        None => router,
+    };
+    router.with_state(state)
 }
 
 async fn require_api_key(State(state): State<Arc<AppState>>, req: Request, next: Next) -> Response {
@@ -50,16 +59,25 @@ async fn require_api_key(State(state): State<Arc<AppState>>, req: Request, next:
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.strip_prefix("Bearer "))
             .map(str::trim);
-        if !given.is_some_and(|g| constant_time_eq(g.as_bytes(), key.as_bytes())) {
+        if !given.is_some_and(|g| keys_match(g, key)) {
             return ApiError::bad_api_key().into_response();
         }
     }
     next.run(req).await
 }
 
-/// Compares without an early exit, so timing does not reveal a key prefix.
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+/// Compares SHA-256 digests without an early exit: the time taken reveals neither
+/// a matching prefix nor the key's length.
+fn keys_match(given: &str, key: &str) -> bool {
+    use sha2::{Digest, Sha256};
+    let (a, b) = (
+        Sha256::digest(given.as_bytes()),
+        Sha256::digest(key.as_bytes()),
+    );
+    a.iter()
+        .zip(b.iter())
+        .fold(0u8, |acc, (x, y)| acc | (x ^ y))
+        == 0
 }
 
 async fn chat_completions(
@@ -67,25 +85,31 @@ async fn chat_completions(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
+    require_json(&headers)?;
     let bytes = read_limited(&headers, body, state.config.max_body_bytes).await?;
     let req: ChatCompletionRequest = parse_json_object(&bytes, ChatCompletionRequest::FIELDS)?;
     check_model(&state, req.model.as_deref())?;
-    let (plan, messages) = chat_plan(&req, workload_header(&headers), limits(&state))?;
-    let template = state.info.chat_template.as_ref().ok_or_else(|| {
-        ApiError::invalid("This model has no chat template; use /v1/completions instead.")
-    })?;
-    let messages: Vec<ChatMessage> = messages
-        .into_iter()
-        .map(|(role, content)| ChatMessage { role, content })
-        .collect();
-    let text = template.render(&messages, true).map_err(|e| {
-        ApiError::invalid_param(
-            "messages",
-            format!("The chat template rejected the messages: {e:#}"),
-        )
-    })?;
-    let ids = encode(&state, &text)?;
-    submit(state, Endpoint::Chat, plan, ids, "messages").await
+    let (mut plan, input) = chat_plan(&req, workload_header(&headers), limits(&state))?;
+    check_constraint(&state, &plan).await?;
+    let rendered = render_prompt(&state, input.messages, &input.tools)?;
+    let ids = encode(&state, &rendered.text)?;
+    if let Some(stop) = rendered.stop.clone() {
+        plan.stop_strings.push(stop);
+    }
+    let tools = input.tools.parses_calls().then(|| ToolOutput {
+        format: tool_format(&state),
+        forced_prefix: rendered.forced_prefix,
+        names: input.tools.tools.iter().map(|t| t.name.clone()).collect(),
+    });
+    submit(
+        state,
+        Endpoint::Chat,
+        plan,
+        vec![(ids, String::new())],
+        "messages",
+        tools,
+    )
+    .await
 }
 
 async fn completions(
@@ -93,23 +117,43 @@ async fn completions(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
+    require_json(&headers)?;
     let bytes = read_limited(&headers, body, state.config.max_body_bytes).await?;
     let req: CompletionRequest = parse_json_object(&bytes, CompletionRequest::FIELDS)?;
     check_model(&state, req.model.as_deref())?;
-    let (plan, prompt) = completion_plan(&req, workload_header(&headers), limits(&state))?;
-    let ids = match prompt {
-        PromptInput::Text(text) => encode(&state, &text)?,
-        PromptInput::Ids(ids) => ids,
-    };
-    submit(state, Endpoint::Completion, plan, ids, "prompt").await
+    let (plan, prompts) = completion_plan(&req, workload_header(&headers), limits(&state))?;
+    check_constraint(&state, &plan).await?;
+    let prompts = prompts
+        .into_iter()
+        .map(|p| match p {
+            PromptInput::Text(text) => Ok((encode(&state, &text)?, text)),
+            PromptInput::Ids(ids) => {
+                let text = if plan.echo {
+                    state.info.tokenizer.decode(&ids, true).map_err(|e| {
+                        ApiError::invalid_param(
+                            "prompt",
+                            format!("The prompt could not be decoded: {e:#}"),
+                        )
+                    })?
+                } else {
+                    String::new()
+                };
+                Ok((ids, text))
+            }
+        })
+        .collect::<Result<Vec<_>, ApiError>>()?;
+    submit(state, Endpoint::Completion, plan, prompts, "prompt", None).await
 }
 
+/// One choice per (prompt, sample); samples of a seeded request get seeds
+/// `seed, seed + 1, ...` so they differ yet repeat.
 async fn submit(
     state: Arc<AppState>,
     endpoint: Endpoint,
     plan: Plan,
-    prompt_ids: Vec<u32>,
+    prompts: Vec<(Vec<u32>, String)>,
     prompt_param: &'static str,
+    tools: Option<ToolOutput>,
 ) -> Result<Response, ApiError> {
     let shape = ResponseShape {
         endpoint,
@@ -118,42 +162,69 @@ async fn submit(
         logprobs: plan.logprobs,
         user: plan.user.clone(),
         prompt_param,
+        tools,
     };
-    let request_id = state.new_request_id(endpoint.id_prefix());
-    let req = plan.into_request(
-        request_id,
-        prompt_ids,
-        state.info.max_model_len,
-        prompt_param,
-    )?;
-    respond(state, shape, req).await
-}
-
-/// Token ids of a prompt, with BOS in front when the model wants one (chat
-/// templates usually write it themselves; then it is not doubled).
-fn encode(state: &AppState, text: &str) -> Result<Vec<u32>, ApiError> {
-    let tok = &state.info.tokenizer;
-    let mut ids = tok
-        .encode(text)
-        .map_err(|e| ApiError::invalid(format!("The prompt could not be tokenized: {e:#}")))?;
-    if let (true, Some(bos)) = (tok.add_bos(), tok.bos_token_id()) {
-        if ids.first() != Some(&bos) {
-            ids.insert(0, bos);
+    let id = state.new_request_id(endpoint.id_prefix());
+    let n = plan.n;
+    let mut choices = Vec::with_capacity(prompts.len() * n as usize);
+    for (group, (ids, text)) in prompts.into_iter().enumerate() {
+        for sample in 0..n {
+            let index = group as u32 * n + sample;
+            let request_id = if choices.is_empty() && n == 1 {
+                id.clone()
+            } else {
+                format!("{id}/{index}")
+            };
+            let mut req = plan.clone().into_request(
+                request_id,
+                ids.clone(),
+                state.info.max_model_len,
+                prompt_param,
+            )?;
+            if let Some(seed) = req.sampling.seed.as_mut() {
+                *seed = seed.wrapping_add(sample as u64);
+            }
+            choices.push(ChoiceRequest {
+                index,
+                group,
+                req,
+                echo: plan.echo.then(|| text.clone()),
+            });
         }
     }
-    Ok(ids)
+    respond(state, id, shape, choices).await
 }
 
-fn check_model(state: &AppState, model: Option<&str>) -> Result<(), ApiError> {
-    match model {
-        Some(name) if !state.knows_model(name) => Err(ApiError::model_not_found(name)),
-        _ => Ok(()),
-    }
+/// Compiles a structured-output constraint against the tokenizer (a bad schema,
+/// regex or grammar is a 400 naming its field). The engine does not apply grammar
+/// masks yet, so a valid constraint is refused too rather than silently ignored.
+async fn check_constraint(state: &Arc<AppState>, plan: &Plan) -> Result<(), ApiError> {
+    let Some(c) = plan.constraint.clone() else {
+        return Ok(());
+    };
+    let st = state.clone();
+    tokio::task::spawn_blocking(move || {
+        let compiler = st
+            .grammars
+            .compiler(&st.info.tokenizer, &st.info.eos_token_ids)?;
+        structured::validate(compiler, &c)?;
+        Err(ApiError::invalid_param(
+            c.param.clone(),
+            format!(
+                "`{}` is valid, but this server does not enforce structured output during decoding yet.",
+                c.param
+            ),
+        )
+        .with_code("unsupported_parameter"))
+    })
+    .await
+    .map_err(|e| ApiError::internal(format!("grammar check failed: {e}")))?
 }
 
 fn limits(state: &AppState) -> Limits {
     Limits {
         vocab_size: state.info.tokenizer.vocab_size(),
+        max_tokens_default: state.config.max_tokens_default,
     }
 }
 
@@ -226,12 +297,13 @@ async fn method_not_allowed(req: Request) -> ApiError {
 
 #[cfg(test)]
 mod tests {
-    use super::constant_time_eq;
+    use super::keys_match;
 
     #[test]
     fn key_comparison() {
-        assert!(constant_time_eq(b"abc", b"abc"));
-        assert!(!constant_time_eq(b"abc", b"abd"));
-        assert!(!constant_time_eq(b"abc", b"abcd"));
+        assert!(keys_match("abc", "abc"));
+        assert!(!keys_match("abc", "abd"));
+        assert!(!keys_match("abc", "abcd"));
+        assert!(!keys_match("", "abc"));
     }
 }

@@ -7,6 +7,14 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use wring_engine::{EngineHandle, EngineInfo};
 
+use crate::structured::Grammars;
+use crate::tools::ToolFormat;
+
+/// `max_tokens` of a chat request that sends none, unless configured: long enough for
+/// any ordinary answer, short enough that a forgotten limit does not hold a slot for
+/// the whole context.
+pub const DEFAULT_MAX_TOKENS: u32 = 2048;
+
 /// Settings of the HTTP layer (the engine has its own `EngineConfig`).
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
@@ -22,6 +30,12 @@ pub struct ServerConfig {
     pub drain_timeout: Duration,
     /// Period of the throughput log line (zero = off).
     pub stats_interval: Duration,
+    /// Origins allowed to call from a browser (`*` = any; empty = no CORS headers).
+    pub allowed_origins: Vec<String>,
+    /// `max_tokens` of a chat request that sends none (0 = the rest of the context).
+    pub max_tokens_default: u32,
+    /// How tool calls are written (None = detected from the chat template).
+    pub tool_call_format: Option<ToolFormat>,
 }
 
 impl Default for ServerConfig {
@@ -33,6 +47,9 @@ impl Default for ServerConfig {
             retry_after_s: 1,
             drain_timeout: Duration::from_secs(30),
             stats_interval: Duration::from_secs(10),
+            allowed_origins: vec!["*".into()],
+            max_tokens_default: DEFAULT_MAX_TOKENS,
+            tool_call_format: None,
         }
     }
 }
@@ -43,6 +60,8 @@ pub struct AppState {
     pub config: ServerConfig,
     /// Unix seconds at start-up (the `created` of `/v1/models`).
     pub started_unix: u64,
+    /// Structured-output grammar compiler (built on first use).
+    pub grammars: Grammars,
     id_prefix: u32,
     next_id: AtomicU64,
 }
@@ -60,6 +79,7 @@ impl AppState {
             info,
             config,
             started_unix: now.as_secs(),
+            grammars: Grammars::default(),
             // Distinguishes ids across restarts without a random source.
             id_prefix: now.subsec_nanos() ^ (now.as_secs() as u32).rotate_left(16),
             next_id: AtomicU64::new(1),

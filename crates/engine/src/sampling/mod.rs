@@ -1,12 +1,15 @@
-//! Sampling: parameter validation, logit processing (penalties, temperature, top-k,
-//! top-p, min-p), seeded per-request random draws and logprobs.
+//! Sampling: parameter validation, logit processing (logit bias, min tokens,
+//! penalties, temperature, top-k, top-p, min-p), seeded per-request random draws
+//! and logprobs.
 
 mod distribution;
+mod edits;
 mod logprobs;
 mod penalties;
 mod validate;
 
 pub use distribution::{argmax, Distribution};
+pub use edits::LogitEdits;
 pub use logprobs::token_logprobs;
 pub use penalties::TokenHistory;
 pub use validate::validate_sampling;
@@ -22,6 +25,9 @@ use crate::api::SamplingParams;
 pub struct RequestSampler {
     params: SamplingParams,
     history: TokenHistory,
+    edits: LogitEdits,
+    /// Tokens observed so far (the output length, for `min_tokens`).
+    emitted: usize,
     rng: ChaCha8Rng,
 }
 
@@ -30,9 +36,18 @@ impl RequestSampler {
         let seed = params.seed.unwrap_or_else(|| rand::thread_rng().gen());
         Self {
             history: TokenHistory::new(prompt, params.repetition_penalty != 1.0),
+            edits: LogitEdits::new(&params),
+            emitted: 0,
             rng: ChaCha8Rng::seed_from_u64(seed),
             params,
         }
+    }
+
+    /// The tokens that end this request; `min_tokens` keeps them from being
+    /// sampled until enough tokens were emitted.
+    pub fn with_stop_ids(mut self, ids: impl IntoIterator<Item = u32>) -> Self {
+        self.edits.set_stop_ids(ids);
+        self
     }
 
     pub fn params(&self) -> &SamplingParams {
@@ -44,21 +59,26 @@ impl RequestSampler {
     }
 
     /// Whether the next token is always the argmax of the raw logits: greedy (or
-    /// top-k 1) with no penalty that could move it. Then the engine may ask the runner
-    /// for ids alone (`ModelRunner::forward_greedy`) instead of whole logit rows.
+    /// top-k 1) with no penalty, bias or `min_tokens` ban that could move it. Then the
+    /// engine may ask the runner for ids alone (`ModelRunner::forward_greedy`)
+    /// instead of whole logit rows; otherwise the step takes the logits path, where
+    /// sampling and verification see the edited rows.
     pub fn argmax_only(&self) -> bool {
         let p = &self.params;
         (p.temperature == 0.0 || p.top_k == 1)
             && p.repetition_penalty == 1.0
             && p.presence_penalty == 0.0
             && p.frequency_penalty == 0.0
+            && !self.edits.is_active(self.emitted)
     }
 
     /// The distribution the next token is drawn from, given the model's raw logits
     /// and the tokens emitted so far.
     pub fn distribution(&self, raw_logits: &[f32]) -> Distribution {
-        if self.history.has_effect(&self.params) {
+        let edits = self.edits.is_active(self.emitted);
+        if edits || self.history.has_effect(&self.params) {
             let mut l = raw_logits.to_vec();
+            self.edits.apply(self.emitted, &mut l);
             self.history.apply(&self.params, &mut l);
             Distribution::from_logits(&l, &self.params)
         } else {
@@ -84,6 +104,7 @@ impl RequestSampler {
     /// Records an emitted token (for penalties).
     pub fn observe(&mut self, token: u32) {
         self.history.push(token);
+        self.emitted += 1;
     }
 }
 
@@ -164,6 +185,28 @@ mod tests {
         let mut s = RequestSampler::new(SamplingParams::default(), &[1, 1, 1]);
         s.observe(1);
         assert_eq!(s.sample(&logits()), argmax(&logits()));
+    }
+
+    #[test]
+    fn bias_and_min_tokens_move_the_argmax_and_turn_off_the_ids_only_path() {
+        let p = SamplingParams {
+            logit_bias: vec![(3, 10.0)],
+            ..Default::default()
+        };
+        let mut s = RequestSampler::new(p, &[]);
+        assert!(!s.argmax_only());
+        assert_eq!(s.sample(&logits()), 3);
+        let p = SamplingParams {
+            min_tokens: 1,
+            ..Default::default()
+        };
+        // Token 1 (the argmax) ends the request: banned for the first token only.
+        let mut s = RequestSampler::new(p, &[]).with_stop_ids([1]);
+        assert!(!s.argmax_only());
+        assert_eq!(s.sample(&logits()), 5);
+        s.observe(5);
+        assert!(s.argmax_only());
+        assert_eq!(s.sample(&logits()), 1);
     }
 
     #[test]

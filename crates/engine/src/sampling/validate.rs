@@ -49,6 +49,15 @@ pub fn validate_sampling(p: &SamplingParams) -> Result<(), String> {
             p.repetition_penalty
         ));
     }
+    if let Some((t, b)) = p
+        .logit_bias
+        .iter()
+        .find(|(_, b)| !(-100.0..=100.0).contains(b))
+    {
+        return Err(format!(
+            "logit_bias must be within [-100, 100], got {b} for token {t}"
+        ));
+    }
     if let Some(n) = p.logprobs {
         if n > MAX_TOP_LOGPROBS {
             return Err(format!(

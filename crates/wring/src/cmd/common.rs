@@ -160,7 +160,7 @@ impl SamplingArgs {
             presence_penalty: self.presence_penalty,
             frequency_penalty: self.frequency_penalty,
             repetition_penalty: self.repetition_penalty,
-            logprobs: None,
+            ..SamplingParams::default()
         }
     }
 }

@@ -20,9 +20,23 @@ pub struct Args {
     /// Name(s) clients use in `model` (the first is reported); default: the model's own name.
     #[arg(long, num_args = 1..)]
     pub served_model_name: Vec<String>,
-    /// Require `Authorization: Bearer <key>` on /v1/* and /admin/*.
-    #[arg(long, env = "WRING_API_KEY")]
+    /// Require `Authorization: Bearer <key>` on /v1/*, /tokenize, /detokenize and
+    /// /admin/* (compared in constant time). Also read from $WRING_API_KEY, which
+    /// keeps the key out of the process list.
+    #[arg(long, env = "WRING_API_KEY", hide_env_values = true)]
     pub api_key: Option<String>,
+    /// Origins browsers may call the API from (CORS; preflights are answered):
+    /// `*` for any, or scheme://host[:port] values; `none` sends no CORS headers.
+    #[arg(long, num_args = 1.., default_value = "*")]
+    pub allowed_origins: Vec<String>,
+    /// `max_tokens` of a chat request that sends none (0 = the rest of the context).
+    /// Legacy completions keep OpenAI's default of 16.
+    #[arg(long, default_value_t = wring_server::state::DEFAULT_MAX_TOKENS)]
+    pub max_tokens_default: u32,
+    /// How the model writes tool calls: auto (from the chat template: Hermes
+    /// `<tool_call>` or Llama 3.1 JSON), hermes, llama3_json.
+    #[arg(long, default_value = "auto")]
+    pub tool_call_parser: String,
     /// Largest request body in bytes (413 beyond).
     #[arg(long, default_value_t = 8 << 20)]
     pub max_body_bytes: usize,
@@ -38,9 +52,21 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let addr: SocketAddr = format!("{}:{}", args.host, args.port)
         .parse()
         .with_context(|| format!("--host {:?} --port {}", args.host, args.port))?;
+    let allowed_origins: Vec<String> = if args.allowed_origins.iter().any(|o| o == "none") {
+        Vec::new()
+    } else {
+        args.allowed_origins.clone()
+    };
+    wring_server::cors::check_origins(&allowed_origins).context("--allowed-origins")?;
+    let tool_call_format = wring_server::tools::ToolFormat::parse(&args.tool_call_parser)
+        .map_err(anyhow::Error::msg)
+        .context("--tool-call-parser")?;
     let config = ServerConfig {
         served_model_names: args.served_model_name.clone(),
         api_key: args.api_key.clone().filter(|k| !k.is_empty()),
+        allowed_origins,
+        max_tokens_default: args.max_tokens_default,
+        tool_call_format,
         max_body_bytes: args.max_body_bytes,
         drain_timeout: seconds("--drain-timeout", args.drain_timeout)?,
         stats_interval: seconds("--stats-interval", args.stats_interval)?,
@@ -104,5 +130,39 @@ async fn shutdown_signal() {
     tokio::select! {
         _ = ctrl_c => tracing::info!("SIGINT received"),
         _ = term => tracing::info!("SIGTERM received"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: super::Args,
+    }
+
+    #[test]
+    fn api_key_and_serving_defaults() {
+        // The only test in this binary that touches WRING_API_KEY.
+        std::env::set_var("WRING_API_KEY", "from-env");
+        let cli = Cli::try_parse_from(["serve"]).unwrap();
+        assert_eq!(cli.args.api_key.as_deref(), Some("from-env"));
+        let cli = Cli::try_parse_from(["serve", "--api-key", "flag"]).unwrap();
+        assert_eq!(cli.args.api_key.as_deref(), Some("flag"), "the flag wins");
+        std::env::remove_var("WRING_API_KEY");
+        let cli = Cli::try_parse_from(["serve"]).unwrap();
+        assert_eq!(cli.args.api_key, None);
+        assert_eq!(cli.args.allowed_origins, vec!["*".to_string()]);
+        assert_eq!(cli.args.max_tokens_default, 2048);
+        let cli = Cli::try_parse_from([
+            "serve",
+            "--allowed-origins",
+            "http://a.test",
+            "https://b.test:8443",
+        ])
+        .unwrap();
+        assert_eq!(cli.args.allowed_origins.len(), 2);
     }
 }

@@ -1,0 +1,85 @@
+//! One request's grammar state: the mask of allowed next tokens, advancing by
+//! emitted tokens, and checking a speculative draft.
+
+use llguidance::toktrie::SimpleVob;
+use llguidance::Matcher;
+
+/// Allowed next tokens, one bit per vocabulary id.
+#[derive(Debug, Clone)]
+pub struct TokenMask {
+    bits: SimpleVob,
+    vocab_size: usize,
+}
+
+impl TokenMask {
+    pub fn allows(&self, token: u32) -> bool {
+        (token as usize) < self.vocab_size && self.bits.is_allowed(token)
+    }
+
+    pub fn count(&self) -> usize {
+        (0..self.vocab_size as u32)
+            .filter(|&t| self.allows(t))
+            .count()
+    }
+
+    /// Sets every disallowed logit to -inf (the row may be wider than the mask).
+    pub fn apply(&self, logits: &mut [f32]) {
+        for (t, l) in logits.iter_mut().enumerate() {
+            if !self.allows(t as u32) {
+                *l = f32::NEG_INFINITY;
+            }
+        }
+    }
+}
+
+pub struct GrammarMatcher {
+    inner: Matcher,
+    vocab_size: usize,
+}
+
+impl GrammarMatcher {
+    pub(crate) fn new(inner: Matcher, vocab_size: usize) -> Self {
+        Self { inner, vocab_size }
+    }
+
+    /// Tokens allowed at the next position (only the stop tokens once the grammar
+    /// is complete and cannot continue).
+    pub fn allowed_tokens(&mut self) -> anyhow::Result<TokenMask> {
+        let bits = self.inner.compute_mask_or_eos()?;
+        Ok(TokenMask {
+            bits,
+            vocab_size: self.vocab_size,
+        })
+    }
+
+    /// Advances over emitted tokens; an error if one of them is not allowed.
+    pub fn advance(&mut self, tokens: &[u32]) -> anyhow::Result<()> {
+        self.inner.consume_tokens(tokens)
+    }
+
+    /// How many leading tokens of `draft` the grammar allows from here, without
+    /// advancing: a speculative draft token past this point is rejected like any
+    /// other mismatch.
+    pub fn allowed_prefix_len(&mut self, draft: &[u32]) -> anyhow::Result<usize> {
+        self.inner.validate_tokens(draft)
+    }
+
+    /// Undoes the last `n` advanced tokens.
+    pub fn rollback(&mut self, n: usize) -> anyhow::Result<()> {
+        self.inner.rollback(n)
+    }
+
+    /// The output so far is a complete sentence of the grammar.
+    pub fn is_accepting(&mut self) -> bool {
+        self.inner.is_accepting().unwrap_or(false)
+    }
+
+    /// The grammar has ended (a stop token was consumed, or nothing can follow).
+    pub fn is_finished(&self) -> bool {
+        self.inner.is_stopped()
+    }
+
+    pub fn error(&self) -> Option<String> {
+        self.inner.get_error()
+    }
+}

@@ -1,0 +1,193 @@
+//! The grammar matcher over the default model's real tokenizer: masks, advancing,
+//! draft checks and precise errors for each kind of constraint.
+
+use std::sync::OnceLock;
+
+use serde_json::json;
+use wring_grammar::{GrammarCompiler, GrammarError, GrammarSpec};
+use wring_model::{ModelSpec, Tokenizer};
+
+struct Fixture {
+    compiler: GrammarCompiler,
+    tokenizer: std::sync::Arc<Tokenizer>,
+    eos: Vec<u32>,
+}
+
+fn fixture() -> &'static Fixture {
+    static F: OnceLock<Fixture> = OnceLock::new();
+    F.get_or_init(|| {
+        let model = wring_model::load_model(&ModelSpec::default())
+            .expect("the default model loads (run `wring pull`)");
+        let vocab = model.config.vocab_size;
+        let compiler = GrammarCompiler::new(&model.tokenizer, &model.eos_token_ids, vocab).unwrap();
+        Fixture {
+            compiler,
+            tokenizer: model.tokenizer.clone(),
+            eos: model.eos_token_ids.clone(),
+        }
+    })
+}
+
+fn ids(text: &str) -> Vec<u32> {
+    fixture().tokenizer.encode(text).unwrap()
+}
+
+/// Feeds `text`'s tokens one by one, checking each is in the mask first; returns
+/// how many were accepted.
+fn feed(spec: &GrammarSpec, text: &str) -> (usize, usize, wring_grammar::GrammarMatcher) {
+    let f = fixture();
+    let mut m = f.compiler.compile(spec).unwrap();
+    let toks = ids(text);
+    for (i, &t) in toks.iter().enumerate() {
+        if !m.allowed_tokens().unwrap().allows(t) {
+            return (i, toks.len(), m);
+        }
+        m.advance(&[t]).unwrap();
+    }
+    (toks.len(), toks.len(), m)
+}
+
+fn eos_allowed(m: &mut wring_grammar::GrammarMatcher) -> bool {
+    let mask = m.allowed_tokens().unwrap();
+    fixture().eos.iter().any(|&e| mask.allows(e))
+}
+
+fn person_schema() -> GrammarSpec {
+    GrammarSpec::JsonSchema(json!({
+        "type": "object",
+        "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
+        "required": ["name", "age"],
+        "additionalProperties": false
+    }))
+}
+
+#[test]
+fn json_schema_accepts_a_valid_object_and_then_only_allows_stopping() {
+    let (ok, n, mut m) = feed(&person_schema(), r#"{"name": "Ann", "age": 31}"#);
+    assert_eq!(ok, n, "every token of a valid object is allowed");
+    assert!(m.is_accepting());
+    assert!(eos_allowed(&mut m), "a complete object may stop");
+    let mask = m.allowed_tokens().unwrap();
+    assert!(
+        !mask.allows(ids(",")[0]),
+        "nothing may follow the closing brace"
+    );
+}
+
+#[test]
+fn json_schema_rejects_wrong_types_and_unknown_keys() {
+    let (ok, n, mut m) = feed(&person_schema(), r#"{"name": 5"#);
+    assert!(ok < n, "a number where a string is required");
+    assert!(!eos_allowed(&mut m));
+    let (ok, n, _) = feed(&person_schema(), r#"{"nick": "x"}"#);
+    assert!(ok < n, "additionalProperties: false");
+    // An open object may not stop early either.
+    let (ok, n, mut m) = feed(&person_schema(), r#"{"name": "Ann""#);
+    assert_eq!(ok, n);
+    assert!(!eos_allowed(&mut m), "age is required");
+}
+
+#[test]
+fn json_object_allows_any_object_but_not_other_values() {
+    let (ok, n, mut m) = feed(&GrammarSpec::JsonObject, r#"{"a": [1, 2, {"b": null}]}"#);
+    assert_eq!(ok, n);
+    assert!(eos_allowed(&mut m));
+    let (ok, _, _) = feed(&GrammarSpec::JsonObject, "[1]");
+    assert_eq!(ok, 0, "an array is not an object");
+}
+
+#[test]
+fn regex_choice_and_grammars() {
+    let rx = GrammarSpec::Regex("[0-9]{3}-[a-z]+".into());
+    let (ok, n, mut m) = feed(&rx, "123-abc");
+    assert_eq!(ok, n);
+    assert!(eos_allowed(&mut m));
+    let (ok, n, _) = feed(&rx, "12a");
+    assert!(ok < n);
+
+    let choice = GrammarSpec::Choice(vec!["yes".into(), "no".into(), "a.b".into()]);
+    let (ok, n, mut m) = feed(&choice, "yes");
+    assert_eq!(ok, n);
+    assert!(eos_allowed(&mut m));
+    let (ok, n, _) = feed(&choice, "axb");
+    assert!(ok < n, "choices are literal strings, not regexes");
+    let (ok, n, _) = feed(&choice, "maybe");
+    assert!(ok < n);
+
+    let lark = GrammarSpec::Grammar("start: item (\",\" item)*\nitem: \"x\" | \"y\"".into());
+    let (ok, n, mut m) = feed(&lark, "x,y,x");
+    assert_eq!(ok, n);
+    assert!(eos_allowed(&mut m));
+    assert!(feed(&lark, "x,,").0 < ids("x,,").len());
+
+    let gbnf = GrammarSpec::Grammar(
+        "root ::= dir (\" \" dir)*\ndir ::= \"up\" | \"down\" | [0-9]+".into(),
+    );
+    let (ok, n, mut m) = feed(&gbnf, "down up 42");
+    assert_eq!(ok, n);
+    assert!(eos_allowed(&mut m));
+    assert!(feed(&gbnf, "left").0 < ids("left").len());
+}
+
+#[test]
+fn a_draft_is_checked_without_advancing() {
+    let f = fixture();
+    let mut m = f.compiler.compile(&person_schema()).unwrap();
+    // The name is complete, but `age` is required: the closing brace is rejected.
+    let good = ids(r#"{"name": "Bo""#);
+    let mut draft = good.clone();
+    draft.extend(ids("}"));
+    assert_eq!(m.allowed_prefix_len(&draft).unwrap(), good.len());
+    // Nothing was consumed: the first token is still the one allowed first.
+    assert!(m.allowed_tokens().unwrap().allows(good[0]));
+    m.advance(&good).unwrap();
+    let rest = ids(r#", "age": 4}"#);
+    assert_eq!(m.allowed_prefix_len(&rest).unwrap(), rest.len());
+    // Rolling back restores the earlier state.
+    m.rollback(good.len()).unwrap();
+    assert_eq!(m.allowed_prefix_len(&good).unwrap(), good.len());
+}
+
+#[test]
+fn the_mask_sets_forbidden_logits_to_minus_infinity() {
+    let f = fixture();
+    let mut m = f
+        .compiler
+        .compile(&GrammarSpec::Choice(vec!["yes".into(), "no".into()]))
+        .unwrap();
+    let mask = m.allowed_tokens().unwrap();
+    let allowed = mask.count();
+    assert!((2..100).contains(&allowed), "{allowed} tokens start yes/no");
+    let mut logits = vec![0.0f32; f.compiler.vocab_size()];
+    mask.apply(&mut logits);
+    assert_eq!(logits.iter().filter(|l| l.is_finite()).count(), allowed);
+    assert!(logits[ids("yes")[0] as usize].is_finite());
+}
+
+#[test]
+fn bad_constraints_get_precise_errors() {
+    let f = fixture();
+    let cases = [
+        (GrammarSpec::Regex("(".into()), "regex"),
+        (GrammarSpec::Choice(vec![]), "choices"),
+        (GrammarSpec::Grammar("start: (".into()), "grammar"),
+        (GrammarSpec::Grammar("  ".into()), "empty"),
+        (GrammarSpec::JsonSchema(json!("string")), "object"),
+        (
+            GrammarSpec::JsonSchema(json!({"type": "nonsense"})),
+            "json_schema",
+        ),
+        (
+            GrammarSpec::JsonSchema(json!({"$ref": "#/$defs/missing"})),
+            "json_schema",
+        ),
+    ];
+    for (spec, needle) in cases {
+        match f.compiler.compile(&spec) {
+            Err(GrammarError::Invalid(msg)) => {
+                assert!(msg.contains(needle), "{spec:?}: {msg}")
+            }
+            Ok(_) => panic!("{spec:?} compiled"),
+        }
+    }
+}

@@ -1,0 +1,55 @@
+//! What a request's prompt becomes, shared by the generation routes and
+//! `/tokenize`: messages and tools through the chat template, text to token ids.
+
+use crate::error::ApiError;
+use crate::state::AppState;
+use crate::tools::{render_chat, RenderedChat, ToolFormat, ToolPlan};
+
+/// A chat request's prompt: its messages and offered tools through the template.
+pub fn render_prompt(
+    state: &AppState,
+    messages: Vec<serde_json::Value>,
+    tools: &ToolPlan,
+) -> Result<RenderedChat, ApiError> {
+    let template = state.info.chat_template.as_ref().ok_or_else(|| {
+        ApiError::invalid("This model has no chat template; use /v1/completions instead.")
+    })?;
+    render_chat(template, messages, tools, tool_format(state)).map_err(|e| {
+        ApiError::invalid_param(
+            "messages",
+            format!("The chat template rejected the messages: {e:#}"),
+        )
+    })
+}
+
+pub fn tool_format(state: &AppState) -> ToolFormat {
+    state.config.tool_call_format.unwrap_or_else(|| {
+        state
+            .info
+            .chat_template
+            .as_ref()
+            .map_or(ToolFormat::Hermes, |t| ToolFormat::detect(t.source()))
+    })
+}
+
+/// Token ids of a prompt, with BOS in front when the model wants one (chat
+/// templates usually write it themselves; then it is not doubled).
+pub fn encode(state: &AppState, text: &str) -> Result<Vec<u32>, ApiError> {
+    let tok = &state.info.tokenizer;
+    let mut ids = tok
+        .encode(text)
+        .map_err(|e| ApiError::invalid(format!("The prompt could not be tokenized: {e:#}")))?;
+    if let (true, Some(bos)) = (tok.add_bos(), tok.bos_token_id()) {
+        if ids.first() != Some(&bos) {
+            ids.insert(0, bos);
+        }
+    }
+    Ok(ids)
+}
+
+pub fn check_model(state: &AppState, model: Option<&str>) -> Result<(), ApiError> {
+    match model {
+        Some(name) if !state.knows_model(name) => Err(ApiError::model_not_found(name)),
+        _ => Ok(()),
+    }
+}
