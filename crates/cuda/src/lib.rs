@@ -18,6 +18,7 @@ pub mod kernels;
 mod loader;
 mod meta;
 pub mod nccl;
+pub mod nccl_bench;
 mod options;
 mod params;
 pub mod qweights;

@@ -240,6 +240,10 @@ pub struct ModelWeights {
 }
 
 impl ModelWeights {
+    pub fn new(config: ModelConfig, weights: WeightSource) -> Self {
+        Self { config, weights }
+    }
+
     /// Rank `shard.rank`'s runner on `backend`: its shard of every weight, a KV pool of
     /// `num_blocks` blocks for its KV heads.
     pub fn rank_runner<B: Backend>(
@@ -577,8 +581,9 @@ pub fn hf_config(c: &Value) -> Result<ModelConfig> {
     })
 }
 
-/// Real shapes with deterministic random weights; the default model's tokenizer and
-/// chat template stand in (outputs are meaningless; only speed is).
+/// Real shapes with deterministic random weights; the tokenizer and chat template of
+/// `spec.model` (default: the default model) stand in (outputs are meaningless; only
+/// speed is).
 fn load_dummy(spec: &ModelSpec) -> Result<LoadedModel> {
     let shape = spec.model_shape.as_deref().ok_or_else(|| {
         anyhow!(
@@ -592,7 +597,20 @@ fn load_dummy(spec: &ModelSpec) -> Result<LoadedModel> {
             ModelConfig::NAMED_SHAPES.join(", ")
         )
     })?;
-    let base = load_gguf(&hub::ensure_default_model(false)?)?;
+    // The tokenizer and chat template: --model's when given (a small vocab-only GGUF
+    // will do, where the default model cannot be fetched), else the default model's.
+    let base = match &spec.model {
+        Some(m) => {
+            let path = resolve_model_path(Some(m))?;
+            if path.is_file() {
+                load_gguf(&path)
+            } else {
+                load_hf_dir(&path)
+            }
+        }
+        None => load_gguf(&hub::ensure_default_model(false)?),
+    }
+    .context("the tokenizer of dummy weights")?;
     Ok(LoadedModel {
         name: format!("dummy-{shape}"),
         config,

@@ -9,7 +9,7 @@ use anyhow::{ensure, Context, Result};
 use std::sync::Arc;
 use wring_cuda::{CudaBackend, CudaOptions};
 use wring_model::shard::ShardPlan;
-use wring_model::{LoadedModel, RunnerOptions, ShardRunner};
+use wring_model::{LoadedModel, ModelWeights, RunnerOptions, ShardRunner};
 
 /// The model split over GPUs `first..first + opts.tensor_parallel_size`.
 pub fn cuda_tensor_parallel(
@@ -17,9 +17,30 @@ pub fn cuda_tensor_parallel(
     first: usize,
     opts: &RunnerOptions,
 ) -> Result<TensorParallelRunner> {
-    let n = opts.tensor_parallel_size;
-    // Cheap checks first: the split itself, the GPUs, then NCCL.
-    let shards = ShardPlan::all(&model.config, n)?;
+    // The split itself is checked before the GPUs are touched.
+    ShardPlan::all(&model.config, opts.tensor_parallel_size)?;
+    let num_blocks = model.kv_blocks(opts)?;
+    cuda_ranks(
+        Arc::new(model.into_weights()),
+        first,
+        opts.tensor_parallel_size,
+        num_blocks,
+        opts.block_size,
+        CudaOptions::from_env()?,
+    )
+}
+
+/// `weights` split over GPUs `first..first + n`, each rank with a KV pool of
+/// `num_blocks` blocks (for tools that build models without a tokenizer).
+pub fn cuda_ranks(
+    weights: Arc<ModelWeights>,
+    first: usize,
+    n: usize,
+    num_blocks: usize,
+    block_size: usize,
+    cuda: CudaOptions,
+) -> Result<TensorParallelRunner> {
+    let shards = ShardPlan::all(&weights.config, n)?;
     let present = wring_cuda::device_count()?;
     ensure!(
         first + n <= present,
@@ -27,16 +48,12 @@ pub fn cuda_tensor_parallel(
         first + n - 1,
         if present == 1 { "is" } else { "are" }
     );
-    let cuda = CudaOptions::from_env()?;
-    let num_blocks = model.kv_blocks(opts)?;
-    let block_size = opts.block_size;
     let ordinals: Vec<usize> = (first..first + n).collect();
     let comms = wring_cuda::nccl::init_group(&ordinals)
         .with_context(|| format!("cannot connect GPUs {ordinals:?} through NCCL"))?;
     if let Ok((path, v)) = wring_cuda::nccl::version() {
         tracing::info!("NCCL {v} ({path}): {n} ranks on GPUs {ordinals:?}, NCCL_NVLS_ENABLE=0");
     }
-    let shared = Arc::new(model.into_weights());
     let abort = {
         let comms = comms.clone();
         Arc::new(move |why: &str| {
@@ -48,12 +65,12 @@ pub fn cuda_tensor_parallel(
         .into_iter()
         .zip(shards)
         .map(|(comm, shard)| {
-            let (shared, cuda) = (shared.clone(), cuda.clone());
+            let (weights, cuda) = (weights.clone(), cuda.clone());
             Box::new(move || -> Result<Box<dyn ShardRunner>> {
                 let mut backend = CudaBackend::new(comm.ordinal(), cuda)?;
                 backend.join_group(comm)?;
                 Ok(Box::new(
-                    shared.rank_runner(backend, shard, num_blocks, block_size)?,
+                    weights.rank_runner(backend, shard, num_blocks, block_size)?,
                 ))
             }) as RankBuilder
         })

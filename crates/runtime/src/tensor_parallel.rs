@@ -224,11 +224,8 @@ impl TensorParallelRunner {
         runner.num_blocks = first.num_blocks;
         runner.device_name = match n {
             1 => first.device_name.clone(),
-            _ => format!(
-                "{} + {} more (tensor parallel ×{n})",
-                first.device_name,
-                n - 1
-            ),
+            // e.g. "cuda:0 (NVIDIA H200, sm_90) ×2 (tensor parallel)": rank 0's device.
+            _ => format!("{} ×{n} (tensor parallel)", first.device_name),
         };
         runner.vocab = infos.into_iter().map(|i| i.vocab).collect();
         Ok(runner)
@@ -248,6 +245,12 @@ impl TensorParallelRunner {
     fn run(&mut self, step: &StepInput, want: Want) -> Result<Vec<Output>> {
         if let Some(why) = &self.broken {
             bail!("the tensor-parallel group is stopped: {why}");
+        }
+        // One rank alone would fail on an id outside the vocabulary; sharded, every rank
+        // would see "not mine" and embed zeros.
+        let vocab = self.vocab.last().map_or(0, |v| v.end);
+        if let Some(&bad) = step.tokens.iter().find(|&&t| t as usize >= vocab) {
+            bail!("token id {bad} is outside the vocabulary of {vocab}");
         }
         self.seq += 1;
         let seq = self.seq;

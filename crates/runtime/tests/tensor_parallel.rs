@@ -149,6 +149,14 @@ fn impossible_splits_are_errors() {
         .unwrap()
         .to_string();
     assert!(e.contains("too large for 9 attention heads"), "{e}");
+    // An id past the vocabulary is an error, not a zero embedding on every rank.
+    let mut r = open(Some("smollm2-135m"), 2);
+    let mut s = steps().remove(1);
+    s.tokens[0] = 60_000;
+    let e = r.forward_greedy(&s).unwrap_err().to_string();
+    assert!(e.contains("outside the vocabulary of 49152"), "{e}");
+    // The group still works.
+    r.forward_greedy(&steps()[0]).unwrap();
 }
 
 /// A real rank wrapped to fail (or panic, or stall) at one step, before it runs it: the
