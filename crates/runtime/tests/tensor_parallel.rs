@@ -125,6 +125,53 @@ fn real_135m_at_tp2_and_tp3_matches_one_rank() {
     }
 }
 
+/// The default model exported as bf16 safetensors split over two files with an index
+/// (a sharded checkpoint): each rank reads its rows and columns from both files.
+#[test]
+fn sharded_bf16_safetensors_checkpoint_at_tp2_matches_one_rank() {
+    use wring_model::export::{export_plain, DenseDtype};
+    let dir = tempfile::tempdir().unwrap();
+    let src = load_model(&ModelSpec::default()).expect("default model loads");
+    export_plain(&src, dir.path(), DenseDtype::Bf16).unwrap();
+    drop(src);
+    let single = dir.path().join("model.safetensors");
+    let bytes = std::fs::read(&single).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let mut names: Vec<String> = st.names().into_iter().cloned().collect();
+    names.sort();
+    let mut weight_map = serde_json::Map::new();
+    for (i, part) in names.chunks(names.len().div_ceil(2)).enumerate() {
+        let file = format!("model-{:05}-of-00002.safetensors", i + 1);
+        let views: Vec<(String, safetensors::tensor::TensorView)> = part
+            .iter()
+            .map(|n| (n.clone(), st.tensor(n).unwrap()))
+            .collect();
+        safetensors::serialize_to_file(views, &None, &dir.path().join(&file)).unwrap();
+        for n in part {
+            weight_map.insert(n.clone(), file.clone().into());
+        }
+    }
+    std::fs::remove_file(&single).unwrap();
+    let index = serde_json::json!({ "metadata": {}, "weight_map": weight_map });
+    std::fs::write(
+        dir.path().join("model.safetensors.index.json"),
+        index.to_string(),
+    )
+    .unwrap();
+    let open_dir = |tp| {
+        let m = load_model(&ModelSpec {
+            model: Some(dir.path().to_string_lossy().into_owned()),
+            ..Default::default()
+        })
+        .unwrap();
+        wring_runtime::open_runner(m, &opts(tp)).unwrap()
+    };
+    let (mut one, mut two) = (open_dir(1), open_dir(2));
+    let worst = compare(&mut *one, &mut *two);
+    eprintln!("sharded bf16 safetensors TP=2: worst relative logit error {worst:.2e}");
+    assert!(worst < 1e-4, "relative error {worst:.2e}");
+}
+
 #[test]
 fn dummy_8b_shape_at_tp2_and_tp4_and_replicated_kv_match_one_rank() {
     for (shape, tps) in [
