@@ -352,8 +352,10 @@ impl WeightSource {
                 );
                 data
             }
-            WeightSource::Dummy { .. } => {
-                return self.matrix_part(name, rows, cols, &crate::weight_slice::Part::All)
+            // Value i of the row-major matrix is dummy value i: any part of it
+            // (weight_slice.rs) holds the same numbers.
+            WeightSource::Dummy { seed } => {
+                dummy_values(*seed, name, rows * cols, 1.0 / (cols as f32).sqrt())
             }
         };
         Ok(HostMatrix { rows, cols, data })

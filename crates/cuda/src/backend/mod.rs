@@ -89,8 +89,10 @@ pub struct CudaBackend {
     sm_count: usize,
     /// Split partials and counters of the tensor-core attention kernel.
     mma_ws: Option<crate::params::MmaWorkspace>,
-    /// Set on a rank of a tensor-parallel group (`join_group`).
-    rank: Option<tensor_parallel::RankState>,
+    /// Set on a rank of a tensor-parallel group (`join_group`, tensor_parallel.rs), with
+    /// the `[row][index, value bits]` buffer of its `max_rows` (allocated at first use).
+    group: Option<Arc<crate::nccl::NcclComm>>,
+    row_maxima: Option<DeviceBuffer>,
 }
 
 impl CudaBackend {
@@ -153,7 +155,8 @@ impl CudaBackend {
             weight_bytes: 0,
             sm_count,
             mma_ws: None,
-            rank: None,
+            group: None,
+            row_maxima: None,
         })
     }
 

@@ -9,13 +9,6 @@ use anyhow::{anyhow, ensure, Result};
 use cudarc::driver::result;
 use std::sync::Arc;
 
-/// A rank's place in its group.
-pub(crate) struct RankState {
-    comm: Arc<NcclComm>,
-    /// `[row][index, value bits]` of `max_rows`, allocated at its first use.
-    pairs: Option<DeviceBuffer>,
-}
-
 impl CudaBackend {
     /// Makes this backend a rank of `comm`'s group (before the first step). The
     /// communicator must be on this backend's GPU.
@@ -27,16 +20,16 @@ impl CudaBackend {
             comm.ordinal(),
             self.ctx.ordinal()
         );
-        self.rank = Some(RankState { comm, pairs: None });
+        self.group = Some(comm);
         Ok(())
     }
 
     pub(super) fn group_ranks_op(&self) -> usize {
-        self.rank.as_ref().map_or(1, |r| r.comm.ranks())
+        self.group.as_ref().map_or(1, |c| c.ranks())
     }
 
     pub(super) fn all_reduce_op(&mut self, x: &mut CudaTensor) {
-        let Some(comm) = self.rank.as_ref().map(|r| r.comm.clone()) else {
+        let Some(comm) = self.group.clone() else {
             return;
         };
         if !self.expect(x, DType::F32, "all_reduce_sum") {
@@ -132,14 +125,14 @@ impl CudaBackend {
     /// The device address of the (index, value) buffer, allocated at first use (outside
     /// any capture: `max_rows` runs after the step's graph).
     fn pairs_buffer(&mut self) -> Result<u64> {
-        let bytes = 8 * self.opts.max_tokens;
-        let rank = self
-            .rank
-            .as_mut()
-            .ok_or_else(|| anyhow!("max_rows is a tensor-parallel rank's op"))?;
-        if rank.pairs.is_none() {
-            rank.pairs = Some(DeviceBuffer::alloc(bytes, "row maxima")?);
+        anyhow::ensure!(
+            self.group.is_some(),
+            "max_rows is a tensor-parallel rank's op"
+        );
+        if self.row_maxima.is_none() {
+            let bytes = 8 * self.opts.max_tokens;
+            self.row_maxima = Some(DeviceBuffer::alloc(bytes, "row maxima")?);
         }
-        Ok(rank.pairs.as_ref().expect("allocated above").ptr())
+        Ok(self.row_maxima.as_ref().expect("allocated above").ptr())
     }
 }
