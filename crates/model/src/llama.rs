@@ -435,4 +435,7 @@ impl<B: Backend> ShardRunner for LlamaRunner<B> {
     fn device_name(&self) -> String {
         self.backend.name()
     }
+    fn captured_query_lens(&self) -> Option<Vec<usize>> {
+        self.backend.captured_query_lens()
+    }
 }

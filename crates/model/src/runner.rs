@@ -43,6 +43,10 @@ pub trait ShardRunner: Send {
     fn block_size(&self) -> usize;
     fn num_blocks(&self) -> usize;
     fn device_name(&self) -> String;
+    /// As [`ModelRunner::captured_query_lens`] (every rank captures the same shapes).
+    fn captured_query_lens(&self) -> Option<Vec<usize>> {
+        None
+    }
 }
 
 /// Greedy continuation of one sequence: the prompt as one prefill step, then one

@@ -81,6 +81,7 @@ pub struct TensorParallelRunner {
     block_size: usize,
     num_blocks: usize,
     device_name: String,
+    captured_query_lens: Option<Vec<usize>>,
     seq: u64,
     timeout: Duration,
     /// Why the group stopped working (every later step fails with it).
@@ -116,6 +117,7 @@ fn rank_main(
                 block_size: r.block_size(),
                 num_blocks: r.num_blocks(),
                 device_name: r.device_name(),
+                captured_query_lens: r.captured_query_lens(),
             };
             let _ = ready.send((rank, Ok(info)));
             r
@@ -144,6 +146,7 @@ struct RankInfo {
     block_size: usize,
     num_blocks: usize,
     device_name: String,
+    captured_query_lens: Option<Vec<usize>>,
 }
 
 impl TensorParallelRunner {
@@ -176,6 +179,7 @@ impl TensorParallelRunner {
             block_size: 0,
             num_blocks: 0,
             device_name: String::new(),
+            captured_query_lens: None,
             seq: 0,
             timeout,
             broken: None,
@@ -221,6 +225,7 @@ impl TensorParallelRunner {
             );
         }
         runner.block_size = first.block_size;
+        runner.captured_query_lens = first.captured_query_lens.clone();
         runner.num_blocks = first.num_blocks;
         runner.device_name = match n {
             1 => first.device_name.clone(),
@@ -375,6 +380,9 @@ impl ModelRunner for TensorParallelRunner {
     }
     fn device_name(&self) -> String {
         self.device_name.clone()
+    }
+    fn captured_query_lens(&self) -> Option<Vec<usize>> {
+        self.captured_query_lens.clone()
     }
 }
 
