@@ -1,4 +1,5 @@
-// Kernels of a tensor-parallel rank (its collectives are NCCL's).
+// Kernels of a tensor-parallel rank (its collectives are NCCL's). Like every wring kernel
+// they begin with pdl_entry(): the backend launches them with programmatic dependent launch.
 
 // Vocabulary-parallel embedding: the rows of ids first..first + rows from this rank's
 // table, zero rows for the ids other ranks hold (the all-reduce that follows adds them).
@@ -6,6 +7,7 @@ extern "C" __global__ void embed_rows_shard(const u32* __restrict__ tokens,
                                             const bf16_t* __restrict__ table,
                                             float* __restrict__ out, int cols, int first,
                                             int rows) {
+    pdl_entry();
     const u32 tok = tokens[blockIdx.x];
     float* dst = out + (size_t)blockIdx.x * cols;
     if (tok >= (u32)first && tok - (u32)first < (u32)rows) {
@@ -21,6 +23,7 @@ extern "C" __global__ void embed_rows_shard(const u32* __restrict__ tokens,
 // vocabulary-parallel LM head contributes to the greedy choice across ranks.
 extern "C" __global__ void max_rows(const float* __restrict__ logits, int vocab,
                                     u32* __restrict__ out) {
+    pdl_entry();
     __shared__ float best_v[32];
     __shared__ int best_i[32];
     const float* row = logits + (size_t)blockIdx.x * vocab;
