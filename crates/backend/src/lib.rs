@@ -186,4 +186,27 @@ pub trait Backend: Send {
     fn gate_up_silu(&mut self, _x: &Self::Tensor, _w: &Self::Matrix) -> Self::Tensor {
         unreachable!("gate_up_silu is only called when fuses_projections() is true")
     }
+
+    // Tensor parallelism (`wring_model::shard`). The defaults are one rank, which needs
+    // no collective; a backend that joins a group of ranks overrides all of them.
+
+    /// Ranks of the collective group this backend belongs to (1: none). The model only
+    /// builds a rank of an N-way split on a backend of a group of N.
+    fn group_ranks(&self) -> usize {
+        1
+    }
+    /// Sums `x` over every rank of the group, in place, leaving the same values on every
+    /// rank. A failure is reported by `finish_step`, like any op's.
+    fn all_reduce_sum(&mut self, _x: &mut Self::Tensor) {}
+    /// The step's token rows of a vocabulary-parallel embedding shard holding the rows
+    /// of ids `first..first + rows`: ids outside it get zero rows (the all-reduce that
+    /// follows adds the row from the rank that holds it).
+    fn embed_vocab_shard(&mut self, _table: &Self::Matrix, _first: usize) -> Self::Tensor {
+        unreachable!("embed_vocab_shard is only called on a group of several ranks")
+    }
+    /// (largest value, its index) of each row of `logits` (first on ties, NaN never
+    /// wins), computed where the logits live; None: the caller copies the rows back.
+    fn max_rows(&mut self, _logits: &Self::Tensor) -> Option<Vec<(f32, u32)>> {
+        None
+    }
 }

@@ -36,6 +36,10 @@ pub const SOURCES: &[(&str, &str)] = &[
         "linear_small.cu",
         include_str!("../kernels/linear_small.cu"),
     ),
+    (
+        "tensor_parallel.cu",
+        include_str!("../kernels/tensor_parallel.cu"),
+    ),
 ];
 
 /// Compiles one source to PTX for `compute_{major}{minor}`, or errors with NVRTC's log.
@@ -87,6 +91,10 @@ fn cached_ptx(name: &str, src: &str, arch: (i32, i32)) -> Result<String> {
         arch.0,
         arch.1
     ));
+    // Tensor-parallel ranks load kernels from several threads at once: one compiles,
+    // the others then read its cache entry.
+    static COMPILING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one_at_a_time = COMPILING.lock().unwrap_or_else(|e| e.into_inner());
     if let Ok(ptx) = std::fs::read_to_string(&path) {
         if ptx.contains(".entry") {
             return Ok(ptx);
@@ -127,6 +135,9 @@ pub struct Kernels {
     /// `attention_mma_d{head_dim}_n{row tiles}`, keyed by (head_dim, row tiles).
     attention_mma: Vec<((usize, usize), sys::CUfunction)>,
     pub argmax_rows: sys::CUfunction,
+    /// Tensor-parallel ranks: vocabulary-shard embedding, per-row (max, index).
+    pub embed_rows_shard: sys::CUfunction,
+    pub max_rows: sys::CUfunction,
     pub fp8_quantize_rows: sys::CUfunction,
     pub fp8_rescale: sys::CUfunction,
     pub dequant_fp8_bf16: sys::CUfunction,
@@ -214,6 +225,8 @@ impl Kernels {
                 .collect::<Result<_>>()?,
             attention_combine: get("attention_combine")?,
             argmax_rows: get("argmax_rows")?,
+            embed_rows_shard: get("embed_rows_shard")?,
+            max_rows: get("max_rows")?,
             fp8_quantize_rows: get("fp8_quantize_rows")?,
             fp8_rescale: get("fp8_rescale")?,
             dequant_fp8_bf16: get("dequant_fp8_bf16")?,

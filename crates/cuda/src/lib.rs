@@ -17,6 +17,8 @@ mod graphs;
 pub mod kernels;
 mod loader;
 mod meta;
+pub mod nccl;
+pub mod nccl_bench;
 mod options;
 mod params;
 pub mod qweights;
@@ -26,6 +28,14 @@ pub use blas::GemmTuneReport;
 pub use graphs::GraphKey;
 pub use loader::{ensure_cuda_libraries, ensure_nvrtc};
 pub use options::{AttentionKernel, CudaOptions, GraphMode};
+
+/// CUDA devices present (0 when the driver is missing or sees none).
+pub fn device_count() -> anyhow::Result<usize> {
+    loader::ensure_cuda_libraries()?;
+    let n = cudarc::driver::CudaContext::device_count()
+        .map_err(|e| anyhow::anyhow!("cannot count the CUDA devices: {e:?}"))?;
+    Ok(n.max(0) as usize)
+}
 
 /// Starts (`true`) or stops the CUDA profiler's collection (`ncu --profile-from-start off`
 /// records only in between), on the calling thread's current context.

@@ -81,6 +81,7 @@ impl GateModel {
             max_num_seqs: max_streams,
             max_model_len: max_stream_tokens,
             cpu_weights: choice.cpu_weights,
+            tensor_parallel_size: 1,
         };
         let (name, tokenizer, chat_template, eos_token_ids, vocab_size) = (
             model.name.clone(),

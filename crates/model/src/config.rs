@@ -147,6 +147,15 @@ impl ModelConfig {
             "llama-3.2-1b" => llama(2048, 8192, 16, 32, 8, 128256, 500000.0, true, l3),
             "llama-3.1-8b" => llama(4096, 14336, 32, 32, 8, 128256, 500000.0, false, l3),
             "llama-3.1-70b" => llama(8192, 28672, 80, 64, 8, 128256, 500000.0, false, l3),
+            "llama-3.1-405b" => llama(16384, 53248, 126, 128, 8, 128256, 500000.0, false, l3),
+            // Llama-3.1-8B's proportions (32 heads in 8 KV groups, intermediate 3.5 × hidden)
+            // at a size the CPU runs in tests: head_dim 16, 2 layers, and the default
+            // tokenizer's vocabulary (dummy weights borrow it, so every id it makes exists).
+            "llama-3.1-8b-tiny" => ModelConfig {
+                head_dim: 16,
+                max_position_embeddings: 2048,
+                ..llama(512, 1792, 2, 32, 8, 49152, 500000.0, false, l3)
+            },
             "qwen2.5-7b" => ModelConfig {
                 architecture: "qwen2".into(),
                 attention_bias: true,
@@ -164,6 +173,23 @@ impl ModelConfig {
                     RopeScaling::None,
                 )
             },
+            "qwen2.5-72b" => ModelConfig {
+                architecture: "qwen2".into(),
+                attention_bias: true,
+                rms_norm_eps: 1e-6,
+                max_position_embeddings: 32768,
+                ..llama(
+                    8192,
+                    29568,
+                    80,
+                    64,
+                    8,
+                    152064,
+                    1000000.0,
+                    false,
+                    RopeScaling::None,
+                )
+            },
             _ => return None,
         })
     }
@@ -175,5 +201,8 @@ impl ModelConfig {
         "llama-3.1-8b",
         "qwen2.5-7b",
         "llama-3.1-70b",
+        "qwen2.5-72b",
+        "llama-3.1-405b",
+        "llama-3.1-8b-tiny",
     ];
 }

@@ -10,12 +10,14 @@ pub mod hub;
 pub mod llama;
 pub mod quant;
 pub mod runner;
+pub mod shard;
 pub mod tokenizer;
+pub mod weight_slice;
 pub mod weights;
 
 pub use chat::{ChatMessage, ChatTemplate};
 pub use config::{ModelConfig, RopeScaling};
-pub use runner::{greedy_continuation, Logits, ModelRunner, SeqInput, StepInput};
+pub use runner::{greedy_continuation, Logits, ModelRunner, SeqInput, ShardRunner, StepInput};
 pub use tokenizer::{IncrementalDecoder, Tokenizer};
 pub use wring_backend::cpu::CpuWeights;
 
@@ -99,6 +101,9 @@ pub struct RunnerOptions {
     pub max_model_len: usize,
     /// Weight storage of the CPU backend (f32 reference, 8- or 4-bit, or the checkpoint's own).
     pub cpu_weights: CpuWeights,
+    /// Ranks the model is split over (tensor parallelism, [`shard`]); 1: one device.
+    /// `kv_cache_bytes` is then each rank's budget for its own KV heads.
+    pub tensor_parallel_size: usize,
 }
 
 impl Default for RunnerOptions {
@@ -110,6 +115,7 @@ impl Default for RunnerOptions {
             max_num_seqs: 64,
             max_model_len: 8192,
             cpu_weights: CpuWeights::F32,
+            tensor_parallel_size: 1,
         }
     }
 }
@@ -145,10 +151,18 @@ impl LoadedModel {
         )
     }
 
-    /// KV blocks the memory budget holds on `opts.device`; an error when that is fewer
-    /// than one sequence of `max_model_len` tokens needs.
+    /// KV blocks the memory budget holds on `opts.device` (on each rank, whose pool holds
+    /// only its KV heads, when the model is split); an error when that is fewer than one
+    /// sequence of `max_model_len` tokens needs.
     pub fn kv_blocks(&self, opts: &RunnerOptions) -> Result<usize> {
-        let num_blocks = opts.kv_cache_bytes / self.kv_block_bytes(opts.device, opts.block_size);
+        let block_bytes = match opts.tensor_parallel_size {
+            0 | 1 => self.kv_block_bytes(opts.device, opts.block_size),
+            n => {
+                let heads = shard::max_kv_heads_per_rank(&self.config, n)?;
+                self.kv_block_bytes(opts.device, opts.block_size) / self.config.num_kv_heads * heads
+            }
+        };
+        let num_blocks = opts.kv_cache_bytes / block_bytes;
         let min_blocks = opts
             .max_model_len
             .min(self.max_context())
@@ -187,7 +201,16 @@ impl LoadedModel {
         if let Device::Cuda(_) = opts.device {
             bail!("wring_model::LoadedModel::into_runner runs on the CPU only; open CUDA devices with wring_runtime::open_runner");
         }
-        let weights = match opts.cpu_weights {
+        if opts.tensor_parallel_size > 1 {
+            bail!("wring_model::LoadedModel::into_runner runs one rank; split a model with wring_runtime::open_runner");
+        }
+        let weights = self.cpu_weights(opts.cpu_weights);
+        self.runner_on(wring_backend::cpu::CpuBackend::new(weights), opts)
+    }
+
+    /// The CPU weight format `asked` resolves to for this checkpoint (`Auto`: its own).
+    pub fn cpu_weights(&self, asked: CpuWeights) -> CpuWeights {
+        match asked {
             CpuWeights::Auto => {
                 let w = self.weights.native_cpu_weights();
                 tracing::info!(
@@ -197,8 +220,47 @@ impl LoadedModel {
                 w
             }
             w => w,
-        };
-        self.runner_on(wring_backend::cpu::CpuBackend::new(weights), opts)
+        }
+    }
+
+    /// The configuration and weights, for tensor-parallel ranks that load their shards
+    /// from them in parallel (share it in an `Arc`).
+    pub fn into_weights(self) -> ModelWeights {
+        ModelWeights {
+            config: self.config,
+            weights: self.weights,
+        }
+    }
+}
+
+/// A model's configuration and weight source, shared by the ranks of a split model.
+pub struct ModelWeights {
+    pub config: ModelConfig,
+    weights: WeightSource,
+}
+
+impl ModelWeights {
+    pub fn new(config: ModelConfig, weights: WeightSource) -> Self {
+        Self { config, weights }
+    }
+
+    /// Rank `shard.rank`'s runner on `backend`: its shard of every weight, a KV pool of
+    /// `num_blocks` blocks for its KV heads.
+    pub fn rank_runner<B: Backend>(
+        &self,
+        backend: B,
+        shard: shard::RankShard,
+        num_blocks: usize,
+        block_size: usize,
+    ) -> Result<llama::LlamaRunner<B>> {
+        llama::LlamaRunner::new_shard(
+            backend,
+            self.config.clone(),
+            &self.weights,
+            shard,
+            num_blocks,
+            block_size,
+        )
     }
 }
 
@@ -519,8 +581,9 @@ pub fn hf_config(c: &Value) -> Result<ModelConfig> {
     })
 }
 
-/// Real shapes with deterministic random weights; the default model's tokenizer and
-/// chat template stand in (outputs are meaningless; only speed is).
+/// Real shapes with deterministic random weights; the tokenizer and chat template of
+/// `spec.model` (default: the default model) stand in (outputs are meaningless; only
+/// speed is).
 fn load_dummy(spec: &ModelSpec) -> Result<LoadedModel> {
     let shape = spec.model_shape.as_deref().ok_or_else(|| {
         anyhow!(
@@ -534,7 +597,20 @@ fn load_dummy(spec: &ModelSpec) -> Result<LoadedModel> {
             ModelConfig::NAMED_SHAPES.join(", ")
         )
     })?;
-    let base = load_gguf(&hub::ensure_default_model(false)?)?;
+    // The tokenizer and chat template: --model's when given (a small vocab-only GGUF
+    // will do, where the default model cannot be fetched), else the default model's.
+    let base = match &spec.model {
+        Some(m) => {
+            let path = resolve_model_path(Some(m))?;
+            if path.is_file() {
+                load_gguf(&path)
+            } else {
+                load_hf_dir(&path)
+            }
+        }
+        None => load_gguf(&hub::ensure_default_model(false)?),
+    }
+    .context("the tokenizer of dummy weights")?;
     Ok(LoadedModel {
         name: format!("dummy-{shape}"),
         config,

@@ -2,9 +2,12 @@
 //! sliding window, DeepSeek-R1-Distill), written once against [`Backend`].
 
 use crate::config::ModelConfig;
-use crate::runner::{Logits, ModelRunner, StepInput};
+use crate::runner::{Logits, ModelRunner, ShardRunner, StepInput};
+use crate::shard::RankShard;
+use crate::weight_slice::Part;
 use crate::weights::WeightSource;
-use anyhow::Result;
+use anyhow::{ensure, Result};
+use std::ops::Range;
 use wring_backend::{AttnShape, Backend, KvSpec, RopeSpec};
 
 /// Projections of one input: separate matrices, or their rows stacked into one
@@ -31,6 +34,8 @@ struct Layer<B: Backend> {
 pub struct LlamaRunner<B: Backend> {
     backend: B,
     cfg: ModelConfig,
+    /// What this rank holds (the whole model on one rank).
+    shard: RankShard,
     embed: B::Matrix,
     layers: Vec<Layer<B>>,
     norm: B::Vector,
@@ -43,18 +48,52 @@ pub struct LlamaRunner<B: Backend> {
 impl<B: Backend> LlamaRunner<B> {
     /// Uploads every weight from `src` (one tensor at a time) and allocates the KV pool.
     pub fn new(
-        mut backend: B,
+        backend: B,
         cfg: ModelConfig,
         src: &WeightSource,
         num_blocks: usize,
         block_size: usize,
     ) -> Result<Self> {
-        let (h, i) = (cfg.hidden_size, cfg.intermediate_size);
+        let shard = RankShard::whole(&cfg);
+        Self::new_shard(backend, cfg, src, shard, num_blocks, block_size)
+    }
+
+    /// One tensor-parallel rank: uploads only `shard`'s part of every weight (see
+    /// [`crate::shard`]) and a KV pool for its KV heads. `backend` must belong to a
+    /// collective group of `shard.ranks` ranks ([`Backend::group_ranks`]).
+    pub fn new_shard(
+        mut backend: B,
+        cfg: ModelConfig,
+        src: &WeightSource,
+        shard: RankShard,
+        num_blocks: usize,
+        block_size: usize,
+    ) -> Result<Self> {
+        ensure!(
+            backend.group_ranks() == shard.ranks,
+            "{} joins a group of {} rank(s), but the model is split {} ways",
+            backend.name(),
+            backend.group_ranks(),
+            shard.ranks
+        );
+        let (h, hd) = (cfg.hidden_size, cfg.head_dim);
+        let (q_dims, kv_dims) = (shard.q_dims(hd), shard.kv_dims(hd));
         let (qd, kvd) = (
             cfg.num_heads * cfg.head_dim,
             cfg.num_kv_heads * cfg.head_dim,
         );
-        let embed = backend.upload_matrix(src.matrix("token_embd.weight", cfg.vocab_size, h)?)?;
+        let inter = cfg.intermediate_size;
+        // The whole matrix when this rank holds all of it (one rank: loads exactly as
+        // before, quantized checkpoints stay quantized).
+        let rows = |r: &Range<usize>, full: usize| whole_or(r, full, Part::Rows(r.clone()));
+        let cols = |c: &Range<usize>, full: usize| whole_or(c, full, Part::Cols(c.clone()));
+        let vocab = rows(&shard.vocab, cfg.vocab_size);
+        let embed = backend.upload_matrix(src.matrix_part(
+            "token_embd.weight",
+            cfg.vocab_size,
+            h,
+            &vocab,
+        )?)?;
         let mut layers = Vec::with_capacity(cfg.num_layers);
         for l in 0..cfg.num_layers {
             let n = |s: &str| format!("blk.{l}.{s}");
@@ -65,18 +104,20 @@ impl<B: Backend> LlamaRunner<B> {
                 && ["attn_q.bias", "attn_k.bias", "attn_v.bias"]
                     .iter()
                     .all(|b| !src.has(&cfg, &n(b)));
-            let mut proj = |parts: &[(&str, usize)]| -> Result<Proj<B::Matrix>> {
+            let mut proj = |parts: &[(&str, usize, Part)]| -> Result<Proj<B::Matrix>> {
                 if !fuse {
-                    let m = parts
-                        .iter()
-                        .map(|&(s, rows)| src.weight(&n(s), rows, h)?.upload(&mut backend));
+                    let m = parts.iter().map(|(s, full, part)| {
+                        src.weight_part(&n(s), *full, h, part)?.upload(&mut backend)
+                    });
                     return Ok(Proj::Split(m.collect::<Result<_>>()?));
                 }
                 let mut data = Vec::new();
-                for &(s, rows) in parts {
-                    data.extend(src.matrix(&n(s), rows, h)?.data);
+                let mut rows = 0;
+                for (s, full, part) in parts {
+                    let m = src.matrix_part(&n(s), *full, h, part)?;
+                    rows += m.rows;
+                    data.extend(m.data);
                 }
-                let rows = parts.iter().map(|p| p.1).sum();
                 Ok(Proj::Fused(backend.upload_matrix(
                     wring_backend::HostMatrix {
                         rows,
@@ -86,29 +127,34 @@ impl<B: Backend> LlamaRunner<B> {
                 )?))
             };
             let qkv = proj(&[
-                ("attn_q.weight", qd),
-                ("attn_k.weight", kvd),
-                ("attn_v.weight", kvd),
+                ("attn_q.weight", qd, rows(&q_dims, qd)),
+                ("attn_k.weight", kvd, rows(&kv_dims, kvd)),
+                ("attn_v.weight", kvd, rows(&kv_dims, kvd)),
             ])?;
-            let gate_up = proj(&[("ffn_gate.weight", i), ("ffn_up.weight", i)])?;
-            let mut mat = |s: &str, rows, cols| -> Result<B::Matrix> {
-                src.weight(&n(s), rows, cols)?.upload(&mut backend)
+            let gate_up = proj(&[
+                ("ffn_gate.weight", inter, rows(&shard.intermediate, inter)),
+                ("ffn_up.weight", inter, rows(&shard.intermediate, inter)),
+            ])?;
+            let mut mat = |s: &str, full_cols, part: Part| -> Result<B::Matrix> {
+                src.weight_part(&n(s), h, full_cols, &part)?
+                    .upload(&mut backend)
             };
             let (o, down) = (
-                mat("attn_output.weight", h, qd)?,
-                mat("ffn_down.weight", h, i)?,
+                mat("attn_output.weight", qd, cols(&q_dims, qd))?,
+                mat("ffn_down.weight", inter, cols(&shard.intermediate, inter))?,
             );
-            let mut bias = |s: &str, len| -> Result<Option<B::Vector>> {
+            let mut bias = |s: &str, len, range: &Range<usize>| -> Result<Option<B::Vector>> {
                 if src.has(&cfg, &n(s)) {
-                    Ok(Some(backend.upload_vector(&src.vector(&n(s), len)?)?))
+                    let v = src.vector_part(&n(s), len, range.clone())?;
+                    Ok(Some(backend.upload_vector(&v)?))
                 } else {
                     Ok(None)
                 }
             };
             let (q_bias, k_bias, v_bias) = (
-                bias("attn_q.bias", qd)?,
-                bias("attn_k.bias", kvd)?,
-                bias("attn_v.bias", kvd)?,
+                bias("attn_q.bias", qd, &q_dims)?,
+                bias("attn_k.bias", kvd, &kv_dims)?,
+                bias("attn_v.bias", kvd, &kv_dims)?,
             );
             let attn_norm = backend.upload_vector(&src.vector(&n("attn_norm.weight"), h)?)?;
             let ffn_norm = backend.upload_vector(&src.vector(&n("ffn_norm.weight"), h)?)?;
@@ -127,7 +173,7 @@ impl<B: Backend> LlamaRunner<B> {
         let norm = backend.upload_vector(&src.vector("output_norm.weight", h)?)?;
         let lm_head = if src.has(&cfg, "output.weight") {
             Some(
-                src.weight("output.weight", cfg.vocab_size, h)?
+                src.weight_part("output.weight", cfg.vocab_size, h, &vocab)?
                     .upload(&mut backend)?,
             )
         } else {
@@ -137,7 +183,7 @@ impl<B: Backend> LlamaRunner<B> {
             layers: cfg.num_layers,
             num_blocks,
             block_size,
-            n_kv_heads: cfg.num_kv_heads,
+            n_kv_heads: shard.n_kv_heads(),
             head_dim: cfg.head_dim,
         };
         backend.alloc_kv(kv)?;
@@ -148,6 +194,7 @@ impl<B: Backend> LlamaRunner<B> {
         Ok(Self {
             backend,
             cfg,
+            shard,
             embed,
             layers,
             norm,
@@ -158,19 +205,39 @@ impl<B: Backend> LlamaRunner<B> {
     }
 }
 
+/// `Part::All` when `range` is all of `0..full`, else `part`.
+fn whole_or(range: &Range<usize>, full: usize, part: Part) -> Part {
+    if *range == (0..full) {
+        Part::All
+    } else {
+        part
+    }
+}
+
 impl<B: Backend> LlamaRunner<B> {
     /// The ops of one step, from the staged metadata to the logits tensor. The residual
-    /// add that ends a layer is fused with the norm that starts the next one.
+    /// add that ends a layer is fused with the norm that starts the next one. On a
+    /// tensor-parallel rank the heads, the intermediate size and the vocabulary are this
+    /// rank's part, the o and down outputs are partial sums completed by one all-reduce
+    /// each, and the logits are this rank's vocabulary slice.
     fn compute(&mut self) -> B::Tensor {
         let b = &mut self.backend;
         let c = &self.cfg;
         let shape = AttnShape {
-            n_heads: c.num_heads,
-            n_kv_heads: c.num_kv_heads,
+            n_heads: self.shard.n_heads(),
+            n_kv_heads: self.shard.n_kv_heads(),
             head_dim: c.head_dim,
         };
+        let sharded = self.shard.ranks > 1;
         let eps = c.rms_norm_eps;
-        let mut x = b.embed(&self.embed);
+        let mut x = if sharded {
+            // Ids outside this rank's vocabulary give zero rows; the sum has every row.
+            let mut x = b.embed_vocab_shard(&self.embed, self.shard.vocab.start);
+            b.all_reduce_sum(&mut x);
+            x
+        } else {
+            b.embed(&self.embed)
+        };
         let mut pending: Option<B::Tensor> = None;
         for (l, w) in self.layers.iter().enumerate() {
             let h = match pending.take() {
@@ -183,13 +250,16 @@ impl<B: Backend> LlamaRunner<B> {
                     let mut q = b.linear(&h, &p[0], w.q_bias.as_ref());
                     let mut k = b.linear(&h, &p[1], w.k_bias.as_ref());
                     let v = b.linear(&h, &p[2], w.v_bias.as_ref());
-                    b.rope(&mut q, c.num_heads, c.head_dim, &self.rope);
-                    b.rope(&mut k, c.num_kv_heads, c.head_dim, &self.rope);
+                    b.rope(&mut q, shape.n_heads, c.head_dim, &self.rope);
+                    b.rope(&mut k, shape.n_kv_heads, c.head_dim, &self.rope);
                     (q, k, v)
                 }
             };
             let a = b.attention(l, &q, &k, &v, shape);
-            let o = b.linear(&a, &w.o, None);
+            let mut o = b.linear(&a, &w.o, None);
+            if sharded {
+                b.all_reduce_sum(&mut o);
+            }
             let h = b.add_rms_norm(&mut x, &o, &w.ffn_norm, eps);
             let m = match &w.gate_up {
                 Proj::Fused(gu) => b.gate_up_silu(&h, gu),
@@ -199,7 +269,11 @@ impl<B: Backend> LlamaRunner<B> {
                     b.silu_mul(&g, &u)
                 }
             };
-            pending = Some(b.linear(&m, &w.down, None));
+            let mut d = b.linear(&m, &w.down, None);
+            if sharded {
+                b.all_reduce_sum(&mut d);
+            }
+            pending = Some(d);
         }
         if let Some(d) = pending {
             b.add_assign(&mut x, &d);
@@ -231,6 +305,7 @@ impl<B: Backend> LlamaRunner<B> {
     /// Greedy next-token ids of the step's logit rows; the argmax runs on the device
     /// when the backend can, so only the ids are copied back.
     pub fn forward_greedy(&mut self, step: &StepInput) -> Result<Vec<u32>> {
+        self.ensure_whole()?;
         let logits = self.step_logits(step)?;
         let ids = match self.backend.argmax_rows(&logits) {
             Some(ids) => ids,
@@ -247,6 +322,21 @@ impl<B: Backend> LlamaRunner<B> {
 
     pub fn backend(&self) -> &B {
         &self.backend
+    }
+
+    /// What this runner holds of the model.
+    pub fn shard(&self) -> &RankShard {
+        &self.shard
+    }
+
+    /// A rank's logits are its vocabulary slice: only [`ShardRunner`] may run it.
+    fn ensure_whole(&self) -> Result<()> {
+        ensure!(
+            self.shard.ranks == 1,
+            "rank {} of a tensor-parallel model runs only under a tensor-parallel runner",
+            self.shard.rank
+        );
+        Ok(())
     }
 
     pub fn backend_mut(&mut self) -> &mut B {
@@ -267,6 +357,7 @@ fn host_argmax(row: &[f32]) -> u32 {
 
 impl<B: Backend> ModelRunner for LlamaRunner<B> {
     fn forward(&mut self, step: &StepInput) -> Result<Logits> {
+        self.ensure_whole()?;
         let logits = self.step_logits(step)?;
         let data = self.backend.to_host(&logits);
         drop(logits);
@@ -290,6 +381,56 @@ impl<B: Backend> ModelRunner for LlamaRunner<B> {
     }
     fn vocab_size(&self) -> usize {
         self.cfg.vocab_size
+    }
+    fn device_name(&self) -> String {
+        self.backend.name()
+    }
+    fn captured_query_lens(&self) -> Option<Vec<usize>> {
+        self.backend.captured_query_lens()
+    }
+}
+
+/// (largest value, its index): the first maximum, NaN never wins ([`host_argmax`]).
+fn host_max(row: &[f32]) -> (f32, u32) {
+    let i = host_argmax(row);
+    (row.get(i as usize).copied().unwrap_or(f32::NEG_INFINITY), i)
+}
+
+impl<B: Backend> ShardRunner for LlamaRunner<B> {
+    fn shard(&self) -> &RankShard {
+        &self.shard
+    }
+
+    fn forward_local_max(&mut self, step: &StepInput) -> Result<Vec<(f32, u32)>> {
+        let logits = self.step_logits(step)?;
+        let mut pairs = match self.backend.max_rows(&logits) {
+            Some(p) => p,
+            None => {
+                let v = self.shard.vocab.len();
+                let data = self.backend.to_host(&logits);
+                data.chunks(v.max(1)).map(host_max).collect()
+            }
+        };
+        drop(logits);
+        self.backend.finish_step()?;
+        let first = self.shard.vocab.start as u32;
+        pairs.iter_mut().for_each(|p| p.1 += first);
+        Ok(pairs)
+    }
+
+    fn forward_local_logits(&mut self, step: &StepInput) -> Result<Vec<f32>> {
+        let logits = self.step_logits(step)?;
+        let data = self.backend.to_host(&logits);
+        drop(logits);
+        self.backend.finish_step()?;
+        Ok(data)
+    }
+
+    fn block_size(&self) -> usize {
+        self.kv.block_size
+    }
+    fn num_blocks(&self) -> usize {
+        self.kv.num_blocks
     }
     fn device_name(&self) -> String {
         self.backend.name()

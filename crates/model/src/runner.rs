@@ -29,6 +29,26 @@ pub trait ModelRunner: Send {
     }
 }
 
+/// One rank of a tensor-parallel model ([`crate::shard`]): runs every step on its shard,
+/// with the collectives inside its backend, and returns only its part of the result.
+/// A tensor-parallel runner drives all ranks with the same steps and combines them.
+pub trait ShardRunner: Send {
+    /// What this rank holds.
+    fn shard(&self) -> &crate::shard::RankShard;
+    /// Per logit row: the largest logit of this rank's vocabulary slice and its global
+    /// token id (the first on ties, NaN never wins).
+    fn forward_local_max(&mut self, step: &StepInput) -> anyhow::Result<Vec<(f32, u32)>>;
+    /// This rank's vocabulary slice of every logit row, `[rows][slice]`.
+    fn forward_local_logits(&mut self, step: &StepInput) -> anyhow::Result<Vec<f32>>;
+    fn block_size(&self) -> usize;
+    fn num_blocks(&self) -> usize;
+    fn device_name(&self) -> String;
+    /// As [`ModelRunner::captured_query_lens`] (every rank captures the same shapes).
+    fn captured_query_lens(&self) -> Option<Vec<usize>> {
+        None
+    }
+}
+
 /// Greedy continuation of one sequence: the prompt as one prefill step, then one
 /// decode step per token, KV in blocks `0..` of the pool. Stops after `max_new`
 /// tokens or after emitting a token in `stop`. For tests, tools and examples that

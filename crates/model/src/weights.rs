@@ -8,7 +8,6 @@ use crate::gguf::GgufFile;
 use anyhow::{anyhow, bail, ensure, Context, Result};
 use half::{bf16, f16};
 use memmap2::Mmap;
-use rand::{Rng, SeedableRng};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use wring_backend::cpu::CpuWeights;
@@ -139,7 +138,7 @@ impl SafetensorsSet {
     /// Drops the mapped pages of `data` (a tensor already copied out) from this process,
     /// so a load's resident memory is what the backend holds plus one tensor, not the
     /// whole file as well. A later read of the same bytes maps them in again.
-    fn release(&self, data: &[u8]) {
+    pub(crate) fn release(&self, data: &[u8]) {
         let p = data.as_ptr() as usize;
         for (_, mmap) in &self.shards {
             let base = mmap.as_ptr() as usize;
@@ -161,7 +160,7 @@ impl SafetensorsSet {
     }
 
     /// Raw bytes of a tensor: (dtype, shape, data).
-    fn raw(&self, name: &str) -> Result<Option<RawTensor<'_>>> {
+    pub(crate) fn raw(&self, name: &str) -> Result<Option<RawTensor<'_>>> {
         let Some(&i) = self.index.get(name) else {
             return Ok(None);
         };
@@ -176,7 +175,12 @@ impl SafetensorsSet {
 
     /// The quantized matrix stored as `<prefix>.qweight`, `.scales`, … (None when the
     /// checkpoint holds no `<prefix>.qweight`).
-    fn quant_matrix(&self, hf: &str, rows: usize, cols: usize) -> Result<Option<QuantMatrix>> {
+    pub(crate) fn quant_matrix(
+        &self,
+        hf: &str,
+        rows: usize,
+        cols: usize,
+    ) -> Result<Option<QuantMatrix>> {
         let prefix = quant_prefix(hf);
         if !self.index.contains_key(&format!("{prefix}.qweight")) {
             return Ok(None);
@@ -348,6 +352,8 @@ impl WeightSource {
                 );
                 data
             }
+            // Value i of the row-major matrix is dummy value i: any part of it
+            // (weight_slice.rs) holds the same numbers.
             WeightSource::Dummy { seed } => {
                 dummy_values(*seed, name, rows * cols, 1.0 / (cols as f32).sqrt())
             }
@@ -383,22 +389,32 @@ impl WeightSource {
 
 /// Deterministic uniform values in ±scale·√3 (unit variance × scale), seeded per tensor name.
 fn dummy_values(seed: u64, name: &str, n: usize, scale: f32) -> Vec<f32> {
-    let h = name.bytes().fold(seed ^ 0xcbf29ce484222325, |h, b| {
-        (h ^ b as u64).wrapping_mul(0x100000001b3)
-    });
-    let a = scale * 3f32.sqrt();
-    // Chunks of 1 Mi values, each from its own stream, filled in parallel: an 8B
-    // shape draws 8e9 values, which one stream takes over a minute to produce.
-    const CHUNK: usize = 1 << 20;
-    let mut out = vec![0f32; n];
+    let h = dummy_hash(seed, name);
     use rayon::prelude::*;
-    out.par_chunks_mut(CHUNK).enumerate().for_each(|(i, c)| {
-        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(
-            h ^ (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15),
-        );
-        c.iter_mut().for_each(|x| *x = rng.gen_range(-a..a));
-    });
-    out
+    (0..n as u64)
+        .into_par_iter()
+        .map(|i| dummy_value(h, i, scale))
+        .collect()
+}
+
+/// The per-tensor seed of dummy values (FNV-1a of the name over the model's seed).
+pub(crate) fn dummy_hash(seed: u64, name: &str) -> u64 {
+    name.bytes().fold(seed ^ 0xcbf29ce484222325, |h, b| {
+        (h ^ b as u64).wrapping_mul(0x100000001b3)
+    })
+}
+
+/// Dummy value `i` of the tensor seeded `h`: uniform in ±scale·√3, a pure function of
+/// (h, i) (SplitMix64's finaliser), so any slice of a tensor is computed on its own
+/// (tensor-parallel ranks generate only their shard) and in parallel.
+pub(crate) fn dummy_value(h: u64, i: u64, scale: f32) -> f32 {
+    let mut z = h.wrapping_add(i.wrapping_add(1).wrapping_mul(0x9e37_79b9_7f4a_7c15));
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^= z >> 31;
+    // 24 random bits → [0, 1) exactly representable in f32, then ±1.
+    let u = (z >> 40) as f32 * (1.0 / (1u64 << 24) as f32);
+    (2.0 * u - 1.0) * scale * 3f32.sqrt()
 }
 
 #[cfg(test)]

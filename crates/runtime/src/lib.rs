@@ -5,14 +5,28 @@
 //! `Backend` and never links a GPU library, so the dependency arrows point downward:
 //! engine → runtime → {model, cuda} → backend.
 
-use anyhow::Result;
+pub mod cpu_ranks;
+#[cfg(feature = "cuda")]
+pub mod cuda_ranks;
+pub mod tensor_parallel;
+
+use anyhow::{ensure, Result};
 use wring_model::{Device, LoadedModel, ModelRunner, RunnerOptions};
 
-/// The model's runner on `opts.device`, its KV pool sized from the memory budget.
+pub use tensor_parallel::TensorParallelRunner;
+
+/// The model's runner on `opts.device`, its KV pool sized from the memory budget; split
+/// over `opts.tensor_parallel_size` ranks (GPUs `N..N+size`, or CPU threads) when > 1.
 pub fn open_runner(model: LoadedModel, opts: &RunnerOptions) -> Result<Box<dyn ModelRunner>> {
-    match opts.device {
-        Device::Cpu => model.into_runner(opts),
-        Device::Cuda(ordinal) => cuda_runner(model, ordinal, opts),
+    ensure!(
+        opts.tensor_parallel_size >= 1,
+        "the tensor-parallel size must be at least 1"
+    );
+    match (opts.device, opts.tensor_parallel_size) {
+        (Device::Cpu, 1) => model.into_runner(opts),
+        (Device::Cpu, _) => cpu_ranks::cpu_runner(model, opts),
+        (Device::Cuda(ordinal), 1) => cuda_runner(model, ordinal, opts),
+        (Device::Cuda(ordinal), _) => cuda_tensor_parallel(model, ordinal, opts),
     }
 }
 
@@ -25,6 +39,28 @@ fn cuda_runner(
     let cuda = wring_cuda::CudaOptions::from_env()?;
     let backend = wring_cuda::CudaBackend::new(ordinal, cuda)?;
     model.runner_on(backend, opts)
+}
+
+#[cfg(feature = "cuda")]
+fn cuda_tensor_parallel(
+    model: LoadedModel,
+    first_ordinal: usize,
+    opts: &RunnerOptions,
+) -> Result<Box<dyn ModelRunner>> {
+    Ok(Box::new(cuda_ranks::cuda_tensor_parallel(
+        model,
+        first_ordinal,
+        opts,
+    )?))
+}
+
+#[cfg(not(feature = "cuda"))]
+fn cuda_tensor_parallel(
+    model: LoadedModel,
+    ordinal: usize,
+    opts: &RunnerOptions,
+) -> Result<Box<dyn ModelRunner>> {
+    cuda_runner(model, ordinal, opts)
 }
 
 #[cfg(not(feature = "cuda"))]

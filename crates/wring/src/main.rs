@@ -42,6 +42,10 @@ enum Command {
 }
 
 fn main() {
+    // NVLink multicast stays off in every NCCL wring starts (tensor parallelism): on a
+    // shared host it can take the GPUs out of service. Set before any thread exists;
+    // wring_cuda::nccl sets it again before NCCL starts, for library users.
+    std::env::set_var("NCCL_NVLS_ENABLE", "0");
     cmd::init_tracing();
     let cli = Cli::parse();
     let result = match cli.command {

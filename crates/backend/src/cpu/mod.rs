@@ -6,6 +6,7 @@
 //! each (sequence, head, query) over its own context in position order. Parallelism
 //! only splits *which* values a thread computes, never how one value is summed.
 
+pub mod host_comm;
 mod kernels;
 pub mod q4;
 pub mod q8;
@@ -116,6 +117,10 @@ pub struct CpuBackend {
     /// This step's [`kernels::rope_angles`], `[row][head_dim/2]`, filled by its first
     /// `rope` call.
     rope_angles: Vec<(f32, f32)>,
+    /// The tensor-parallel group this rank belongs to, and the first error of a
+    /// collective this step (reported by `finish_step`).
+    comm: Option<host_comm::HostComm>,
+    comm_error: Option<anyhow::Error>,
 }
 
 impl CpuBackend {
@@ -123,6 +128,37 @@ impl CpuBackend {
         Self {
             weights,
             ..Self::default()
+        }
+    }
+
+    /// A rank of a tensor-parallel group whose collectives run over `comm`.
+    pub fn with_comm(weights: CpuWeights, comm: host_comm::HostComm) -> Self {
+        Self {
+            weights,
+            comm: Some(comm),
+            ..Self::default()
+        }
+    }
+
+    /// Appends row `t` of `table` to `data` as f32.
+    fn push_row(table: &CpuMatrix, t: usize, data: &mut Vec<f32>) {
+        let cols = table.shape().1;
+        match table {
+            CpuMatrix::F32 { data: d, .. } => data.extend_from_slice(&d[t * cols..(t + 1) * cols]),
+            CpuMatrix::Q8(m) => {
+                let (q, s) = m.row(t);
+                data.extend(q.iter().enumerate().map(|(i, &v)| v as f32 * s[i / q8::QK]));
+            }
+            CpuMatrix::Q4(m) => {
+                let start = data.len();
+                data.resize(start + cols, 0.0);
+                m.dequantize_row(t, &mut data[start..]);
+            }
+            CpuMatrix::Quant(m) => {
+                let start = data.len();
+                data.resize(start + cols, 0.0);
+                m.dequantize_row(t, &mut data[start..]);
+            }
         }
     }
 }
@@ -199,26 +235,7 @@ impl Backend for CpuBackend {
         let cols = table.shape().1;
         let mut data = Vec::with_capacity(self.step.tokens.len() * cols);
         for &t in &self.step.tokens {
-            let t = t as usize;
-            match table {
-                CpuMatrix::F32 { data: d, .. } => {
-                    data.extend_from_slice(&d[t * cols..(t + 1) * cols])
-                }
-                CpuMatrix::Q8(m) => {
-                    let (q, s) = m.row(t);
-                    data.extend(q.iter().enumerate().map(|(i, &v)| v as f32 * s[i / q8::QK]));
-                }
-                CpuMatrix::Q4(m) => {
-                    let start = data.len();
-                    data.resize(start + cols, 0.0);
-                    m.dequantize_row(t, &mut data[start..]);
-                }
-                CpuMatrix::Quant(m) => {
-                    let start = data.len();
-                    data.resize(start + cols, 0.0);
-                    m.dequantize_row(t, &mut data[start..]);
-                }
-            }
+            Self::push_row(table, t as usize, &mut data);
         }
         CpuTensor {
             rows: self.step.tokens.len(),
@@ -416,6 +433,42 @@ impl Backend for CpuBackend {
 
     fn to_host(&mut self, x: &CpuTensor) -> Vec<f32> {
         x.data.clone()
+    }
+
+    fn group_ranks(&self) -> usize {
+        self.comm.as_ref().map_or(1, |c| c.ranks())
+    }
+
+    fn all_reduce_sum(&mut self, x: &mut CpuTensor) {
+        let Some(comm) = &self.comm else { return };
+        if self.comm_error.is_none() {
+            if let Err(e) = comm.all_reduce_sum(&mut x.data) {
+                self.comm_error = Some(e);
+            }
+        }
+    }
+
+    fn embed_vocab_shard(&mut self, table: &CpuMatrix, first: usize) -> CpuTensor {
+        let (rows, cols) = table.shape();
+        let mut data = Vec::with_capacity(self.step.tokens.len() * cols);
+        for &t in &self.step.tokens {
+            match (t as usize).checked_sub(first).filter(|&r| r < rows) {
+                Some(r) => Self::push_row(table, r, &mut data),
+                None => data.resize(data.len() + cols, 0.0),
+            }
+        }
+        CpuTensor {
+            rows: self.step.tokens.len(),
+            cols,
+            data,
+        }
+    }
+
+    fn finish_step(&mut self) -> Result<()> {
+        match self.comm_error.take() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
     }
 
     /// One matmul for q|k|v and one for gate|up: each output value is still one row's

@@ -13,6 +13,7 @@ mod attention;
 mod linear;
 mod qlinear;
 mod tensor;
+mod tensor_parallel;
 mod transfer;
 
 pub use tensor::{CudaMatrix, CudaTensor, CudaVector};
@@ -88,6 +89,10 @@ pub struct CudaBackend {
     sm_count: usize,
     /// Split partials and counters of the tensor-core attention kernel.
     mma_ws: Option<crate::params::MmaWorkspace>,
+    /// Set on a rank of a tensor-parallel group (`join_group`, tensor_parallel.rs), with
+    /// the `[row][index, value bits]` buffer of its `max_rows` (allocated at first use).
+    group: Option<Arc<crate::nccl::NcclComm>>,
+    row_maxima: Option<DeviceBuffer>,
 }
 
 impl CudaBackend {
@@ -150,6 +155,8 @@ impl CudaBackend {
             weight_bytes: 0,
             sm_count,
             mma_ws: None,
+            group: None,
+            row_maxima: None,
         })
     }
 
@@ -897,6 +904,22 @@ impl Backend for CudaBackend {
         rope: &RopeSpec,
     ) -> (CudaTensor, CudaTensor, CudaTensor) {
         self.qkv_rope_op(layer, x, w, shape, rope)
+    }
+
+    fn group_ranks(&self) -> usize {
+        self.group_ranks_op()
+    }
+
+    fn all_reduce_sum(&mut self, x: &mut CudaTensor) {
+        self.all_reduce_op(x)
+    }
+
+    fn embed_vocab_shard(&mut self, table: &CudaMatrix, first: usize) -> CudaTensor {
+        self.embed_shard_op(table, first)
+    }
+
+    fn max_rows(&mut self, logits: &CudaTensor) -> Option<Vec<(f32, u32)>> {
+        self.max_rows_op(logits)
     }
 
     fn gate_up_silu(&mut self, x: &CudaTensor, w: &CudaMatrix) -> CudaTensor {

@@ -13,7 +13,8 @@ use wring_model::{Device, LoadFormat, ModelSpec, RunnerOptions};
 #[command(next_help_heading = "Model")]
 pub struct ModelArgs {
     /// A .gguf file, a Hugging Face model directory, or ORG/NAME on the Hub.
-    /// Default: SmolLM2-135M-Instruct Q4_1 (fetched on first use).
+    /// Default: SmolLM2-135M-Instruct Q4_1 (fetched on first use). With --load-format
+    /// dummy: where the tokenizer and chat template come from (a vocab-only GGUF will do).
     #[arg(long, env = "WRING_MODEL")]
     pub model: Option<String>,
     /// auto | gguf | safetensors | dummy (random weights of a named shape).
@@ -25,6 +26,11 @@ pub struct ModelArgs {
     /// cpu | cuda | cuda:N
     #[arg(long, default_value = "cpu")]
     pub device: String,
+    /// Split the model over this many GPUs (tensor parallelism: cuda:N..N+size-1, NCCL
+    /// all-reduces, one scheduler for all). On the CPU it runs the same split on threads:
+    /// a correctness reference, not a speed-up. Alias: --tp.
+    #[arg(long, visible_alias = "tp", default_value_t = 1, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=64))]
+    pub tensor_parallel_size: usize,
     /// Memory for the KV cache, in MiB.
     #[arg(long, default_value_t = 2048)]
     pub kv_cache_mib: usize,
@@ -241,6 +247,7 @@ pub fn start_engine(args: &CommonArgs) -> anyhow::Result<(EngineHandle, EngineIn
         max_num_seqs: cfg.max_num_seqs,
         max_model_len,
         cpu_weights: args.model.cpu_weights,
+        tensor_parallel_size: args.model.tensor_parallel_size,
     };
     let (handle, info) = Engine::start(model, runner_opts, cfg)?;
     tracing::info!(
