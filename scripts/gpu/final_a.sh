@@ -47,7 +47,7 @@ run graphs-135m graphs dummy
 run graphs-gguf graphs dummy-gguf
 run graphs-8b graphs dummy-8b
 run cpu-135m cpu-compare dummy-gguf
-LIMIT=400 run steps steps "$A"
+STEPS_VARIANTS=${STEPS_VARIANTS:-default,small,before} LIMIT=300 run steps steps "$A"
 
 # Serve with the small-step linears only where they measured faster (135M decode, batch 1).
 python3 - "$A/steps.json" > /tmp/wring-flags <<'PY'
@@ -60,11 +60,12 @@ if d and s and s < 0.98 * d:
 PY
 echo "flags for call B: $(cat /tmp/wring-flags)"
 
-if [ "$(nvidia-smi -L | wc -l)" -ge 2 ] && [ -x scripts/gpu/tp_check.sh ]; then
+# Tensor parallelism with what is left of the call (tp_check.sh skips parts past its budget).
+if [ "$(nvidia-smi -L | wc -l)" -ge 2 ] && [ -f scripts/gpu/tp_check.sh ] && [ -d .dev/tp ]; then
     t0=$(date +%s)
-    OUT=$A/tp timeout 300 bash scripts/gpu/tp_check.sh > "$A/tp.log" 2>&1
+    OUT=$A/tp BUDGET_S=$(( ${CALL_S:-560} - (t0 - start) )) bash scripts/gpu/tp_check.sh > "$A/tp.log" 2>&1
     echo "== tp_check rc=$? in $(( $(date +%s) - t0 )) s"
-    tail -30 "$A/tp.log"
+    grep "^==" "$A/tp.log" | head -30
 fi
 
 # Wait for the peer's build while the call has time left (call B waits for the rest).
