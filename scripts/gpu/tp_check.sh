@@ -2,7 +2,7 @@
 # Tensor parallelism (issue 16; issue 17 on 4 and 8 GPUs) in one device call, N = the
 # GPUs nvidia-smi lists. Dummy weights throughout (the 135M model file is used only if
 # it was left under /tmp/wring-stage by an earlier call); tokenizer from .dev/tp/vocab.gguf.
-#   1. how the GPUs are linked, and NCCL's all-reduce alone (`tp_check allreduce`)
+#   1. how the GPUs are linked, and NCCL's all-reduce alone (`gpu_check tp allreduce`)
 #   2. TP=N vs TP=1 logits within bf16 tolerance: dummy 8B, the 135M shape (9 heads in
 #      3 KV groups: uneven split / replicated KV), the real 135M if staged
 #   3. greedy verify = greedy plain at TP=N (runner level, oracle drafts), and through
@@ -28,9 +28,10 @@ export WRING_HOME=/tmp/wring-home
 mkdir -p "$WRING_HOME"
 BUDGET_S=${BUDGET_S:-450}
 left() { echo $(( BUDGET_S - ($(date +%s) - T0) )); }
-W=/tmp/wring; C=/tmp/tp_check
+W=/tmp/wring; G=/tmp/gpu_check; C="$G tp"
 [ -x $W ] || { xz -dc .dev/tp/wring.xz > $W && chmod +x $W; } || exit 1
-[ -x $C ] || { xz -dc .dev/tp/tp_check.xz > $C && chmod +x $C; } || exit 1
+[ -f .dev/tp/vocab.gguf ] || { xz -dc .dev/tp/vocab.gguf.xz > .dev/tp/vocab.gguf; } || exit 1
+[ -x $G ] || { xz -dc .dev/tp/gpu_check.xz > $G && chmod +x $G; } || exit 1
 VOCAB=$PWD/.dev/tp/vocab.gguf
 N=$(nvidia-smi -L | grep -c '^GPU')
 {

@@ -34,6 +34,8 @@ mod attention;
 mod quant;
 #[path = "support/steps.rs"]
 mod steps;
+#[path = "support/tp.rs"]
+mod tp;
 
 const BLOCK: usize = 16;
 
@@ -50,13 +52,14 @@ fn main() -> Result<()> {
         "qgemm" => quant::gemm_check(),
         "attention" => attention::check(),
         "steps" => steps::run(arg(&args, 2)?),
+        "tp" => tp::run(&args[1..]),
         "profile" => profile(
             arg(&args, 2)?,
             arg(&args, 3)?.parse()?,
             arg(&args, 4)?.parse()?,
             arg(&args, 5)?.parse()?,
         ),
-        _ => bail!("usage: gpu_check golden MODEL GOLDEN | graphs MODEL | bench MODEL | cpu-compare MODEL | quant MODEL [GOLDEN] | quant-bench | qgemm | attention | steps OUT_DIR | profile MODEL BATCH Q CTX (MODEL: a .gguf, dummy or dummy-8b)"),
+        _ => bail!("usage: gpu_check golden MODEL GOLDEN | graphs MODEL | bench MODEL | cpu-compare MODEL | quant MODEL [GOLDEN] | quant-bench | qgemm | attention | steps OUT_DIR | tp ... | profile MODEL BATCH Q CTX (MODEL: a .gguf, dummy or dummy-8b)"),
     }
 }
 

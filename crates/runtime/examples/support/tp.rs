@@ -1,16 +1,17 @@
-//! Tensor parallelism on several GPUs, run on the device by scripts/gpu/tp_check.sh.
-//! Prints Markdown; every check ends with a `RESULT name: PASS|FAIL` line.
+//! `gpu_check tp ...`: tensor parallelism on several GPUs, run on the device by
+//! scripts/gpu/tp_check.sh. Prints Markdown; every check ends with a `RESULT name:
+//! PASS|FAIL` line. (Part of gpu_check so one binary travels to the device.)
 //!
-//! `tp_check logits SOURCE N` — TP=N vs TP=1 logits (bf16 tolerance) and greedy ids on a
+//! `gpu_check tp logits SOURCE N` — TP=N vs TP=1 logits (bf16 tolerance) and greedy ids on a
 //!   prefill, decode and verify-shaped steps. SOURCE: a .gguf, `dummy` (SmolLM2-135M
 //!   shape), `dummy-8b` (llama-3.1-8b) or any named shape.
-//! `tp_check spec SOURCE N` — greedy verify steps (1 + K, oracle drafts with wrong
+//! `gpu_check tp spec SOURCE N` — greedy verify steps (1 + K, oracle drafts with wrong
 //!   tokens) emit exactly the plain greedy tokens at TP=N, K ∈ {4, 8}.
-//! `tp_check steps OUT_DIR SHAPE:TP...` — graph-replay step times of decode (batch 1,
+//! `gpu_check tp steps OUT_DIR SHAPE:TP...` — graph-replay step times of decode (batch 1,
 //!   32) and verify (32 × (1 + K), K ∈ {4, 8}) against the HBM roofline of the ranks'
 //!   GPUs (copy bandwidth measured here), and the all-reduce time of each step measured
 //!   on its own; writes OUT_DIR/tp.json.
-//! `tp_check allreduce N TOKENS HIDDEN LAYERS` — the all-reduce time of one step alone.
+//! `gpu_check tp allreduce N TOKENS HIDDEN LAYERS` — the all-reduce time of one step alone.
 
 use anyhow::{bail, Context, Result};
 use serde_json::json;
@@ -25,12 +26,12 @@ use wring_runtime::cuda_ranks::cuda_ranks;
 
 const BLOCK: usize = 16;
 
-fn main() -> Result<()> {
-    let args: Vec<String> = std::env::args().collect();
+/// `args[1]` is the tp subcommand (`args[0]` is "tp").
+pub fn run(args: &[String]) -> Result<()> {
     let arg = |i: usize| -> Result<&str> {
         args.get(i)
             .map(String::as_str)
-            .context("missing argument (see the usage in tp_check.rs)")
+            .context("missing argument (see the usage in support/tp.rs)")
     };
     match arg(1).unwrap_or("") {
         "logits" => logits(arg(2)?, arg(3)?.parse()?),
@@ -54,7 +55,7 @@ fn main() -> Result<()> {
             );
             Ok(())
         }
-        _ => bail!("usage: tp_check logits SOURCE N | spec SOURCE N | steps OUT_DIR SHAPE:TP... | allreduce N TOKENS HIDDEN LAYERS"),
+        _ => bail!("usage: gpu_check tp logits SOURCE N | spec SOURCE N | steps OUT_DIR SHAPE:TP... | allreduce N TOKENS HIDDEN LAYERS"),
     }
 }
 
