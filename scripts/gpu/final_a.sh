@@ -63,7 +63,8 @@ echo "flags for call B: $(cat /tmp/wring-flags)"
 # Tensor parallelism with what is left of the call (tp_check.sh skips parts past its budget).
 if [ "$(nvidia-smi -L | wc -l)" -ge 2 ] && [ -f scripts/gpu/tp_check.sh ] && [ -d .dev/tp ]; then
     t0=$(date +%s)
-    OUT=$A/tp BUDGET_S=$(( ${CALL_S:-560} - (t0 - start) )) bash scripts/gpu/tp_check.sh > "$A/tp.log" 2>&1
+    OUT=$A/tp TP_PARTS=checks,steps BUDGET_S=$(( ${CALL_S:-560} - (t0 - start) )) \
+        bash scripts/gpu/tp_check.sh > "$A/tp.log" 2>&1
     echo "== tp_check rc=$? in $(( $(date +%s) - t0 )) s"
     grep "^==" "$A/tp.log" | head -30
 fi

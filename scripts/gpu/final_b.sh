@@ -8,6 +8,7 @@
 #      at concurrency 1 and 32, and llama-batched-bench (its engine without HTTP).
 # Results: $OUT/b.tgz and a summary printed last.
 set -uo pipefail
+start=$(date +%s)
 OUT=${OUT:-/tmp/wring-out}
 B=$OUT/b
 mkdir -p "$B"
@@ -46,8 +47,8 @@ tune() { # concurrency prompts configs
     echo "== tune c=$1 rc=$? in $(( $(date +%s) - t0 )) s"
     [ -f "$dir/report.md" ] && sed -n '/Geometric mean/,/^$/p' "$dir/report.md" | head -14
 }
-tune 32 32 nospec,suffix-k4,suffix-k6,suffix-k8,suffix-k12,adaptive
-tune 1 8 nospec,suffix-k4,suffix-k8,suffix-k12,adaptive
+tune 32 32 ${C32_CONFIGS:-nospec,suffix-k4,suffix-k8,suffix-k12,adaptive}
+tune 1 8 ${C1_CONFIGS:-nospec,suffix-k8,adaptive}
 
 # Host time per engine step around the forward (issue 15): no-spec and suffix K=8 on mix,
 # concurrency 1 and 32, from the server's step counters.
@@ -78,7 +79,6 @@ PY
     kill $pid; sleep 2; kill -9 $pid 2>/dev/null
 }
 hostsplit hostsplit-nospec | tee -a "$B/hostsplit.txt"
-hostsplit hostsplit-k8 --speculative suffix --k-policy fixed:8 | tee -a "$B/hostsplit.txt"
 
 # The peer, through the same client and prompts.
 for _ in $(seq 60); do [ -f /tmp/lcpp/build.rc ] && break; sleep 5; done
@@ -108,5 +108,14 @@ else
     echo "no llama-server: $(tail -3 /tmp/lcpp/build.log 2>/dev/null)"
 fi
 cp /tmp/lcpp/build.rc "$B/" 2>/dev/null
+
+# Tensor parallelism through the HTTP server (70B shape, every GPU), with the time left.
+if [ "$(nvidia-smi -L | wc -l)" -ge 2 ] && [ -f scripts/gpu/tp_check.sh ] && [ -d .dev/tp ]; then
+    t0=$(date +%s)
+    CUDA_VISIBLE_DEVICES= OUT=$B/tp TP_PARTS=serve BUDGET_S=$(( ${CALL_S:-570} - (t0 - start) )) \
+        bash scripts/gpu/tp_check.sh > "$B/tp.log" 2>&1
+    echo "== tp serve rc=$? in $(( $(date +%s) - t0 )) s"
+    grep "^==" "$B/tp.log" | head
+fi
 cd "$OUT" && tar -czf b.tgz b
 for c in 32 1; do echo "### c=$c"; sed -n '/Output tokens\/s/,/^$/p' "$B/tune-c$c/report.md" 2>/dev/null | head -14; done

@@ -43,6 +43,10 @@ echo "== $N GPUs; LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
 head -$((N + 1)) "$LOG/device.txt"
 [ "$N" -ge 2 ] || { echo "tensor parallelism needs at least 2 GPUs"; exit 1; }
 
+# TP_PARTS: which parts run (default all): checks (1-3 at runner level), cli, steps, serve.
+TP_PARTS=${TP_PARTS:-checks,cli,steps,serve}
+part() { case ",$TP_PARTS," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
+
 run() { # tag limit_s cmd...
     local tag=$1 limit=$2; shift 2
     local l; l=$(left)
@@ -55,18 +59,20 @@ run() { # tag limit_s cmd...
     [ $rc -eq 0 ] || tail -5 "$LOG/$tag.err"
 }
 
-run allreduce 60 $C allreduce "$N" 32 8192 80
-run logits-8b 120 $C logits dummy-8b "$N"
-run logits-135m-shape 60 $C logits dummy "$N"
-gguf=$(ls /tmp/wring-stage/*.gguf "$WRING_HOME"/models/*.gguf 2>/dev/null | head -1)
-[ -n "$gguf" ] && run logits-135m 60 $C logits "$gguf" "$N"
-run spec-8b 120 $C spec dummy-8b "$N"
+if part checks; then
+    run allreduce 60 $C allreduce "$N" 32 8192 80
+    run logits-8b 120 $C logits dummy-8b "$N"
+    run logits-135m-shape 60 $C logits dummy "$N"
+    gguf=$(ls /tmp/wring-stage/*.gguf "$WRING_HOME"/models/*.gguf 2>/dev/null | head -1)
+    [ -n "$gguf" ] && run logits-135m 60 $C logits "$gguf" "$N"
+    run spec-8b 120 $C spec dummy-8b "$N"
+fi
 
 # Through the CLI: greedy text with suffix speculation = without (dummy 8B, TP=N).
 gen() { $W generate --load-format dummy --model-shape llama-3.1-8b --model "$VOCAB" \
     --device cuda --tensor-parallel-size "$N" --kv-cache-memory 8GiB --max-model-len 1024 \
     --prompt "def fibonacci(n): return n if n < 2 else" --max-tokens 96 --ignore-eos "$@"; }
-if [ "$(left)" -gt 120 ]; then
+if part cli && [ "$(left)" -gt 120 ]; then
     timeout 90 gen > "$LOG/gen-plain.txt" 2> "$LOG/gen-plain.err"
     timeout 90 gen --speculative suffix --k-policy fixed:4 > "$LOG/gen-spec.txt" 2> "$LOG/gen-spec.err"
     if [ -s "$LOG/gen-plain.txt" ] && cmp -s "$LOG/gen-plain.txt" "$LOG/gen-spec.txt"; then
@@ -81,7 +87,7 @@ fi
 configs="llama-3.1-8b:1 llama-3.1-8b:$N llama-3.1-70b:$N"
 [ "$N" -ge 4 ] && configs="$configs qwen2.5-72b:$N"
 [ "$N" -ge 8 ] && configs="$configs llama-3.1-405b:$N"
-run steps $(( N >= 8 ? 420 : N >= 4 ? 330 : 240 )) $C steps "$OUT" ${TP_CONFIGS:-$configs}
+part steps && run steps $(( N >= 8 ? 420 : N >= 4 ? 330 : 240 )) $C steps "$OUT" ${TP_CONFIGS:-$configs}
 
 # The HTTP server on the 70B shape at concurrency 32, without and with suffix K=4.
 PORT=8100
@@ -114,8 +120,10 @@ PY
     for _ in $(seq 30); do kill -0 $pid 2>/dev/null || break; sleep 1; done
     kill -9 $pid 2>/dev/null
 }
-serve_bench nospec
-serve_bench suffix-k4 --speculative suffix --k-policy fixed:4
+if part serve; then
+    serve_bench nospec
+    serve_bench suffix-k4 --speculative suffix --k-policy fixed:4
+fi
 
 tar -czf "$OUT/tp.tgz" -C "$LOG" . 2>/dev/null
 echo; cat $LOG/allreduce.md; echo; cat $LOG/steps.md 2>/dev/null
