@@ -313,9 +313,16 @@ async fn speculative_streams_carry_several_tokens_per_chunk_and_match_plain_gree
     );
     // Every step's time is split into the forward and the host work around it.
     let steps = spec_srv.metric("wring:engine_steps_total").await;
-    let model = spec_srv.metric("wring:engine_step_model_seconds_total").await;
-    let host = spec_srv.metric("wring:engine_step_host_seconds_total").await;
-    assert!(steps > 0.0 && model > 0.0 && host > 0.0, "{steps} {model} {host}");
+    let model = spec_srv
+        .metric("wring:engine_step_model_seconds_total")
+        .await;
+    let host = spec_srv
+        .metric("wring:engine_step_host_seconds_total")
+        .await;
+    assert!(
+        steps > 0.0 && model > 0.0 && host > 0.0,
+        "{steps} {model} {host}"
+    );
     spec_srv.shutdown().await.unwrap();
 }
 

@@ -12,6 +12,7 @@
 mod attention;
 mod linear;
 mod qlinear;
+mod rows;
 mod tensor;
 mod tensor_parallel;
 mod transfer;
@@ -587,65 +588,11 @@ impl Backend for CudaBackend {
     }
 
     fn embed(&mut self, table: &CudaMatrix) -> CudaTensor {
-        if let Some(&bad) = self
-            .layout
-            .host_tokens
-            .iter()
-            .find(|&&t| t as usize >= table.rows)
-        {
-            self.fail(anyhow!(
-                "token id {bad} is outside the vocabulary of {}",
-                table.rows
-            ));
-            return CudaTensor::empty();
-        }
-        let Weights::Bf16(table_buf) = &table.w else {
-            self.fail(anyhow!(
-                "the CUDA embedding lookup needs a bf16 table, got {}",
-                table.scheme()
-            ));
-            return CudaTensor::empty();
-        };
-        let table_ptr = table_buf.ptr();
-        let t = self.layout.tokens;
-        let out = self.alloc(t, table.cols, DType::F32, t);
-        let args = [
-            Arg::Ptr(self.meta_ptr(self.layout.off_tokens)),
-            Arg::Ptr(table_ptr),
-            Arg::Ptr(out.ptr),
-            Arg::I32(table.cols as i32),
-        ];
-        self.launch(
-            self.kernels.embed_rows,
-            (t as u32, 1, 1),
-            256,
-            &args,
-            "embed",
-        );
-        out
+        self.embed_op(table)
     }
 
     fn rms_norm(&mut self, x: &CudaTensor, w: &CudaVector, eps: f32) -> CudaTensor {
-        if !self.expect(x, DType::F32, "rms_norm") {
-            return CudaTensor::empty();
-        }
-        let out = self.alloc(x.rows, x.cols, DType::Bf16, x.valid_rows);
-        debug_assert_eq!(w.len, x.cols);
-        let args = [
-            Arg::Ptr(x.ptr),
-            Arg::Ptr(w.buf.ptr()),
-            Arg::Ptr(out.ptr),
-            Arg::I32(x.cols as i32),
-            Arg::F32(eps),
-        ];
-        self.launch(
-            self.kernels.rms_norm,
-            (x.rows as u32, 1, 1),
-            256,
-            &args,
-            "rms_norm",
-        );
-        out
+        self.rms_norm_op(x, w, eps)
     }
 
     fn add_rms_norm(
@@ -655,38 +602,11 @@ impl Backend for CudaBackend {
         w: &CudaVector,
         eps: f32,
     ) -> CudaTensor {
-        if !self.expect(x, DType::F32, "add_rms_norm")
-            || !self.expect(y, DType::F32, "add_rms_norm")
-        {
-            return CudaTensor::empty();
-        }
-        let out = self.alloc(x.rows, x.cols, DType::Bf16, x.valid_rows);
-        let args = [
-            Arg::Ptr(x.ptr),
-            Arg::Ptr(y.ptr),
-            Arg::Ptr(w.buf.ptr()),
-            Arg::Ptr(out.ptr),
-            Arg::I32(x.cols as i32),
-            Arg::F32(eps),
-        ];
-        // The smallest register-resident variant that holds a row (256 threads per block).
-        let f = self
-            .kernels
-            .add_rms_norm_regs
-            .iter()
-            .find(|(regs, _)| x.cols <= regs * 256)
-            .map_or(self.kernels.add_rms_norm, |&(_, f)| f);
-        self.launch(f, (x.rows as u32, 1, 1), 256, &args, "add_rms_norm");
-        out
+        self.add_rms_norm_op(x, y, w, eps)
     }
 
     fn add_assign(&mut self, x: &mut CudaTensor, y: &CudaTensor) {
-        if !self.expect(x, DType::F32, "add_assign") || !self.expect(y, DType::F32, "add_assign") {
-            return;
-        }
-        let n = x.rows * x.cols;
-        let args = [Arg::Ptr(x.ptr), Arg::Ptr(y.ptr), Arg::I64(n as i64)];
-        self.launch(self.kernels.add_f32, Self::grid_for(n), 256, &args, "add");
+        self.add_assign_op(x, y)
     }
 
     fn linear(&mut self, x: &CudaTensor, w: &CudaMatrix, bias: Option<&CudaVector>) -> CudaTensor {
@@ -694,21 +614,7 @@ impl Backend for CudaBackend {
     }
 
     fn rope(&mut self, x: &mut CudaTensor, n_heads: usize, head_dim: usize, rope: &RopeSpec) {
-        if !self.expect(x, DType::F32, "rope") {
-            return;
-        }
-        let Some(freqs) = self.rope_freqs_ptr(rope) else {
-            return;
-        };
-        let args = [
-            Arg::Ptr(x.ptr),
-            Arg::Ptr(self.meta_ptr(self.layout.off_positions)),
-            Arg::Ptr(freqs),
-            Arg::I32(n_heads as i32),
-            Arg::I32(head_dim as i32),
-            Arg::I32(rope.interleaved as i32),
-        ];
-        self.launch(self.kernels.rope, (x.rows as u32, 1, 1), 256, &args, "rope");
+        self.rope_op(x, n_heads, head_dim, rope)
     }
 
     fn attention(
@@ -723,50 +629,11 @@ impl Backend for CudaBackend {
     }
 
     fn silu_mul(&mut self, gate: &CudaTensor, up: &CudaTensor) -> CudaTensor {
-        if !self.expect(gate, DType::F32, "silu_mul") || !self.expect(up, DType::F32, "silu_mul") {
-            return CudaTensor::empty();
-        }
-        let out = self.alloc(gate.rows, gate.cols, DType::Bf16, gate.valid_rows);
-        let n = gate.rows * gate.cols;
-        let args = [
-            Arg::Ptr(gate.ptr),
-            Arg::Ptr(up.ptr),
-            Arg::Ptr(out.ptr),
-            Arg::I64(n as i64),
-        ];
-        self.launch(
-            self.kernels.silu_mul,
-            Self::grid_for(n),
-            256,
-            &args,
-            "silu_mul",
-        );
-        out
+        self.silu_mul_op(gate, up)
     }
 
     fn gather_logit_rows(&mut self, x: &CudaTensor) -> CudaTensor {
-        if !self.expect(x, DType::F32, "gather_logit_rows") {
-            return CudaTensor::empty();
-        }
-        let l = self.layout.logit_rows;
-        let out = self.alloc(l, x.cols, DType::F32, self.layout.real_logit_rows);
-        if l == 0 {
-            return out;
-        }
-        let args = [
-            Arg::Ptr(x.ptr),
-            Arg::Ptr(self.meta_ptr(self.layout.off_logit_rows)),
-            Arg::Ptr(out.ptr),
-            Arg::I32(x.cols as i32),
-        ];
-        self.launch(
-            self.kernels.gather_rows,
-            (l as u32, 1, 1),
-            256,
-            &args,
-            "gather_rows",
-        );
-        out
+        self.gather_logit_rows_op(x)
     }
 
     fn to_host(&mut self, x: &CudaTensor) -> Vec<f32> {
