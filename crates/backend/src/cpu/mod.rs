@@ -6,6 +6,7 @@
 //! each (sequence, head, query) over its own context in position order. Parallelism
 //! only splits *which* values a thread computes, never how one value is summed.
 
+mod attention;
 pub mod host_comm;
 mod kernels;
 pub mod q4;
@@ -101,7 +102,9 @@ pub struct CpuVector(Vec<f32>);
 
 struct KvPool {
     spec: KvSpec,
-    /// Per layer: `[block][slot][kv_head][head_dim]` for K and for V.
+    /// Per layer: K as `[block][kv_head][head_dim][slot]` (transposed within a block,
+    /// so scores run eight keys per vector), V as `[block][slot][kv_head][head_dim]`
+    /// ([`attention::KvLayout`]).
     k: Vec<Vec<f32>>,
     v: Vec<Vec<f32>>,
 }
@@ -334,16 +337,24 @@ impl Backend for CpuBackend {
         let kv = self.kv.as_mut().expect("KV pool allocated before any step");
         let bs = kv.spec.block_size;
         let kv_width = shape.n_kv_heads * shape.head_dim;
+        let layout = attention::KvLayout {
+            block_size: bs,
+            n_kv_heads: shape.n_kv_heads,
+            head_dim: shape.head_dim,
+        };
         // Write this step's K/V into the pool slots of their positions.
         for seq in &self.step.seqs {
             for j in 0..seq.query_len {
                 let t = seq.query_start + j;
                 let pos = seq.context_len - seq.query_len + j;
-                let slot = seq.block_table[pos / bs] as usize * bs + pos % bs;
-                kv.k[layer][slot * kv_width..(slot + 1) * kv_width]
-                    .copy_from_slice(&k.data[t * kv_width..(t + 1) * kv_width]);
-                kv.v[layer][slot * kv_width..(slot + 1) * kv_width]
-                    .copy_from_slice(&v.data[t * kv_width..(t + 1) * kv_width]);
+                layout.store(
+                    &mut kv.k[layer],
+                    &mut kv.v[layer],
+                    seq.block_table[pos / bs] as usize,
+                    pos % bs,
+                    &k.data[t * kv_width..(t + 1) * kv_width],
+                    &v.data[t * kv_width..(t + 1) * kv_width],
+                );
             }
         }
         let (kl, vl) = (&kv.k[layer], &kv.v[layer]);
@@ -387,7 +398,7 @@ impl Backend for CpuBackend {
             0,
             |i, res, _| {
                 let (c, h) = tasks[i];
-                res[0] = kernels::attend_head(&chunks[c], h, &q.data, kl, vl, shape, bs);
+                res[0] = attention::attend(&chunks[c], h, &q.data, kl, vl, shape, bs);
             },
         );
         for (&(c, h), res) in tasks.iter().zip(results) {
