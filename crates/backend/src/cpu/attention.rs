@@ -96,7 +96,7 @@ const EXP_POLY: [f32; 6] = [
 /// `exp(x)` for `x ≤ 0` (softmax arguments): `x = n·ln2 + r`, a degree-7 polynomial
 /// for `e^r`, times `2^n` (Cephes' `expf`, fused multiply-adds). Within 2 ulp; 0 below
 /// [`EXP_MIN`]. The AVX2 kernel runs exactly these operations per lane.
-pub fn exp_scalar(x: f32) -> f32 {
+pub(crate) fn exp_scalar(x: f32) -> f32 {
     let n = (x * LOG2E).round_ties_even();
     let r = (-n).mul_add(LN2_HI, x);
     let r = (-n).mul_add(LN2_LO, r);
@@ -306,7 +306,7 @@ unsafe fn pv_tile<const R: usize, const DV: usize>(
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 #[inline]
-unsafe fn exp8(x: std::arch::x86_64::__m256) -> std::arch::x86_64::__m256 {
+pub(crate) unsafe fn exp8(x: std::arch::x86_64::__m256) -> std::arch::x86_64::__m256 {
     use std::arch::x86_64::*;
     let n = _mm256_round_ps(
         _mm256_mul_ps(x, _mm256_set1_ps(LOG2E)),
@@ -575,9 +575,14 @@ mod tests {
             };
             let blocks = 60;
             let (k, v) = (data(lay.pool_len(blocks), 5), data(lay.pool_len(blocks), 6));
-            for (query_len, context_len) in
-                [(1usize, 1usize), (1, 150), (5, 77), (13, 190), (70, 70), (37, 300)]
-            {
+            for (query_len, context_len) in [
+                (1usize, 1usize),
+                (1, 150),
+                (5, 77),
+                (13, 190),
+                (70, 70),
+                (37, 300),
+            ] {
                 let table: Vec<u32> = (0..context_len.div_ceil(bs) as u32)
                     .map(|b| (b * 7) % blocks as u32)
                     .collect();

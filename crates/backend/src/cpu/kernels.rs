@@ -12,6 +12,9 @@
 //! same operations in the same order whatever the tile, so a value never depends on how
 //! many tokens or rows were computed together, where it sat in a tile, or the threads.
 
+#[cfg(target_arch = "x86_64")]
+use super::attention::exp8;
+use super::attention::exp_scalar;
 use super::simd::tree8;
 #[cfg(target_arch = "x86_64")]
 use super::simd::{dispatch, has_avx2, hsum};
@@ -278,6 +281,55 @@ pub fn rope_head_at(x: &mut [f32], angles: &[(f32, f32)], interleaved: bool) {
     }
 }
 
+/// `silu(g)·u` per value: `g·σ(g)·u` with `σ` from `e = exp(−|g|)` (`1/(1+e)` for
+/// `g ≥ 0`, `e/(1+e)` below, so `exp` never overflows), `exp` the softmax's polynomial
+/// ([`exp_scalar`]); the AVX2 path runs the same operations per lane.
+pub fn silu_mul_row(g: &[f32], u: &[f32], out: &mut [f32]) {
+    assert!(
+        g.len() == u.len() && out.len() == g.len(),
+        "silu_mul_row: lengths"
+    );
+    let mut done = 0;
+    #[cfg(target_arch = "x86_64")]
+    {
+        if has_avx2() {
+            // SAFETY: features detected; equal lengths checked above.
+            done = unsafe { silu_mul_avx2(g, u, out) };
+        }
+    }
+    for ((o, &g), &u) in out[done..].iter_mut().zip(&g[done..]).zip(&u[done..]) {
+        *o = silu_mul_scalar(g, u);
+    }
+}
+
+#[inline]
+fn silu_mul_scalar(g: f32, u: f32) -> f32 {
+    let e = exp_scalar(-g.abs());
+    let d = 1.0 + e;
+    let sig = if g >= 0.0 { 1.0 / d } else { e / d };
+    g * sig * u
+}
+
+/// The full vectors of [`silu_mul_row`]; returns how many values it wrote.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn silu_mul_avx2(g: &[f32], u: &[f32], out: &mut [f32]) -> usize {
+    use std::arch::x86_64::*;
+    let n = g.len() / 8 * 8;
+    let sign = _mm256_set1_ps(-0.0);
+    let one = _mm256_set1_ps(1.0);
+    for i in (0..n).step_by(8) {
+        let gv = _mm256_loadu_ps(g.as_ptr().add(i));
+        let e = exp8(_mm256_or_ps(gv, sign));
+        let d = _mm256_add_ps(one, e);
+        let pos = _mm256_cmp_ps(gv, _mm256_setzero_ps(), _CMP_GE_OQ);
+        let sig = _mm256_blendv_ps(_mm256_div_ps(e, d), _mm256_div_ps(one, d), pos);
+        let o = _mm256_mul_ps(_mm256_mul_ps(gv, sig), _mm256_loadu_ps(u.as_ptr().add(i)));
+        _mm256_storeu_ps(out.as_mut_ptr().add(i), o);
+    }
+    n
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -336,6 +388,32 @@ mod tests {
                 .map(|(a, b)| *a as f64 * *b as f64)
                 .sum();
             assert!((f32::from_bits(want[5 * rows + 3]) as f64 - naive).abs() < 1e-4);
+        }
+    }
+
+    #[test]
+    fn silu_matches_its_scalar_order_and_libm() {
+        let g: Vec<f32> = (0..1003)
+            .map(|i| (i as f32 - 500.0) * 0.037)
+            .chain([0.0, -0.0, 95.0, -95.0])
+            .collect();
+        let u: Vec<f32> = (0..g.len()).map(|i| 1.0 + (i % 7) as f32 * 0.25).collect();
+        let mut out = vec![0.0f32; g.len()];
+        silu_mul_row(&g, &u, &mut out);
+        for i in 0..g.len() {
+            assert_eq!(
+                out[i].to_bits(),
+                silu_mul_scalar(g[i], u[i]).to_bits(),
+                "g {}",
+                g[i]
+            );
+            let want = g[i] as f64 / (1.0 + (-g[i] as f64).exp()) * u[i] as f64;
+            assert!(
+                (out[i] as f64 - want).abs() <= 1e-6 * want.abs().max(1e-30),
+                "g {}: {} vs {want}",
+                g[i],
+                out[i]
+            );
         }
     }
 }

@@ -60,7 +60,7 @@ impl CpuMatrix {
     pub fn nbytes(&self) -> usize {
         match self {
             CpuMatrix::F32 { data, .. } => 4 * data.len(),
-            CpuMatrix::Q8(m) => m.quants.len() + 4 * m.scales.len(),
+            CpuMatrix::Q8(m) => m.nbytes(),
             CpuMatrix::Q4(m) => m.nbytes(),
             CpuMatrix::Quant(m) => m.nbytes(),
         }
@@ -149,8 +149,9 @@ impl CpuBackend {
         match table {
             CpuMatrix::F32 { data: d, .. } => data.extend_from_slice(&d[t * cols..(t + 1) * cols]),
             CpuMatrix::Q8(m) => {
-                let (q, s) = m.row(t);
-                data.extend(q.iter().enumerate().map(|(i, &v)| v as f32 * s[i / q8::QK]));
+                let start = data.len();
+                data.resize(start + cols, 0.0);
+                m.dequantize_row(t, &mut data[start..]);
             }
             CpuMatrix::Q4(m) => {
                 let start = data.len();
@@ -417,15 +418,23 @@ impl Backend for CpuBackend {
     }
 
     fn silu_mul(&mut self, gate: &CpuTensor, up: &CpuTensor) -> CpuTensor {
-        let data = gate
-            .data
-            .iter()
-            .zip(&up.data)
-            .map(|(&g, &u)| silu_mul(g, u))
-            .collect();
+        let cols = gate.cols;
+        let mut data = vec![0.0f32; gate.rows * cols];
+        tiling::for_rows(
+            gate.rows,
+            16,
+            &mut data,
+            cols,
+            &mut [(); 0],
+            0,
+            |t, out, _| {
+                let r = t * cols..(t + 1) * cols;
+                kernels::silu_mul_row(&gate.data[r.clone()], &up.data[r], out)
+            },
+        );
         CpuTensor {
             rows: gate.rows,
-            cols: gate.cols,
+            cols,
             data,
         }
     }
@@ -522,20 +531,23 @@ impl Backend for CpuBackend {
     fn gate_up_silu(&mut self, x: &CpuTensor, w: &CpuMatrix) -> CpuTensor {
         let fused = self.linear(x, w, None);
         let i = fused.cols / 2;
-        let data = fused
-            .data
-            .chunks_exact(fused.cols)
-            .flat_map(|r| r[..i].iter().zip(&r[i..]).map(|(&g, &u)| silu_mul(g, u)))
-            .collect();
+        let mut data = vec![0.0f32; fused.rows * i];
+        tiling::for_rows(
+            fused.rows,
+            16,
+            &mut data,
+            i,
+            &mut [(); 0],
+            0,
+            |t, out, _| {
+                let r = &fused.data[t * fused.cols..(t + 1) * fused.cols];
+                kernels::silu_mul_row(&r[..i], &r[i..], out)
+            },
+        );
         CpuTensor {
             rows: fused.rows,
             cols: i,
             data,
         }
     }
-}
-
-/// `silu(g) * u`.
-fn silu_mul(g: f32, u: f32) -> f32 {
-    g / (1.0 + (-g).exp()) * u
 }

@@ -24,13 +24,11 @@
 //! eight outputs per vector, no horizontal sums, and the scales of eight rows converted
 //! by one `vcvtph2ps`. 20 bytes per 32 weights, as in the GGUF file.
 
-use super::team;
+use super::tiling::{for_rows, grouped, GROUP};
 
 use half::f16;
 
 pub const QK: usize = 32;
-/// Weight rows interleaved in one group (the lanes of one output vector).
-const GROUP: usize = 8;
 /// Bytes of one block of one group: quants, then `d` and `m` of its eight rows.
 const BLOCK_BYTES: usize = GROUP * QK / 2 + 2 * GROUP * 2;
 const D_AT: usize = GROUP * QK / 2;
@@ -230,16 +228,6 @@ unsafe fn group_tile<const TT: usize>(
     acc
 }
 
-/// The output matrix, written by the tasks of [`matmul_q4`] at disjoint cells.
-struct Out(*mut f32);
-// SAFETY: tasks write disjoint (token, row) cells only.
-unsafe impl Sync for Out {}
-
-/// Tokens and row groups per task: a task's weights (8 groups) and activations stay in
-/// L2 while it walks them in register tiles of up to four tokens × one group.
-const TASK_TOKENS: usize = 64;
-const TASK_GROUPS: usize = 8;
-
 /// `out[t][r]` = [`dot_q4_scalar`] of activation row `t` of `x` (quantised per row,
 /// [`quantize_row`]) and weight row `r`; `[t_rows][w.rows]`.
 pub fn matmul_q4(x: &[f32], t_rows: usize, w: &Q4Matrix) -> Vec<f32> {
@@ -248,91 +236,63 @@ pub fn matmul_q4(x: &[f32], t_rows: usize, w: &Q4Matrix) -> Vec<f32> {
     assert!(x.len() >= t_rows * cols, "matmul_q4: short input");
     let mut xq = vec![0i8; t_rows * cols];
     // Scales and block sums of a row side by side: `nb + nbp` values.
-    let mut xss = vec![0f32; t_rows * (nb + nbp)];
-    super::tiling::for_rows(t_rows, 16, &mut xq, cols, &mut xss, nb + nbp, |t, q, ss| {
-        let (s, sums) = ss.split_at_mut(nb);
+    let ss = nb + nbp;
+    let mut xss = vec![0f32; t_rows * ss];
+    for_rows(t_rows, 16, &mut xq, cols, &mut xss, ss, |t, q, s| {
+        let (s, sums) = s.split_at_mut(nb);
         quantize_row(&x[t * cols..(t + 1) * cols], q, s, sums)
     });
-    let rows = w.rows;
-    let mut out = vec![0.0f32; t_rows * rows];
-    let groups = rows.div_ceil(GROUP);
-    let (tasks_t, tasks_g) = (t_rows.div_ceil(TASK_TOKENS), groups.div_ceil(TASK_GROUPS));
-    let dst = Out(out.as_mut_ptr());
     #[cfg(target_arch = "x86_64")]
     let simd = has_simd();
-    team::par_for(tasks_t * tasks_g, |task| {
-        let (ti, gi) = (task / tasks_g, task % tasks_g);
-        let (t0, t1) = (ti * TASK_TOKENS, ((ti + 1) * TASK_TOKENS).min(t_rows));
-        let (g0, g1) = (gi * TASK_GROUPS, ((gi + 1) * TASK_GROUPS).min(groups));
-        let dst = &dst;
-        for g in g0..g1 {
-            let (r0, r1) = (g * GROUP, ((g + 1) * GROUP).min(rows));
-            #[cfg(target_arch = "x86_64")]
-            {
-                if simd {
-                    let gp = w.data[g * nb * BLOCK_BYTES..(g + 1) * nb * BLOCK_BYTES].as_ptr();
-                    let mut t = t0;
-                    while t < t1 {
-                        let tt = (t1 - t).min(4);
-                        let mut vals = [[0.0f32; GROUP]; 4];
-                        macro_rules! run {
-                            ($TT:literal) => {{
-                                // SAFETY: features detected; group g holds nb blocks; rows
-                                // t..t+TT of the activations exist (asserted above).
-                                let acc = unsafe {
-                                    group_tile::<$TT>(
-                                        gp,
-                                        nb,
-                                        std::array::from_fn(|i| xq[(t + i) * cols..].as_ptr()),
-                                        std::array::from_fn(|i| {
-                                            xss[(t + i) * (nb + nbp)..].as_ptr()
-                                        }),
-                                        std::array::from_fn(|i| {
-                                            xss[(t + i) * (nb + nbp) + nb..].as_ptr()
-                                        }),
-                                    )
-                                };
-                                for (v, a) in vals.iter_mut().zip(acc) {
-                                    // SAFETY: `v` holds eight f32.
-                                    unsafe {
-                                        std::arch::x86_64::_mm256_storeu_ps(v.as_mut_ptr(), a)
-                                    };
-                                }
-                            }};
+    grouped(t_rows, w.rows, |t, tt, g, vals| {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if simd {
+                let gp = w.data[g * nb * BLOCK_BYTES..(g + 1) * nb * BLOCK_BYTES].as_ptr();
+                macro_rules! run {
+                    ($TT:literal) => {{
+                        // SAFETY: features detected; group g holds nb blocks; activation
+                        // rows t..t+TT exist (asserted above).
+                        let acc = unsafe {
+                            group_tile::<$TT>(
+                                gp,
+                                nb,
+                                std::array::from_fn(|i| xq[(t + i) * cols..].as_ptr()),
+                                std::array::from_fn(|i| xss[(t + i) * ss..].as_ptr()),
+                                std::array::from_fn(|i| xss[(t + i) * ss + nb..].as_ptr()),
+                            )
+                        };
+                        for (v, a) in vals.iter_mut().zip(acc) {
+                            // SAFETY: `v` holds eight f32.
+                            unsafe { std::arch::x86_64::_mm256_storeu_ps(v.as_mut_ptr(), a) };
                         }
-                        match tt {
-                            1 => run!(1),
-                            2 => run!(2),
-                            3 => run!(3),
-                            _ => run!(4),
-                        }
-                        for (i, v) in vals[..tt].iter().enumerate() {
-                            // SAFETY: cells (t+i, r0..r1) belong to this task alone.
-                            unsafe {
-                                std::ptr::copy_nonoverlapping(
-                                    v.as_ptr(),
-                                    dst.0.add((t + i) * rows + r0),
-                                    r1 - r0,
-                                )
-                            };
-                        }
-                        t += tt;
-                    }
-                    continue;
+                    }};
                 }
+                match tt {
+                    1 => run!(1),
+                    2 => run!(2),
+                    3 => run!(3),
+                    _ => run!(4),
+                }
+                return;
             }
-            for t in t0..t1 {
-                let ss = &xss[t * (nb + nbp)..(t + 1) * (nb + nbp)];
-                for r in r0..r1 {
-                    let v =
-                        dot_q4_scalar(&xq[t * cols..(t + 1) * cols], &ss[..nb], &ss[nb..], w, r);
-                    // SAFETY: cell (t, r) belongs to this task alone.
-                    unsafe { *dst.0.add(t * rows + r) = v };
+        }
+        for (i, v) in vals[..tt].iter_mut().enumerate() {
+            let s = &xss[(t + i) * ss..(t + i + 1) * ss];
+            for (lane, o) in v.iter_mut().enumerate() {
+                let r = g * GROUP + lane;
+                if r < w.rows {
+                    *o = dot_q4_scalar(
+                        &xq[(t + i) * cols..(t + i + 1) * cols],
+                        &s[..nb],
+                        &s[nb..],
+                        w,
+                        r,
+                    );
                 }
             }
         }
-    });
-    out
+    })
 }
 
 #[cfg(test)]
@@ -392,13 +352,13 @@ mod tests {
     }
 
     /// Every value of `matmul_q4` is the scalar reference's bits, whatever the token
-    /// count (1..=21), the row count (odd, across a block boundary), the tile, or
+    /// count (1..=70), the row count (odd, across a block boundary), the tile, or
     /// threads; and it is close to the f32 dot product of the dequantised weights.
     #[test]
     fn q4_matmul_tiles_match_scalar_reference_bitwise() {
         for cols in [19 * QK, 18 * QK, 2 * QK, QK] {
             let (nb, nbp) = (cols / QK, pad8(cols / QK));
-            let (tmax, rows) = (21, 29); // 21: past a 16-token tile
+            let (tmax, rows) = (70, 29); // 70: past a 64-token task; 29: a partial group
             let x = data(tmax * cols, 1);
             let wf = data(rows * cols, 2);
             let w = Q4Matrix::from_f32(rows, cols, &wf).unwrap();
@@ -431,7 +391,7 @@ mod tests {
                     .num_threads(threads)
                     .build()
                     .unwrap();
-                for t in 1..=tmax {
+                for t in (1..=21).chain([64, 65, tmax]) {
                     let got = pool.install(|| matmul_q4(&x[..t * cols], t, &w));
                     let got: Vec<u32> = got.iter().map(|v| v.to_bits()).collect();
                     assert_eq!(
