@@ -332,7 +332,7 @@ pub(crate) unsafe fn exp8(x: std::arch::x86_64::__m256) -> std::arch::x86_64::__
 }
 
 /// Calls `$run!(R, NV)` for a scores tile of `$r` rows (1..=4) and `$nv` key vectors
-/// (up to 8, 4, 2, 2 by row count).
+/// (up to 8, 4, 4, 3 by row count).
 #[cfg(target_arch = "x86_64")]
 macro_rules! scores_dispatch {
     ($r:expr, $nv:expr, $run:ident) => {
@@ -351,16 +351,20 @@ macro_rules! scores_dispatch {
             (2, 4) => $run!(2, 4),
             (3, 1) => $run!(3, 1),
             (3, 2) => $run!(3, 2),
+            (3, 3) => $run!(3, 3),
+            (3, 4) => $run!(3, 4),
             (4, 1) => $run!(4, 1),
             (4, 2) => $run!(4, 2),
+            (4, 3) => $run!(4, 3),
             (r, nv) => unreachable!("no {r}x{nv} scores tile"),
         }
     };
 }
 
-/// Key vectors per scores tile of `r` rows (index `r`, 1..=4): 8 to 12 accumulators.
+/// Key vectors per scores tile of `r` rows (index `r`, 1..=4): 8 to 12 accumulators
+/// (4 × 3: seven loads per twelve FMAs).
 #[cfg(target_arch = "x86_64")]
-const SCORE_VECS: [usize; 5] = [0, 8, 4, 2, 2];
+const SCORE_VECS: [usize; 5] = [0, 8, 4, 4, 3];
 
 /// [`attend_reference`] with SIMD tiles and cache blocking; the same bits.
 ///
@@ -482,18 +486,25 @@ unsafe fn attend_avx2(
         }
         for k0 in (0..ctx).step_by(KEY_CHUNK) {
             let k1 = (k0 + KEY_CHUNK).min(ctx);
-            for r0 in (0..rows).step_by(2) {
-                let (la, lb) = (len(r0).min(k1), len(r0 + 1).min(k1));
-                if r0 + 1 < rows {
-                    // Row r0 is the shorter one (lengths grow by one per row).
-                    if la > k0 {
-                        pv!(2, [r0, r0 + 1], k0, la);
+            // Rows in threes (lengths grow by one per row): segment `s` of the keys is
+            // the one rows `r0+s..` still need after row `r0+s-1` has ended.
+            for r0 in (0..rows).step_by(3) {
+                let n = (rows - r0).min(3);
+                for s in 0..n {
+                    let from = if s == 0 {
+                        k0
+                    } else {
+                        len(r0 + s - 1).clamp(k0, k1)
+                    };
+                    let to = len(r0 + s).min(k1);
+                    if to <= from {
+                        continue;
                     }
-                    if lb > la.max(k0) {
-                        pv!(1, [r0 + 1], la.max(k0), lb);
+                    match n - s {
+                        3 => pv!(3, [r0, r0 + 1, r0 + 2], from, to),
+                        2 => pv!(2, [r0 + s, r0 + s + 1], from, to),
+                        _ => pv!(1, [r0 + s], from, to),
                     }
-                } else if la > k0 {
-                    pv!(1, [r0], k0, la);
                 }
             }
         }

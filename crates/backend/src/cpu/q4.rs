@@ -181,7 +181,7 @@ fn has_simd() -> bool {
 }
 
 /// The eight rows of group `g` (block data from `g`) for `TT` activation rows: one
-/// vector of eight outputs per activation row, in the q4 order.
+/// vector of eight outputs per activation row (into `out[0..TT]`), in the q4 order.
 ///
 /// # Safety
 /// AVX2, FMA and F16C available; `g` holds `nb` blocks; every activation pointer holds
@@ -196,7 +196,8 @@ unsafe fn group_tile<const TT: usize>(
     xq: [*const i8; TT],
     xs: [*const f32; TT],
     xsum: [*const f32; TT],
-) -> [std::arch::x86_64::__m256; TT] {
+    out: &mut [[f32; GROUP]; 4],
+) {
     use std::arch::x86_64::*;
     let low = _mm256_set1_epi8(0x0F);
     let ones = _mm256_set1_epi16(1);
@@ -225,7 +226,9 @@ unsafe fn group_tile<const TT: usize>(
             acc[t] = _mm256_fmadd_ps(mw, _mm256_set1_ps(*xsum[t].add(b)), acc[t]);
         }
     }
-    acc
+    for t in 0..TT {
+        _mm256_storeu_ps(out[t].as_mut_ptr(), acc[t]);
+    }
 }
 
 /// `out[t][r]` = [`dot_q4_scalar`] of activation row `t` of `x` (quantised per row,
@@ -253,19 +256,16 @@ pub fn matmul_q4(x: &[f32], t_rows: usize, w: &Q4Matrix) -> Vec<f32> {
                     ($TT:literal) => {{
                         // SAFETY: features detected; group g holds nb blocks; activation
                         // rows t..t+TT exist (asserted above).
-                        let acc = unsafe {
+                        unsafe {
                             group_tile::<$TT>(
                                 gp,
                                 nb,
                                 std::array::from_fn(|i| xq[(t + i) * cols..].as_ptr()),
                                 std::array::from_fn(|i| xss[(t + i) * ss..].as_ptr()),
                                 std::array::from_fn(|i| xss[(t + i) * ss + nb..].as_ptr()),
+                                vals,
                             )
                         };
-                        for (v, a) in vals.iter_mut().zip(acc) {
-                            // SAFETY: `v` holds eight f32.
-                            unsafe { std::arch::x86_64::_mm256_storeu_ps(v.as_mut_ptr(), a) };
-                        }
                     }};
                 }
                 match tt {

@@ -138,7 +138,7 @@ pub fn dot_q8(a: &[i8], sa: &[f32], w: &Q8Matrix, r: usize) -> f32 {
 }
 
 /// The eight rows of group `g` (block data from `g`) for `TT` activation rows: one
-/// vector of eight outputs per activation row, in the q8 order.
+/// vector of eight outputs per activation row (into `out[0..TT]`), in the q8 order.
 ///
 /// # Safety
 /// AVX2 and FMA available; `g` holds `nb` blocks; every activation pointer holds its
@@ -152,7 +152,8 @@ unsafe fn group_tile<const TT: usize>(
     nb: usize,
     xq: [*const i8; TT],
     xs: [*const f32; TT],
-) -> [std::arch::x86_64::__m256; TT] {
+    out: &mut [[f32; GROUP]; 4],
+) {
     use std::arch::x86_64::*;
     let ones = _mm256_set1_epi16(1);
     let mut acc = [_mm256_setzero_ps(); TT];
@@ -177,7 +178,9 @@ unsafe fn group_tile<const TT: usize>(
             acc[t] = _mm256_fmadd_ps(p, _mm256_mul_ps(sw, _mm256_set1_ps(*xs[t].add(b))), acc[t]);
         }
     }
-    acc
+    for t in 0..TT {
+        _mm256_storeu_ps(out[t].as_mut_ptr(), acc[t]);
+    }
 }
 
 /// `out[t][r]` = [`dot_q8`] of activation row `t` of `x` (quantised per row,
@@ -202,18 +205,15 @@ pub fn matmul_q8(x: &[f32], t_rows: usize, w: &Q8Matrix) -> Vec<f32> {
                     ($TT:literal) => {{
                         // SAFETY: features detected; group g holds nb blocks; activation
                         // rows t..t+TT exist (asserted above).
-                        let acc = unsafe {
+                        unsafe {
                             group_tile::<$TT>(
                                 gp,
                                 nb,
                                 std::array::from_fn(|i| xq[(t + i) * cols..].as_ptr()),
                                 std::array::from_fn(|i| xs[(t + i) * nb..].as_ptr()),
+                                vals,
                             )
                         };
-                        for (v, a) in vals.iter_mut().zip(acc) {
-                            // SAFETY: `v` holds eight f32.
-                            unsafe { std::arch::x86_64::_mm256_storeu_ps(v.as_mut_ptr(), a) };
-                        }
                     }};
                 }
                 match tt {
