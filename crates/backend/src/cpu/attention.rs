@@ -90,7 +90,7 @@ const EXP_POLY: [f32; 6] = [
     8.333_452e-3,
     4.166_579_6e-2,
     1.666_666_5e-1,
-    5.000_000_1e-1,
+    0.5, // Cephes: 5.0000001201e-1, which rounds to 0.5 in f32
 ];
 
 /// `exp(x)` for `x ≤ 0` (softmax arguments): `x = n·ln2 + r`, a degree-7 polynomial
