@@ -11,18 +11,21 @@
 //! term is what lets a chunk late in a long prompt shrink before it overshoots.
 //!
 //! Rules that keep it safe: decode/verify rows are never cut (they are scheduled
-//! first, under the hard cap only); the prefill always gets at least
-//! [`MIN_PREFILL_TOKENS`]; a chunk never exceeds twice the largest chunk measured so
-//! far (no extrapolation far past the data; the first chunk is the minimum); and
-//! `max_num_batched_tokens` stays the hard cap of the whole step. Without a target
-//! the budget is the cap, as before.
+//! first, under the hard cap only); the prefill is never starved: where the target
+//! cannot be met (a slow or loaded machine, many streams) it still gets as much step
+//! time as the decode rows take, and at least [`MIN_PREFILL_TOKENS`]; a chunk never
+//! exceeds twice the largest chunk measured so far (no extrapolation far past the
+//! data; the first chunk is [`FIRST_CHUNK_TOKENS`]); and `max_num_batched_tokens`
+//! stays the hard cap of the whole step. Without a target the budget is the cap.
 
 use std::collections::VecDeque;
 use std::time::Duration;
 
+/// The first chunk before anything is measured.
+pub const FIRST_CHUNK_TOKENS: usize = 32;
 /// The smallest prefill chunk a step offers when prefill is waiting, whatever the
 /// prediction: a long prompt always advances.
-pub const MIN_PREFILL_TOKENS: usize = 32;
+pub const MIN_PREFILL_TOKENS: usize = 8;
 
 /// Steps kept for the fit: enough to span a long prefill's changing positions,
 /// few enough that a change in load (other processes on the machine) shows quickly.
@@ -135,26 +138,31 @@ impl StepBudgeter {
         let Some(target) = self.target_secs else {
             return room;
         };
-        let grow = (2 * self.largest_chunk).max(MIN_PREFILL_TOKENS);
+        let grow = (2 * self.largest_chunk).max(FIRST_CHUNK_TOKENS);
         let predicted = match self.coef {
-            // The largest n whose step is predicted within the target (the prediction
-            // grows with n: every coefficient is non-negative).
             Some(_) => {
-                let fits = |n: usize| {
-                    self.predict(decode.plus(StepWork::chunk(start, n)))
-                        .unwrap()
-                        <= target
-                };
-                let (mut lo, mut hi) = (0usize, room.min(grow));
-                while lo < hi {
-                    let mid = lo + (hi - lo).div_ceil(2);
-                    if fits(mid) {
-                        lo = mid;
-                    } else {
-                        hi = mid - 1;
+                // The largest n whose step is predicted within `limit` (the prediction
+                // grows with n: every coefficient is non-negative).
+                let largest_within = |limit: f64| {
+                    let fits = |n: usize| {
+                        self.predict(decode.plus(StepWork::chunk(start, n)))
+                            .unwrap()
+                            <= limit
+                    };
+                    let (mut lo, mut hi) = (0usize, room.min(grow));
+                    while lo < hi {
+                        let mid = lo + (hi - lo).div_ceil(2);
+                        if fits(mid) {
+                            lo = mid;
+                        } else {
+                            hi = mid - 1;
+                        }
                     }
-                }
-                lo
+                    lo
+                };
+                // Never starved: at least as much time as the decode rows take.
+                let fair_share = 2.0 * self.predict(decode).unwrap();
+                largest_within(target).max(largest_within(fair_share))
             }
             None if self.last_over => MIN_PREFILL_TOKENS,
             None => grow,
@@ -290,9 +298,9 @@ mod tests {
     fn chunks_start_small_grow_and_settle_at_the_target() {
         let mut b = StepBudgeter::new(Some(Duration::from_millis(120)), 2048);
         let steps = prefill(&mut b, 3, 2000);
-        // Slow start: the first chunk is the minimum, the next at most double.
-        assert_eq!(steps[0].0, MIN_PREFILL_TOKENS);
-        assert!(steps[1].0 <= 2 * MIN_PREFILL_TOKENS);
+        // Slow start: the first chunk is small, the next at most double.
+        assert_eq!(steps[0].0, FIRST_CHUNK_TOKENS);
+        assert!(steps[1].0 <= 2 * FIRST_CHUNK_TOKENS);
         // Once the fit has data, no step overshoots the target by more than 5 % (unless
         // even the minimum chunk does: late in the prompt attention alone costs that much),
         // and steps use most of it (the last, partial chunk aside).
@@ -316,16 +324,21 @@ mod tests {
     #[test]
     fn decode_rows_never_starve_the_prefill_and_the_cap_holds() {
         let mut b = StepBudgeter::new(Some(Duration::from_millis(50)), 512);
-        // 64 streams already take longer than the target: the prefill still gets the
-        // minimum chunk.
+        // 64 streams already take longer than the target: the prefill still gets about as
+        // much step time as the decode rows (never less than the minimum chunk).
         let steps = prefill(&mut b, 64, 400);
-        let (last, full) = steps.split_last().unwrap();
-        // Over the target from the first step: no slow-start growth, the minimum each step.
+        let decode = truth(StepWork::from_positions(&[300; 64]));
+        let (_, full) = steps.split_last().unwrap();
         assert!(
-            full.iter().all(|&(n, _)| n == MIN_PREFILL_TOKENS),
+            full.iter().all(|&(n, _)| n >= MIN_PREFILL_TOKENS),
             "{steps:?}"
         );
-        assert!(last.0 <= MIN_PREFILL_TOKENS);
+        for &(n, secs) in &full[3..] {
+            assert!(
+                secs <= 2.05 * decode && secs >= 1.8 * decode,
+                "chunk {n}: {secs} vs {decode}"
+            );
+        }
         // The hard cap bounds decode rows + chunk.
         let decode = StepWork::from_positions(&vec![10; 500]);
         assert_eq!(b.prefill_tokens(decode, 0), 12);
