@@ -46,29 +46,35 @@ pub struct GreedyAgreement {
     /// Streams whose continuation is a loop (`degenerate::is_loop`), per model.
     pub reference_loops: usize,
     pub candidate_loops: usize,
-    /// Streams where the candidate loops and the reference does not (the criterion).
+    /// Conversational streams where the candidate loops and the reference does not (the
+    /// criterion).
     pub loops_introduced: Vec<String>,
+    /// The same in code streams: reported, not judged (code repeats spans legitimately).
+    pub code_loops_introduced: Vec<String>,
     /// The first few of those, as text: (stream, reference, candidate).
     pub examples: Vec<(String, String, String)>,
 }
 
 impl GreedyAgreement {
-    /// From (stream id, reference continuation, candidate continuation); `decode` turns ids
+    /// From (stream id, judged, reference continuation, candidate continuation), where judged
+    /// says whether the stream's loops count (conversational prompts); `decode` turns ids
     /// into text for the examples.
-    pub fn of(pairs: &[(String, &[u32], &[u32])], decode: &dyn Fn(&[u32]) -> String) -> Self {
+    pub fn of(pairs: &[(String, bool, &[u32], &[u32])], decode: &dyn Fn(&[u32]) -> String) -> Self {
         use crate::degenerate::is_loop;
         let mut g = GreedyAgreement {
             streams: pairs.len(),
             ..Default::default()
         };
         let mut prefix_sum = 0usize;
-        for (id, r, c) in pairs {
+        for (id, judged, r, c) in pairs {
             g.identical += usize::from(r == c);
             prefix_sum += r.iter().zip(c.iter()).take_while(|(a, b)| a == b).count();
             let (rl, cl) = (is_loop(r), is_loop(c));
             g.reference_loops += usize::from(rl);
             g.candidate_loops += usize::from(cl);
-            if cl && !rl {
+            if cl && !rl && !judged {
+                g.code_loops_introduced.push(id.clone());
+            } else if cl && !rl {
                 g.loops_introduced.push(id.clone());
                 if g.examples.len() < 3 {
                     g.examples.push((id.clone(), decode(r), decode(c)));
@@ -140,7 +146,7 @@ impl GateReport {
         let m = &self.metrics;
         let g = &self.greedy;
         format!(
-            "{} on {} streams ({}): max |Δ logprob| {:.3}, ppl_rel {:+.2} %, greedy loops introduced {}{}",
+            "{} on {} streams ({}): max |Δ logprob| {:.3}, ppl_rel {:+.2} %, greedy loops introduced in conversational streams {}{} (in code streams, not judged: {})",
             self.verdict,
             self.streams,
             self.corpora.join(","),
@@ -151,7 +157,8 @@ impl GateReport {
                 String::new()
             } else {
                 format!(" ({})", g.loops_introduced.join(", "))
-            }
+            },
+            g.code_loops_introduced.len()
         )
     }
 
@@ -230,10 +237,11 @@ impl GateReport {
         let g = &self.greedy;
         let _ = writeln!(
             s,
-            "  greedy loops    {} introduced (≤ {})  {}   loops: reference {}, candidate {} of {} streams; identical {}, mean common prefix {:.1} tokens",
+            "  greedy loops    {} introduced in conversational streams (≤ {})  {}   (+{} in code streams, not judged); loops: reference {}, candidate {} of {} streams; identical {}, mean common prefix {:.1} tokens",
             g.loops_introduced.len(),
             self.thresholds.max_loops_introduced,
             ok(self.checks.loops_ok.unwrap_or(true)),
+            g.code_loops_introduced.len(),
             g.reference_loops,
             g.candidate_loops,
             g.streams,

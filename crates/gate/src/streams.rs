@@ -43,6 +43,17 @@ impl PromptSource {
             Self::Everyday => "everyday questions (built in)",
         }
     }
+
+    /// Whether answers to these prompts are prose, where a repeated span is a loop. Code
+    /// corpora (humaneval, mbpp, swebench) legitimately repeat spans (arrays, test cases,
+    /// similar lines), which the n-gram loop test cannot tell from a loop: their loops are
+    /// reported, not judged.
+    pub fn is_conversational(self) -> bool {
+        !matches!(
+            self,
+            Self::Corpus(Corpus::Humaneval | Corpus::Mbpp | Corpus::Swebench)
+        )
+    }
 }
 
 /// `all` means the six file-backed corpora (`mix` is their shuffle and would repeat prompts)
@@ -101,7 +112,7 @@ pub fn load_prompts(
                     .lines()
                     .filter(|l| !l.trim().is_empty())
                     .enumerate()
-                    .map(|(i, q)| (src, i.to_string(), q.trim().to_string())),
+                    .map(|(i, q)| (src, format!("everyday:{i}"), q.trim().to_string())),
             ),
         }
     }

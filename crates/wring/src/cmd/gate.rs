@@ -18,7 +18,9 @@ rate, Δp = p_cand − p_ref percentiles and RMS. Log-softmax in f64.\n\n\
 Free-running: the candidate also continues every prompt greedily on its own; a continuation that loops \
 (at least half of its ≥16 tokens inside a 4-token span repeated from earlier in it) where the reference's \
 does not is an introduced loop. Teacher forcing alone misses this: near-tied next tokens flip without a \
-large |Δ logprob|, and greedy decoding then follows the flip.\n\n\
+large |Δ logprob|, and greedy decoding then follows the flip. Loops are judged in conversational streams \
+(sharegpt, wildchat, lmsys, everyday); code corpora repeat spans legitimately (arrays, test cases), so \
+theirs are reported, not judged.\n\n\
 Verdict: PASS iff max |Δ logprob| ≤ --max-logprob-diff AND |ppl_rel| ≤ --max-ppl-rel AND introduced \
 loops ≤ --max-loops-introduced.\n\n\
 Exit status: 0 PASS, 1 FAIL, 2 error (bad flags, a model or corpus that does not load, …)."
