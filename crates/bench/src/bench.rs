@@ -463,13 +463,13 @@ mod tests {
             max_gap: Some(2.5),
             ..outcome(0.1, 3.1, 11, None)
         };
-        let m = metrics_of(
+        let gaps = metrics_of(
             &[outcome(0.1, 1.1, 11, None), stalled],
             Duration::from_secs(4),
             0,
         );
-        assert!((m.max_gap_ms.unwrap() - 2500.0).abs() < 1e-9);
-        assert!((m.median_stream_max_gap_ms.unwrap() - 1300.0).abs() < 1e-9);
+        assert!((gaps.max_gap_ms.unwrap() - 2500.0).abs() < 1e-9);
+        assert!((gaps.median_stream_max_gap_ms.unwrap() - 1300.0).abs() < 1e-9);
         assert_eq!(m.errors, vec![("HTTP 500".to_string(), 1)]);
     }
 
