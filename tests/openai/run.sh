@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs the OpenAI-client test suite against a real `wring serve`.
-# Installs `openai` + pytest into a venv under target/ (reused across runs) and
-# builds the wring binary unless WRING_BIN names one.
+# Installs tests/requirements.txt (the pinned `openai`, pytest, jsonschema,
+# langchain-openai) into a venv under target/ (reused across runs; reinstalled when
+# the file changes) and builds the wring binary unless WRING_BIN names one.
 #   tests/openai/run.sh [pytest args...]
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/../.." && pwd)"
@@ -9,8 +10,10 @@ venv="${WRING_OPENAI_VENV:-$repo/target/openai-venv}"
 if [ ! -x "$venv/bin/python" ]; then
     python3 -m venv "$venv"
 fi
-if ! "$venv/bin/python" -c "import openai, pytest, httpx" 2>/dev/null; then
-    "$venv/bin/pip" install --quiet "openai>=1.40" "pytest>=8" httpx
+reqs="$repo/tests/requirements.txt"
+if ! cmp -s "$reqs" "$venv/requirements.txt"; then
+    "$venv/bin/pip" install --quiet --disable-pip-version-check -r "$reqs"
+    cp "$reqs" "$venv/requirements.txt"
 fi
 if [ -z "${WRING_BIN:-}" ]; then
     # The dev profile is optimised in this workspace and shared with `cargo test`.
