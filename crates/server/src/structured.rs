@@ -130,7 +130,12 @@ fn response_format(v: Option<&Value>) -> Result<Option<GrammarSpec>, ApiError> {
                     ),
                 ));
             }
-            Ok(Some(GrammarSpec::JsonSchema(schema.clone())))
+            let mut schema = schema.clone();
+            // OpenAI's strict mode: objects have exactly the listed properties.
+            if js.get("strict").and_then(Value::as_bool) == Some(true) {
+                close_objects(&mut schema);
+            }
+            Ok(Some(GrammarSpec::JsonSchema(schema)))
         }
         Some(other) => Err(bad(format!(
             "`response_format.type` must be text, json_object or json_schema; got {other:?}."
@@ -289,8 +294,11 @@ impl JsonLayout {
 }
 
 /// Sets `additionalProperties: false` on every object schema with `properties`
-/// that does not say otherwise, through nested schemas and definitions.
-fn close_objects(v: &mut Value) {
+/// that does not say otherwise, through nested schemas and definitions (what
+/// vLLM's default grammar backend does for every schema: a model otherwise keeps
+/// inventing keys). Used for `disable_additional_properties`, `strict` JSON
+/// schemas and forced tool calls.
+pub(crate) fn close_objects(v: &mut Value) {
     match v {
         Value::Object(o) => {
             if o.contains_key("properties") && !o.contains_key("additionalProperties") {

@@ -3,7 +3,8 @@
 //! `<tool_call>\n{"name": "` for Hermes, `{"name": "` for Llama 3.1 JSON, and the
 //! name and arguments key too when one function is forced), so the grammar covers
 //! the rest of exactly one call: the function name when several are offered, the
-//! arguments as JSON valid under that function's `parameters` schema, and the
+//! arguments as JSON valid under that function's `parameters` schema (objects
+//! closed to their declared properties unless the schema allows more), and the
 //! closing brace. The grammar is then complete, the request ends there, and the
 //! call always parses.
 
@@ -26,7 +27,12 @@ pub fn forced_call_grammar(plan: &ToolPlan, format: ToolFormat) -> Option<Gramma
             .and_then(|t| t.raw["function"].get("parameters"))
             .filter(|p| p.is_object())
             .cloned()
-            .unwrap_or_else(|| serde_json::json!({"type": "object"}));
+            // No `parameters`: the function takes no arguments.
+            .unwrap_or_else(|| serde_json::json!({"type": "object", "properties": {}}));
+        let mut schema = schema;
+        // Arguments are the declared parameters only, unless the schema says
+        // otherwise (a model left free keeps inventing keys).
+        crate::structured::close_objects(&mut schema);
         schema_text(&schema)
     };
     let forced = match (&plan.choice, plan.tools.as_slice()) {
@@ -103,6 +109,15 @@ mod tests {
             g.contains(r#"call_1: "get_time\", \"parameters\": " args_1 "}""#),
             "{g}"
         );
-        assert!(g.contains("args_1: %json {\"type\":\"object\""), "{g}");
+        assert!(
+            g.contains(
+                r#"args_1: %json {"type":"object","properties":{},"additionalProperties":false,"#
+            ),
+            "{g}"
+        );
+        assert!(
+            g.contains(r#""required":["city"],"additionalProperties":false,"x-guidance""#),
+            "{g}"
+        );
     }
 }
