@@ -2,7 +2,6 @@
 
 Environment:
   WRING_BIN      the wring binary (default: <repo>/target/release/wring, else target/debug/wring)
-  WRING_SHARED   shared data dir (default: <repo>/../shared)
   WRING_SERVE_ARGS  extra flags for `wring serve` (split on spaces)
 """
 
@@ -32,8 +31,9 @@ def wring_bin() -> str:
     raise RuntimeError("no wring binary: build it (cargo build -p wring) or set WRING_BIN")
 
 
-def shared_dir() -> pathlib.Path:
-    return pathlib.Path(os.environ.get("WRING_SHARED", REPO.parent / "shared"))
+def repo_test_data() -> pathlib.Path:
+    """The repository's test data (golden outputs, corpus fixtures): tests/data."""
+    return REPO / "tests" / "data"
 
 
 def free_port() -> int:

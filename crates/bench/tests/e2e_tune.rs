@@ -9,11 +9,9 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-fn shared_dir() -> PathBuf {
-    if let Some(dir) = std::env::var_os("WRING_SHARED") {
-        return PathBuf::from(dir);
-    }
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared")
+/// The corpus fixtures (`tests/data/corpora`); humaneval comes from its PyPI wheel.
+fn fixtures_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/data/corpora")
 }
 
 /// `$WRING_BIN`, else `<target>/<profile>/wring` beside `<target>/<profile>/deps/<this test>`.
@@ -64,7 +62,7 @@ fn tune_two_configs_produces_profile_report_and_chart() {
             "300",
         ])
         .arg("--corpus-dir")
-        .arg(shared_dir().join("corpora"))
+        .arg(fixtures_dir())
         .arg("--out")
         .arg(out.path())
         .output()

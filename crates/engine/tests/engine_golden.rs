@@ -13,7 +13,7 @@ struct Golden {
 }
 
 fn golden() -> Vec<Golden> {
-    let path = shared_dir().join("golden/smollm2_q41_f32_greedy.jsonl");
+    let path = test_data_dir().join("golden/smollm2_q41_f32_greedy.jsonl");
     let text = std::fs::read_to_string(&path).expect("golden file");
     let ids = |v: &Value| -> Vec<u32> {
         v.as_array()

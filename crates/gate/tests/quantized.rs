@@ -8,11 +8,9 @@ use wring_gate::{run_gate, GateConfig, GateReport, ModelChoice, NoiseFloorKind};
 use wring_model::{CpuWeights, Device, ModelSpec};
 use wring_quant::{quantize_model, CalibOptions, QuantizeOptions};
 
+/// The corpus fixtures (`tests/data/corpora`, written by scripts/reference/fixtures.py).
 fn corpus_dir() -> PathBuf {
-    std::env::var_os("WRING_SHARED")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared"))
-        .join("corpora")
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/data/corpora")
 }
 
 fn choice(model: Option<String>) -> ModelChoice {

@@ -1,5 +1,5 @@
 //! The default model reproduces the independent float32 reference in
-//! ../shared/golden/smollm2_q41_f32_greedy.jsonl: identical prompt ids and greedy ids,
+//! tests/data/golden/smollm2_q41_f32_greedy.jsonl (made by scripts/reference/golden.py): identical prompt ids and greedy ids,
 //! logits within 1e-3. Also proves the CPU backend is batch-invariant.
 
 mod support;

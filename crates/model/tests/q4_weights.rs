@@ -62,7 +62,7 @@ fn q4_holds_the_gguf_q4_1_weights_exactly() {
 }
 
 /// Greedy continuations of the golden prompts under q4 against the f32 reference's
-/// (`../shared/golden`): agreement of the first token and of the whole continuation.
+/// (`tests/data/golden`): agreement of the first token and of the whole continuation.
 #[test]
 fn q4_greedy_on_golden_prompts_stays_close_to_f32() {
     let golden = golden();

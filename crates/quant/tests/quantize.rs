@@ -16,7 +16,9 @@ use wring_quant::{calibrate, quantize_model, quantize_weight, CalibOptions, Quan
 fn calib_opts(prompts: usize, layers: Option<Vec<usize>>) -> CalibOptions {
     CalibOptions {
         corpus: "wildchat,mbpp".into(),
-        corpus_dir: wring_quant::calib::default_corpus_dir(),
+        // The corpus fixtures (tests/data/corpora, written by scripts/reference/fixtures.py).
+        corpus_dir: std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../../tests/data/corpora"),
         prompts,
         max_tokens: 128,
         layers,

@@ -1,11 +1,11 @@
-//! Replays the fixed llama.cpp trace and compares our draft at every step with the draft
-//! ArcticInference 0.3.0 made (../shared/traces/arctic_steps_corpus_K8.jsonl). Differences
+//! Replays the fixed test trace and compares our draft at every step with the draft
+//! ArcticInference 0.3.0 made (tests/data/traces/arctic_steps_corpus_K8.jsonl). Differences
 //! are allowed only where equally frequent continuations tie; each one is checked against the
 //! naive reference (both drafts must be valid outcomes) and counted. Anything else fails.
 
 mod common;
 
-use common::{drafter_path_valid, max_tokens, shared_dir, Naive};
+use common::{drafter_path_valid, max_tokens, test_data_dir, Naive};
 use wring_suffix::replay::load_trace;
 use wring_suffix::{Draft, SuffixConfig, SuffixDrafter};
 
@@ -52,8 +52,8 @@ fn tokens_reachable(
 
 #[test]
 fn drafts_equal_arcticinference_on_the_fixed_trace() {
-    let dir = shared_dir().join("traces");
-    let trace = load_trace(&dir.join("smollm2_llamacpp_greedy_96.jsonl")).expect("trace");
+    let dir = test_data_dir().join("traces");
+    let trace = load_trace(&dir.join("smollm2_f32_greedy_24.jsonl")).expect("trace");
     let text =
         std::fs::read_to_string(dir.join("arctic_steps_corpus_K8.jsonl")).expect("reference");
     let reference: Vec<RefRequest> = text

@@ -3,13 +3,9 @@
 
 use std::process::Command;
 
+/// The corpus fixtures (`tests/data/corpora`, written by scripts/reference/fixtures.py).
 fn corpus_dir() -> std::path::PathBuf {
-    std::env::var_os("WRING_SHARED")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| {
-            std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared")
-        })
-        .join("corpora")
+    std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/data/corpora")
 }
 
 fn gate(extra: &[&str]) -> (i32, String, String) {

@@ -12,11 +12,9 @@ use wring_engine::{
 };
 use wring_model::{LoadedModel, ModelSpec, RunnerOptions};
 
-/// `$WRING_SHARED`, else `<workspace>/../shared`.
-pub fn shared_dir() -> PathBuf {
-    std::env::var_os("WRING_SHARED")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared"))
+/// The repository's test data (`tests/data`: golden outputs, a trace, corpus fixtures; see its README).
+pub fn test_data_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/data")
 }
 
 pub fn load_default() -> LoadedModel {
@@ -133,19 +131,19 @@ pub fn stop(engine: EngineHandle) {
     engine.shutdown(Duration::from_secs(5));
 }
 
-/// A real request trace (see ../shared/traces/README.md).
+/// A real request trace (see tests/data/traces/README.md).
 #[derive(Debug, Clone)]
 pub struct TracePrompt {
     pub corpus: String,
     pub prompt_ids: Vec<u32>,
 }
 
-/// The prompts of the llama.cpp trace: real prompts from every corpus, rendered
+/// The prompts of the test trace: prompts in the style of every corpus, rendered
 /// through the default model's chat template and tokenised.
 pub fn trace_prompts() -> &'static [TracePrompt] {
     static P: OnceLock<Vec<TracePrompt>> = OnceLock::new();
     P.get_or_init(|| {
-        let path = shared_dir().join("traces/smollm2_llamacpp_greedy_96.jsonl");
+        let path = test_data_dir().join("traces/smollm2_f32_greedy_24.jsonl");
         let text = std::fs::read_to_string(&path)
             .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
         text.lines()

@@ -4,15 +4,14 @@ use serde_json::Value;
 use std::path::PathBuf;
 use wring_model::{ModelRunner, SeqInput, StepInput};
 
-pub fn shared_dir() -> PathBuf {
-    std::env::var_os("WRING_SHARED")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared"))
+/// The repository's test data (`tests/data`: golden outputs, a trace, corpus fixtures; see its README).
+pub fn test_data_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/data")
 }
 
-/// The records of ../shared/golden/smollm2_q41_f32_greedy.jsonl.
+/// The records of tests/data/golden/smollm2_q41_f32_greedy.jsonl.
 pub fn golden() -> Vec<Value> {
-    let path = shared_dir().join("golden/smollm2_q41_f32_greedy.jsonl");
+    let path = test_data_dir().join("golden/smollm2_q41_f32_greedy.jsonl");
     let text = std::fs::read_to_string(&path)
         .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
     text.lines()

@@ -6,12 +6,9 @@ use std::path::PathBuf;
 
 use wring_suffix::{Draft, SuffixConfig};
 
-/// `$WRING_SHARED`, else `<workspace root>/../shared`.
-pub fn shared_dir() -> PathBuf {
-    if let Ok(dir) = std::env::var("WRING_SHARED") {
-        return PathBuf::from(dir);
-    }
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared")
+/// The repository's test data (`tests/data`: golden outputs, a trace, corpus fixtures; see its README).
+pub fn test_data_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/data")
 }
 
 /// Plain sequences standing in for one suffix tree.

@@ -10,7 +10,7 @@ use wring_suffix::{DraftMode, SuffixConfig};
 #[derive(clap::Args)]
 pub struct Args {
     /// Trace JSONL files (one request per line: corpus, prompt_ids, output_ids).
-    /// Default: the fixed llama.cpp trace in $WRING_SHARED/traces.
+    /// Default: the fixed llama.cpp trace in $WRING_SHARED/traces, else tests/data/traces.
     #[arg(long = "trace")]
     traces: Vec<PathBuf>,
     /// Draft lengths K to evaluate.
@@ -83,7 +83,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     cfg.validate()?;
     anyhow::ensure!(!args.k.is_empty(), "--k needs at least one value");
     let traces = if args.traces.is_empty() {
-        vec![shared_dir().join("traces/smollm2_llamacpp_greedy_96.jsonl")]
+        // The llama.cpp trace when ../shared is there, else the repository's own test trace.
+        let shared = shared_dir().join("traces/smollm2_llamacpp_greedy_96.jsonl");
+        let own = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../../tests/data/traces/smollm2_f32_greedy_24.jsonl");
+        vec![if shared.is_file() { shared } else { own }]
     } else {
         args.traces.clone()
     };
