@@ -6,6 +6,7 @@ pub mod api;
 pub mod block_manager;
 mod channel;
 pub mod config;
+mod constraint;
 mod core;
 mod handle;
 pub mod metrics;

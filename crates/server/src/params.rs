@@ -3,7 +3,7 @@
 //! (rejected clearly instead of silently ignored).
 
 use serde_json::Value;
-use wring_engine::api::{GenerateRequest, SamplingParams, SpecOverrides};
+use wring_engine::api::{GenerateRequest, GrammarMatcher, SamplingParams, SpecOverrides};
 
 use crate::body::json_kind;
 use crate::error::ApiError;
@@ -41,8 +41,11 @@ pub struct Plan {
     pub n: u32,
     /// Completions: the prompt text goes in front of each choice's text.
     pub echo: bool,
-    /// Structured output, validated against the tokenizer by the route.
+    /// Structured output as the request states it (a forced tool call's grammar
+    /// too); compiled by the route into `grammar`.
     pub constraint: Option<Constraint>,
+    /// The compiled constraint at the start of the output (cloned per choice).
+    pub grammar: Option<GrammarMatcher>,
     pub stop_strings: Vec<String>,
     pub stop_token_ids: Vec<u32>,
     pub ignore_eos: bool,
@@ -101,6 +104,7 @@ impl Plan {
             stop_strings: self.stop_strings,
             ignore_eos: self.ignore_eos,
             spec: self.spec,
+            grammar: self.grammar,
         })
     }
 }
@@ -442,6 +446,7 @@ fn common_plan(c: Common<'_>, limits: Limits, num_prompts: usize) -> Result<Plan
         n,
         echo: false,
         constraint,
+        grammar: None,
         stop_strings: stop_strings(c.stop)?,
         stop_token_ids,
         ignore_eos: c.ignore_eos.unwrap_or(false),
