@@ -2,6 +2,7 @@
 //! (Shared contract between the engine, the server and the CLI; change with care.)
 
 use serde::{Deserialize, Serialize};
+pub use wring_grammar::GrammarMatcher;
 
 /// Sampling parameters, OpenAI semantics. `temperature == 0` means greedy.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -67,6 +68,11 @@ pub struct GenerateRequest {
     pub stop_strings: Vec<String>,
     pub ignore_eos: bool,
     pub spec: SpecOverrides,
+    /// Structured output: every sampled token is drawn from the tokens this
+    /// matcher allows (compiled by the caller with a `wring_grammar::GrammarCompiler`
+    /// over the model's tokenizer, at the start of the output); the request
+    /// finishes with `Stop` when the grammar is complete and nothing may follow.
+    pub grammar: Option<GrammarMatcher>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -15,12 +15,16 @@ use crate::api::{EngineEvent, FinishReason, TokenLogprob};
 use crate::block_manager::BlockManager;
 use crate::channel::{Command, Shared, Submission};
 use crate::config::{EngineConfig, KPolicy};
+use crate::constraint::Constraint;
 use crate::metrics::MetricsSnapshot;
 use crate::request::{Appended, RequestState};
 use crate::sampling::token_logprobs;
-use crate::scheduler::{Scheduler, SchedulerLimits};
+use crate::scheduler::{PrefillDemand, Scheduler, SchedulerLimits, TokenBudget};
 use crate::sequence::Sequence;
-use crate::spec_decode::{verify, DraftAsk, SpecDecoder, StepBudget, StepDrafts, StepOutput};
+use crate::spec_decode::{
+    verify, DraftAsk, SpecDecoder, StepBudget, StepDrafts, StepOutput, TargetRows,
+};
+use crate::step_budget::{StepBudgeter, StepWork};
 use crate::step_input::{self, StepRow};
 
 pub(crate) struct EngineCore {
@@ -28,6 +32,8 @@ pub(crate) struct EngineCore {
     sched: Scheduler,
     requests: HashMap<u64, RequestState>,
     spec: SpecDecoder,
+    /// Sizes each step's prefill chunk from measured step times (fair steps).
+    budget: StepBudgeter,
     cfg: EngineConfig,
     eos: Vec<u32>,
     tokenizer: Arc<Tokenizer>,
@@ -87,7 +93,9 @@ impl EngineCore {
             Some(p) => Some(crate::trace::TraceWriter::create(p)?),
             None => None,
         };
+        let budget = StepBudgeter::new(cfg.step_time_target, cfg.max_num_batched_tokens);
         let mut core = Self {
+            budget,
             trace,
             runner,
             sched,
@@ -242,9 +250,19 @@ impl EngineCore {
                 cap: room.min(remaining),
             });
         }
+        // The prefill that can share the step: at most what the budgeter would give
+        // it beside these sequences' plain decode rows.
+        let demand = self.sched.prefill_demand();
+        let allowance = self.budget.prefill_tokens(
+            self.decode_work(&ids, &|_| 0),
+            self.sched.next_prefill_position(),
+        );
         let budget = StepBudget {
             max_tokens: self.cfg.max_num_batched_tokens,
-            prefill: self.sched.prefill_demand(),
+            prefill: PrefillDemand {
+                seqs: demand.seqs,
+                tokens: demand.tokens.min(allowance),
+            },
         };
         let drafts = self.spec.plan(&asks, budget);
         self.metrics.last_k = drafts.k;
@@ -257,13 +275,42 @@ impl EngineCore {
         let started = Instant::now();
         let model_before = self.metrics.step_model_seconds;
         let drafts = self.plan_drafts();
-        let plan = self.sched.schedule(&|id| drafts.slots_for(id));
+        let decoding = self.sched.decoding_ids();
+        let decode = self.decode_work(&decoding, &|id| drafts.slots_for(id));
+        let budget = TokenBudget {
+            total: self.cfg.max_num_batched_tokens,
+            prefill: self
+                .budget
+                .prefill_tokens(decode, self.sched.next_prefill_position()),
+        };
+        let plan = self.sched.schedule(&|id| drafts.slots_for(id), budget);
         if plan.is_empty() {
             return false;
         }
+        let prefill_tokens: usize = plan
+            .scheduled
+            .iter()
+            .filter(|s| !decoding.contains(&s.id))
+            .map(|s| s.num_tokens)
+            .sum();
         let (input, rows) = step_input::build(&plan, &self.sched, &drafts);
+        let work = StepWork::from_positions(&input.positions);
         self.mark_admitted(&rows, shared);
-        let out = match self.run_model(&input, &rows) {
+        let ids_only = self.ids_only(&rows);
+        let jobs = self.take_constraints(&rows, &drafts);
+        let (out, jobs) = if jobs.is_empty() {
+            (self.run_model(&input, &rows, ids_only), Vec::new())
+        } else {
+            // The grammar masks of this step's positions are computed while the
+            // model runs (constrained sequences only).
+            std::thread::scope(|s| {
+                let masks = s.spawn(move || prepare_masks(jobs));
+                let out = self.run_model(&input, &rows, ids_only);
+                (out, masks.join().unwrap_or_default())
+            })
+        };
+        self.return_constraints(&rows, jobs, shared);
+        let out = match out {
             Ok(out) => out,
             Err(msg) => {
                 for r in &rows {
@@ -281,8 +328,26 @@ impl EngineCore {
         }
         self.spec.end_step();
         let model = self.metrics.step_model_seconds - model_before;
-        self.metrics.step_host_seconds += (started.elapsed().as_secs_f64() - model).max(0.0);
+        let secs = started.elapsed().as_secs_f64();
+        self.metrics.step_host_seconds += (secs - model).max(0.0);
+        // The whole step, host work included: it is what a stream waits between tokens.
+        self.budget.observe(work, prefill_tokens, secs);
         true
+    }
+
+    /// The decode/verify rows of `ids` with `slots(id)` draft slots each.
+    fn decode_work(&self, ids: &[u64], slots: &dyn Fn(u64) -> usize) -> StepWork {
+        let mut w = StepWork::default();
+        for &id in ids {
+            let Some(seq) = self.sched.get(id) else {
+                continue;
+            };
+            let n = 1 + slots(id);
+            let c = StepWork::chunk(seq.num_computed, n);
+            w.tokens += c.tokens;
+            w.attended += c.attended;
+        }
+        w
     }
 
     /// Counts requests whose first step this is as admitted (out of the queue).
@@ -301,15 +366,78 @@ impl EngineCore {
         }
     }
 
-    /// Runs the step. When every row that gets logits takes their argmax (greedy, no
-    /// penalties, no logprobs) only ids come back (the argmax runs on the device
-    /// where it can); otherwise, or when the runner has no such path, whole rows.
-    fn run_model(&mut self, input: &StepInput, rows: &[StepRow]) -> Result<StepOutput, String> {
-        let ids_only = rows.iter().filter(|r| r.completes).all(|r| {
+    /// Whether every row that gets logits takes their raw argmax (greedy, no
+    /// penalties, no logprobs, no grammar): then the step asks for ids only.
+    fn ids_only(&self, rows: &[StepRow]) -> bool {
+        rows.iter().filter(|r| r.completes).all(|r| {
             self.requests
                 .get(&r.id)
-                .is_none_or(|s| s.logprobs.is_none() && s.sampler.argmax_only())
-        });
+                .is_none_or(|s| s.logprobs.is_none() && s.sampler.argmax_only() && !s.constrained)
+        })
+    }
+
+    /// Takes the grammar state of every constrained sequence that samples this
+    /// step, with the draft its masks follow.
+    fn take_constraints(&mut self, rows: &[StepRow], drafts: &StepDrafts) -> Vec<MaskJob> {
+        let mut jobs = Vec::new();
+        for r in rows.iter().filter(|r| r.completes) {
+            let Some(state) = self.requests.get_mut(&r.id) else {
+                continue;
+            };
+            let Some(constraint) = state.constraint.take() else {
+                continue;
+            };
+            let draft = match drafts.row_of(r.id).filter(|_| r.slots > 0) {
+                Some(b) => drafts.draft(b).to_vec(),
+                None => Vec::new(),
+            };
+            jobs.push(MaskJob {
+                id: r.id,
+                constraint,
+                draft,
+                result: Ok(()),
+            });
+        }
+        jobs
+    }
+
+    /// Puts the grammar states back; a sequence whose masks could not be computed
+    /// fails alone (as does every constrained one if the mask thread died).
+    fn return_constraints(&mut self, rows: &[StepRow], jobs: Vec<MaskJob>, shared: &Weak<Shared>) {
+        for job in jobs {
+            match job.result {
+                Ok(()) => {
+                    if let Some(state) = self.requests.get_mut(&job.id) {
+                        state.constraint = Some(job.constraint);
+                    }
+                }
+                Err(msg) => self.fail(job.id, format!("structured output: {msg}"), shared),
+            }
+        }
+        for r in rows.iter().filter(|r| r.completes) {
+            let lost = self
+                .requests
+                .get(&r.id)
+                .is_some_and(|s| s.constrained && s.constraint.is_none());
+            if lost {
+                self.fail(
+                    r.id,
+                    "structured output: the grammar state was lost".into(),
+                    shared,
+                );
+            }
+        }
+    }
+
+    /// Runs the step. With `ids_only` only the rows' argmax ids come back (taken
+    /// on the device where it can); otherwise, or when the runner has no such
+    /// path, whole rows.
+    fn run_model(
+        &mut self,
+        input: &StepInput,
+        rows: &[StepRow],
+        ids_only: bool,
+    ) -> Result<StepOutput, String> {
         let t0 = Instant::now();
         let result = if ids_only && !input.logit_rows.is_empty() {
             match self.runner.forward_greedy(input) {
@@ -344,11 +472,40 @@ impl EngineCore {
         let Some(state) = self.requests.get_mut(&r.id) else {
             return;
         };
-        let target = out.target(r.first_logit);
+        // A constrained sequence sees its rows with the forbidden tokens at -inf:
+        // the verifier, the sampler and the logprobs all read the masked rows.
+        let masked;
+        let target = match (&state.constraint, out) {
+            (None, _) => out.target(r.first_logit),
+            (Some(c), StepOutput::Logits(logits)) => {
+                masked = c.masked_rows(logits, r.first_logit, 1 + r.slots);
+                TargetRows::Logits {
+                    logits: &masked,
+                    first_row: 0,
+                }
+            }
+            (Some(_), StepOutput::Ids(_)) => {
+                let msg = "structured output: the step returned ids without logits".into();
+                return self.fail(r.id, msg, shared);
+            }
+        };
         let draft_row = drafts.row_of(r.id).filter(|_| r.slots > 0);
         let (draft, valid) =
             draft_row.map_or((&[][..], 0), |b| (drafts.draft(b), drafts.valid_len[b]));
-        let outcome = verify(&mut state.sampler, target, draft, valid);
+        let mut outcome = verify(&mut state.sampler, target, draft, valid);
+        // The grammar follows what was emitted; once it is complete (nothing may
+        // follow, or a stop token was taken) the rest of an accepted draft is dropped.
+        let mut grammar_done = false;
+        if let Some(c) = state.constraint.as_mut() {
+            match c.advance(&outcome.tokens) {
+                Ok(Some(n)) => {
+                    outcome.tokens.truncate(n);
+                    grammar_done = true;
+                }
+                Ok(None) => {}
+                Err(e) => return self.fail(r.id, format!("structured output: {e:#}"), shared),
+            }
+        }
         if let Some(b) = draft_row {
             self.spec.record(
                 drafts,
@@ -366,7 +523,7 @@ impl EngineCore {
                 })
                 .collect()
         });
-        if let Some(reason) = self.emit(r.id, outcome.tokens, logprob_rows) {
+        if let Some(reason) = self.emit(r.id, outcome.tokens, logprob_rows, grammar_done) {
             self.finish(r.id, reason, shared);
         } else {
             self.sched
@@ -375,17 +532,27 @@ impl EngineCore {
     }
 
     /// Appends emitted tokens to a request, applying stop rules token by token;
-    /// streams what is new. Returns a finish reason when the request is done.
+    /// streams what is new. Returns a finish reason when the request is done:
+    /// `Stop` too when its grammar ended with the last of `tokens` (`grammar_done`).
     fn emit(
         &mut self,
         id: u64,
         tokens: Vec<u32>,
         logprobs: Option<Vec<TokenLogprob>>,
+        grammar_done: bool,
     ) -> Option<FinishReason> {
         let now = Instant::now();
         let state = self.requests.get_mut(&id)?;
         let seq = self.sched.get_mut(id)?;
-        let Appended { kept, text, finish } = state.append(seq, tokens, self.max_model_len);
+        let offered = tokens.len();
+        let Appended {
+            kept,
+            text,
+            mut finish,
+        } = state.append(seq, tokens, self.max_model_len);
+        if grammar_done && kept.len() == offered {
+            finish = Some(FinishReason::Stop);
+        }
         if state.first_token_at.is_none() {
             state.first_token_at = Some(now);
             self.metrics
@@ -480,4 +647,22 @@ impl EngineCore {
             m.clone_from(&self.metrics);
         };
     }
+}
+
+/// One constrained sequence's mask work for a step.
+struct MaskJob {
+    id: u64,
+    constraint: Constraint,
+    draft: Vec<u32>,
+    result: Result<(), String>,
+}
+
+fn prepare_masks(mut jobs: Vec<MaskJob>) -> Vec<MaskJob> {
+    for job in &mut jobs {
+        job.result = job
+            .constraint
+            .prepare(&job.draft)
+            .map_err(|e| format!("{e:#}"));
+    }
+    jobs
 }

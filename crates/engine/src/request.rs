@@ -10,6 +10,7 @@ use wring_model::{IncrementalDecoder, Tokenizer};
 
 use crate::api::{EngineEvent, FinishReason, GenerateRequest, Usage};
 use crate::config::KPolicy;
+use crate::constraint::Constraint;
 use crate::sampling::RequestSampler;
 use crate::sequence::Sequence;
 use crate::stop::{StopOutcome, StopStrings};
@@ -30,6 +31,11 @@ pub(crate) struct RequestState {
     pub workload: Option<String>,
     /// Counted as admitted (left the waiting queue for a first step).
     pub admitted: bool,
+    /// Structured output (None: unconstrained, no grammar work at all). Taken
+    /// out while a step computes its masks beside the forward.
+    pub constraint: Option<Constraint>,
+    /// Whether the request has a grammar (stays true while `constraint` is out).
+    pub constrained: bool,
 }
 
 /// What appending a step's tokens produced.
@@ -72,6 +78,8 @@ impl RequestState {
             k_policy,
             workload: req.spec.workload.clone(),
             admitted: false,
+            constrained: req.grammar.is_some(),
+            constraint: req.grammar.clone().map(Constraint::new),
         }
     }
 

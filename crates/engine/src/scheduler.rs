@@ -1,6 +1,8 @@
-//! Continuous batching: each step fills a token budget with running sequences
-//! first (decode or verify tokens, then the next chunk of an unfinished prefill),
-//! then admits waiting sequences while there is budget, a free slot and KV blocks.
+//! Continuous batching: each step takes the running sequences' decode or verify
+//! rows first (never cut for a prefill), then the next chunks of unfinished
+//! prefills and admissions of waiting sequences under the step's prefill budget
+//! (`step_budget.rs` sizes it from a step-time target), while there is a free slot
+//! and KV blocks.
 //! When a running sequence needs a block and none is free, the most recently
 //! admitted running sequence is preempted: its blocks are freed and it returns to
 //! the front of the queue to be recomputed (its full blocks usually come back from
@@ -42,6 +44,25 @@ impl StepPlan {
             .iter()
             .map(|s| s.num_tokens + s.num_slots)
             .sum()
+    }
+}
+
+/// What one step may take: `total` tokens in all (decode/verify rows included; the
+/// scheduler's own cap still applies) and `prefill` of them for prefill chunks and
+/// admissions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TokenBudget {
+    pub total: usize,
+    pub prefill: usize,
+}
+
+impl TokenBudget {
+    /// Everything up to `n` tokens, prefill included (the fixed budget).
+    pub fn all(n: usize) -> Self {
+        Self {
+            total: n,
+            prefill: n,
+        }
     }
 }
 
@@ -148,61 +169,79 @@ impl Scheduler {
         Some(seq)
     }
 
-    /// Plans one step. `slots(id)` is the number of draft slots a decoding sequence
-    /// carries this step (0 without speculation).
-    pub fn schedule(&mut self, slots: &dyn Fn(u64) -> usize) -> StepPlan {
-        let mut plan = StepPlan::default();
-        let mut budget = self.limits.max_num_batched_tokens;
+    /// Where the next prefill chunk starts: the first unfinished prefill's computed
+    /// length, else 0 (a waiting sequence; its prefix-cache hits are not known yet).
+    pub fn next_prefill_position(&self) -> usize {
+        self.running
+            .iter()
+            .map(|id| &self.seqs[id])
+            .find(|s| !s.is_decoding())
+            .map_or(0, |s| s.num_computed)
+    }
 
-        let mut i = 0;
-        while i < self.running.len() && budget > 0 {
-            let id = self.running[i];
-            let seq = &self.seqs[&id];
-            let (num_tokens, num_slots) = if seq.is_decoding() {
-                let s = slots(id);
-                if 1 + s > budget {
-                    // A verify row is all or nothing; it waits for the next step.
-                    i += 1;
-                    continue;
-                }
-                (1, s)
-            } else {
-                ((seq.len() - seq.num_computed).min(budget), 0)
-            };
-            let target = seq.num_computed + num_tokens + num_slots;
-            let mut scheduled = false;
-            loop {
-                let seq = self.seqs.get_mut(&id).expect("running seq");
-                if self.blocks.allocate(&mut seq.blocks, target) {
-                    scheduled = true;
-                    break;
-                }
-                let victim = *self.running.last().expect("running is not empty");
-                self.preempt(victim);
-                plan.preempted.push(victim);
-                if victim == id {
-                    break;
-                }
+    /// Plans one step. `slots(id)` is the number of draft slots a decoding sequence
+    /// carries this step (0 without speculation). Decode and verify rows go first,
+    /// under the hard cap only; then unfinished prefills and admissions, in arrival
+    /// order, under `budget.prefill` and what the cap leaves.
+    pub fn schedule(&mut self, slots: &dyn Fn(u64) -> usize, budget: TokenBudget) -> StepPlan {
+        let mut plan = StepPlan::default();
+        let mut total = budget.total.min(self.limits.max_num_batched_tokens);
+        let (decoding, prefilling): (Vec<u64>, Vec<u64>) = self
+            .running
+            .iter()
+            .partition(|id| self.seqs[*id].is_decoding());
+
+        for id in decoding {
+            if total == 0 {
+                break;
             }
-            if !scheduled {
+            if !self.running.contains(&id) {
+                continue; // preempted for an earlier sequence's blocks
+            }
+            let s = slots(id);
+            if 1 + s > total {
+                // A verify row is all or nothing; it waits for the next step.
+                continue;
+            }
+            if !self.allocate_or_preempt(id, 1 + s, &mut plan) {
+                break;
+            }
+            plan.scheduled.push(Scheduled {
+                id,
+                num_tokens: 1,
+                num_slots: s,
+            });
+            total -= 1 + s;
+        }
+
+        let mut prefill = budget.prefill.min(total);
+        for id in prefilling {
+            if prefill == 0 {
+                break;
+            }
+            if !self.running.contains(&id) {
+                continue;
+            }
+            let seq = &self.seqs[&id];
+            let num_tokens = (seq.len() - seq.num_computed).min(prefill);
+            if !self.allocate_or_preempt(id, num_tokens, &mut plan) {
                 break;
             }
             plan.scheduled.push(Scheduled {
                 id,
                 num_tokens,
-                num_slots,
+                num_slots: 0,
             });
-            budget -= num_tokens + num_slots;
-            i += 1;
+            prefill -= num_tokens;
         }
 
         // No admissions in a step that had to preempt: memory is tight.
         if plan.preempted.is_empty() {
-            while budget > 0 && self.running.len() < self.limits.max_num_seqs {
+            while prefill > 0 && self.running.len() < self.limits.max_num_seqs {
                 let Some(&id) = self.waiting.front() else {
                     break;
                 };
-                match self.try_admit(id, budget) {
+                match self.try_admit(id, prefill) {
                     Some(num_tokens) => {
                         self.waiting.pop_front();
                         self.running.push(id);
@@ -211,13 +250,37 @@ impl Scheduler {
                             num_tokens,
                             num_slots: 0,
                         });
-                        budget -= num_tokens;
+                        prefill -= num_tokens;
                     }
                     None => break,
                 }
             }
         }
         plan
+    }
+
+    /// Allocates blocks for `id`'s next `n` positions, preempting the most recently
+    /// admitted running sequence not yet in the plan while none are free. False when
+    /// `id` itself had to go.
+    fn allocate_or_preempt(&mut self, id: u64, n: usize, plan: &mut StepPlan) -> bool {
+        loop {
+            let seq = self.seqs.get_mut(&id).expect("running seq");
+            let target = seq.num_computed + n;
+            if self.blocks.allocate(&mut seq.blocks, target) {
+                return true;
+            }
+            let victim = *self
+                .running
+                .iter()
+                .rev()
+                .find(|v| !plan.scheduled.iter().any(|s| s.id == **v))
+                .expect("id itself is running and not yet planned");
+            self.preempt(victim);
+            plan.preempted.push(victim);
+            if victim == id {
+                return false;
+            }
+        }
     }
 
     /// Takes prefix-cache hits and blocks for the first chunk of a waiting
@@ -296,202 +359,4 @@ impl Scheduler {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn sched(num_blocks: usize, bs: usize, max_seqs: usize, budget: usize) -> Scheduler {
-        Scheduler::new(
-            SchedulerLimits {
-                max_num_seqs: max_seqs,
-                max_num_batched_tokens: budget,
-            },
-            BlockManager::new(num_blocks, bs, true),
-        )
-    }
-
-    fn prompt(n: usize, base: u32) -> Vec<u32> {
-        (0..n as u32).map(|i| base + i).collect()
-    }
-
-    /// Pretends the model ran the plan: prefills advance, finished prefills and
-    /// decodes emit `tok`, verify rows accept nothing.
-    fn run_step(s: &mut Scheduler, plan: &StepPlan, tok: u32) {
-        for sc in &plan.scheduled {
-            let seq = s.get(sc.id).unwrap();
-            let end = seq.num_computed + sc.num_tokens;
-            if end == seq.len() {
-                s.get_mut(sc.id).unwrap().tokens.push(tok);
-            }
-            s.set_computed(sc.id, end);
-        }
-    }
-
-    #[test]
-    fn chunked_prefill_respects_the_token_budget() {
-        let mut s = sched(64, 4, 8, 10);
-        s.add(Sequence::new(1, prompt(25, 0)));
-        let mut chunks = vec![];
-        loop {
-            let plan = s.schedule(&|_| 0);
-            chunks.push(plan.scheduled[0].num_tokens);
-            run_step(&mut s, &plan, 9);
-            if s.get(1).unwrap().num_output() == 1 {
-                break;
-            }
-        }
-        assert_eq!(chunks, vec![10, 10, 5]);
-        assert!(s.get(1).unwrap().is_decoding());
-    }
-
-    #[test]
-    fn prefill_demand_counts_unfinished_and_admittable_prompts() {
-        let mut s = sched(64, 4, 2, 10);
-        for (id, len) in [(1, 25), (2, 7), (3, 9)] {
-            s.add(Sequence::new(id, prompt(len, id as u32 * 100)));
-        }
-        // Nothing runs: the two that fit the free slots wait.
-        assert_eq!(
-            s.prefill_demand(),
-            PrefillDemand {
-                seqs: 2,
-                tokens: 32
-            }
-        );
-        let plan = s.schedule(&|_| 0);
-        run_step(&mut s, &plan, 9);
-        // 1 has 15 tokens left; one slot is free for 2 (3 waits behind it).
-        assert_eq!(
-            s.prefill_demand(),
-            PrefillDemand {
-                seqs: 2,
-                tokens: 22
-            }
-        );
-        for _ in 0..2 {
-            let plan = s.schedule(&|_| 0);
-            run_step(&mut s, &plan, 9);
-        }
-        // 1 decodes now; 2 has its last 2 tokens; no slot is free for 3.
-        assert!(s.get(1).unwrap().is_decoding());
-        assert_eq!(s.prefill_demand(), PrefillDemand { seqs: 1, tokens: 2 });
-    }
-
-    #[test]
-    fn decodes_go_first_and_max_num_seqs_caps_admission() {
-        let mut s = sched(64, 4, 2, 100);
-        for id in 1..=3 {
-            s.add(Sequence::new(id, prompt(6, id as u32 * 100)));
-        }
-        let plan = s.schedule(&|_| 0);
-        assert_eq!(
-            plan.scheduled.iter().map(|x| x.id).collect::<Vec<_>>(),
-            vec![1, 2]
-        );
-        run_step(&mut s, &plan, 7);
-        let plan = s.schedule(&|_| 3);
-        assert_eq!(
-            plan.scheduled,
-            vec![
-                Scheduled {
-                    id: 1,
-                    num_tokens: 1,
-                    num_slots: 3
-                },
-                Scheduled {
-                    id: 2,
-                    num_tokens: 1,
-                    num_slots: 3
-                }
-            ]
-        );
-        s.remove(1);
-        let plan = s.schedule(&|_| 0);
-        assert_eq!(plan.scheduled.last().unwrap().id, 3);
-    }
-
-    #[test]
-    fn out_of_blocks_preempts_the_newest_and_it_resumes_later() {
-        // 4 blocks of 4 tokens; two 8-token prompts take 2 blocks each.
-        let mut s = sched(4, 4, 4, 100);
-        s.add(Sequence::new(1, prompt(8, 0)));
-        s.add(Sequence::new(2, prompt(8, 50)));
-        let plan = s.schedule(&|_| 0);
-        assert_eq!(plan.scheduled.len(), 2);
-        run_step(&mut s, &plan, 1);
-        // Both now hold 9 tokens; the next decode needs a third block each.
-        let plan = s.schedule(&|_| 0);
-        assert_eq!(plan.preempted, vec![2]);
-        assert_eq!(
-            plan.scheduled.iter().map(|x| x.id).collect::<Vec<_>>(),
-            vec![1]
-        );
-        assert_eq!(s.get(2).unwrap().num_computed, 0);
-        assert_eq!(s.num_waiting(), 1);
-        run_step(&mut s, &plan, 1);
-        s.remove(1);
-        assert_eq!(s.blocks.num_free_blocks(), 4);
-        // Seq 2 comes back: its first full block is still cached (its second was
-        // reused by seq 1), so 5 of its 9 tokens are recomputed.
-        let plan = s.schedule(&|_| 0);
-        assert_eq!(
-            plan.scheduled,
-            vec![Scheduled {
-                id: 2,
-                num_tokens: 5,
-                num_slots: 0
-            }]
-        );
-        assert_eq!(s.get(2).unwrap().num_computed, 4);
-    }
-
-    #[test]
-    fn shared_prefix_is_served_from_cache_and_abort_frees_everything() {
-        let mut s = sched(32, 4, 4, 100);
-        let mut p2 = prompt(12, 0);
-        p2.extend([77, 78]);
-        s.add(Sequence::new(1, prompt(12, 0)));
-        let plan = s.schedule(&|_| 0);
-        run_step(&mut s, &plan, 5);
-        s.add(Sequence::new(2, p2));
-        let plan = s.schedule(&|_| 0);
-        let b = plan.scheduled.iter().find(|x| x.id == 2).unwrap();
-        assert_eq!(b.num_tokens, 2, "12 of 14 tokens come from the cache");
-        assert_eq!(s.get(2).unwrap().cached_prompt_tokens, 12);
-        // A prompt that is entirely cached still computes its last block's tail.
-        s.add(Sequence::new(3, prompt(12, 0)));
-        let plan = s.schedule(&|_| 0);
-        let c = plan.scheduled.iter().find(|x| x.id == 3).unwrap();
-        assert_eq!(c.num_tokens, 4);
-        for id in [1, 2, 3] {
-            s.remove(id);
-        }
-        assert_eq!(s.blocks.num_free_blocks(), 32);
-        assert!(!s.has_work());
-    }
-
-    #[test]
-    fn verify_rows_are_all_or_nothing_and_rejected_slots_free_their_blocks() {
-        let mut s = sched(16, 4, 4, 100);
-        s.add(Sequence::new(1, prompt(4, 0)));
-        let plan = s.schedule(&|_| 0);
-        run_step(&mut s, &plan, 3); // 5 tokens, 4 computed
-        let plan = s.schedule(&|_| 8);
-        assert_eq!(plan.scheduled[0].num_slots, 8);
-        assert_eq!(
-            s.get(1).unwrap().blocks.len(),
-            4,
-            "13 positions need 4 blocks"
-        );
-        // Accept 2 drafts + bonus: 3 new tokens, KV valid for 4 + 1 + 2.
-        s.get_mut(1).unwrap().tokens.extend([1, 2, 3]);
-        s.set_computed(1, 7);
-        assert_eq!(s.get(1).unwrap().blocks.len(), 2);
-        assert_eq!(s.blocks.num_free_blocks(), 14);
-        // A budget too small for a whole verify row schedules nothing for it.
-        let mut t = sched(16, 4, 4, 5);
-        t.add(Sequence::new(1, prompt(4, 0)));
-        let plan = t.schedule(&|_| 0);
-        run_step(&mut t, &plan, 3);
-        assert!(t.schedule(&|_| 8).is_empty());
-    }
-}
+mod tests;

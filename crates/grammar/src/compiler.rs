@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 use llguidance::api::TopLevelGrammar;
 use llguidance::{Matcher, ParserFactory};
-use serde_json::json;
+use serde_json::{json, Value};
 use toktrie_hf_tokenizers::ByteTokenizer;
 use wring_model::Tokenizer;
 
@@ -80,16 +80,35 @@ impl GrammarCompiler {
     }
 }
 
+/// Whitespace a JSON constraint allows between tokens unless its schema sets its
+/// own layout (`x-guidance`): any JSON whitespace, at most 16 characters per gap
+/// (a newline and an indent), so a model cannot spend its budget on layout.
+pub const JSON_WHITESPACE: &str = r"[\x20\x0A\x0D\x09]{1,16}";
+
+/// `schema` with the default JSON layout, unless it names its own (`x-guidance`,
+/// llguidance's options: `whitespace_flexible`, `whitespace_pattern`, separators).
+/// Also for schemas embedded in a Lark grammar with `%json`.
+pub fn with_json_layout(schema: &Value) -> Value {
+    let mut schema = schema.clone();
+    if let Some(o) = schema.as_object_mut() {
+        o.entry("x-guidance")
+            .or_insert_with(|| json!({"whitespace_pattern": JSON_WHITESPACE}));
+    }
+    schema
+}
+
 fn top_level(spec: &GrammarSpec) -> Result<TopLevelGrammar, GrammarError> {
     Ok(match spec {
-        GrammarSpec::JsonObject => TopLevelGrammar::from_json_schema(json!({"type": "object"})),
+        GrammarSpec::JsonObject => {
+            TopLevelGrammar::from_json_schema(with_json_layout(&json!({"type": "object"})))
+        }
         GrammarSpec::JsonSchema(schema) => {
             if !schema.is_object() && !schema.is_boolean() {
                 return Err(GrammarError::Invalid(
                     "a JSON schema must be an object (or a boolean)".into(),
                 ));
             }
-            TopLevelGrammar::from_json_schema(schema.clone())
+            TopLevelGrammar::from_json_schema(with_json_layout(schema))
         }
         GrammarSpec::Regex(rx) => {
             // Parse first: llguidance's rewrite assumes a valid regex.

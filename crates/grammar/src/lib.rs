@@ -17,6 +17,6 @@ mod gbnf;
 mod matcher;
 mod spec;
 
-pub use compiler::{GrammarCompiler, GrammarError};
+pub use compiler::{with_json_layout, GrammarCompiler, GrammarError, JSON_WHITESPACE};
 pub use matcher::{GrammarMatcher, TokenMask};
 pub use spec::GrammarSpec;

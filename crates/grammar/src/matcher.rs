@@ -24,17 +24,40 @@ impl TokenMask {
 
     /// Sets every disallowed logit to -inf (the row may be wider than the mask).
     pub fn apply(&self, logits: &mut [f32]) {
-        for (t, l) in logits.iter_mut().enumerate() {
-            if !self.allows(t as u32) {
-                *l = f32::NEG_INFINITY;
+        let width = logits.len().min(self.vocab_size);
+        let (inside, beyond) = logits.split_at_mut(width);
+        // 32 ids per mask word: skip fully allowed words, clear fully forbidden ones.
+        for (w, chunk) in inside.chunks_mut(32).enumerate() {
+            let word = self.bits.as_slice().get(w).copied().unwrap_or(0);
+            if word == u32::MAX && chunk.len() == 32 {
+                continue;
+            }
+            for (i, l) in chunk.iter_mut().enumerate() {
+                if word & (1 << i) == 0 {
+                    *l = f32::NEG_INFINITY;
+                }
             }
         }
+        beyond.fill(f32::NEG_INFINITY);
     }
 }
 
+/// Cloning gives an independent matcher at the same position (the grammar and
+/// its lexer caches are shared): one compile serves every sample of a request.
+#[derive(Clone)]
 pub struct GrammarMatcher {
     inner: Matcher,
     vocab_size: usize,
+}
+
+impl std::fmt::Debug for GrammarMatcher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GrammarMatcher")
+            .field("vocab_size", &self.vocab_size)
+            .field("stopped", &self.inner.is_stopped())
+            .field("error", &self.inner.get_error())
+            .finish()
+    }
 }
 
 impl GrammarMatcher {

@@ -191,3 +191,48 @@ fn bad_constraints_get_precise_errors() {
         }
     }
 }
+
+#[test]
+fn json_layout_is_bounded_unless_the_schema_sets_its_own() {
+    let spaces = |n: usize| format!("{{{}\"a\": 1}}", " ".repeat(n));
+    let (ok, n, _) = feed(&GrammarSpec::JsonObject, &spaces(16));
+    assert_eq!(ok, n, "16 whitespace characters between tokens are allowed");
+    let (ok, n, _) = feed(&GrammarSpec::JsonObject, &spaces(40));
+    assert!(ok < n, "40 are not");
+    let own = GrammarSpec::JsonSchema(
+        json!({"type": "object", "x-guidance": {"whitespace_flexible": false}}),
+    );
+    let (ok, n, _) = feed(&own, &spaces(1));
+    assert!(ok < n, "a compact layout allows no whitespace");
+    let (ok, n, mut m) = feed(&own, "{\"a\":1}");
+    assert_eq!(ok, n);
+    assert!(eos_allowed(&mut m));
+}
+
+#[test]
+fn lark_grammars_embed_json_schemas() {
+    let args = wring_grammar::with_json_layout(&json!({
+        "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"],
+        "additionalProperties": false
+    }));
+    let g = GrammarSpec::Grammar(format!(
+        "start: call\ncall: \"get_weather\\\", \\\"arguments\\\": \" args \"}}\"\nargs: %json {args}"
+    ));
+    let (ok, n, mut m) = feed(&g, r#"get_weather", "arguments": {"city": "Oslo"}}"#);
+    assert_eq!(ok, n);
+    assert!(m.is_finished() || eos_allowed(&mut m));
+    let (ok, n, _) = feed(&g, r#"get_weather", "arguments": {"town": "Oslo"}}"#);
+    assert!(ok < n, "the arguments follow the schema");
+}
+
+#[test]
+fn a_clone_advances_independently() {
+    let f = fixture();
+    let mut a = f.compiler.compile(&person_schema()).unwrap();
+    let mut b = a.clone();
+    a.advance(&ids(r#"{"name""#)).unwrap();
+    // b is still at the start: a quote is not allowed before the brace.
+    assert!(!b.allowed_tokens().unwrap().allows(ids("\"")[0]));
+    assert!(b.allowed_tokens().unwrap().allows(ids("{")[0]));
+    assert!(a.allowed_tokens().unwrap().allows(ids(":")[0]));
+}

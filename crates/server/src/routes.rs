@@ -20,6 +20,7 @@ use crate::prompt::{check_model, encode, render_prompt, tool_format};
 use crate::protocol::{ChatCompletionRequest, CompletionRequest, ModelCard, ModelList};
 use crate::state::AppState;
 use crate::structured;
+use crate::tools::forced_call_grammar;
 
 /// Header that tags a request with a workload for `profile:` K tables.
 pub const WORKLOAD_HEADER: &str = "x-wring-workload";
@@ -90,7 +91,15 @@ async fn chat_completions(
     let req: ChatCompletionRequest = parse_json_object(&bytes, ChatCompletionRequest::FIELDS)?;
     check_model(&state, req.model.as_deref())?;
     let (mut plan, input) = chat_plan(&req, workload_header(&headers), limits(&state))?;
-    check_constraint(&state, &plan).await?;
+    // A forced tool call is constrained by the grammar of the call (the combination
+    // with another constraint was refused by `chat_plan`).
+    if let Some(spec) = forced_call_grammar(&input.tools, tool_format(&state)) {
+        plan.constraint = Some(structured::Constraint {
+            spec,
+            param: "tool_choice".into(),
+        });
+    }
+    compile_constraint(&state, &mut plan).await?;
     let rendered = render_prompt(&state, input.messages, &input.tools)?;
     let ids = encode(&state, &rendered.text)?;
     if let Some(stop) = rendered.stop.clone() {
@@ -121,8 +130,8 @@ async fn completions(
     let bytes = read_limited(&headers, body, state.config.max_body_bytes).await?;
     let req: CompletionRequest = parse_json_object(&bytes, CompletionRequest::FIELDS)?;
     check_model(&state, req.model.as_deref())?;
-    let (plan, prompts) = completion_plan(&req, workload_header(&headers), limits(&state))?;
-    check_constraint(&state, &plan).await?;
+    let (mut plan, prompts) = completion_plan(&req, workload_header(&headers), limits(&state))?;
+    compile_constraint(&state, &mut plan).await?;
     let prompts = prompts
         .into_iter()
         .map(|p| match p {
@@ -195,36 +204,32 @@ async fn submit(
     respond(state, id, shape, choices).await
 }
 
-/// Compiles a structured-output constraint against the tokenizer (a bad schema,
-/// regex or grammar is a 400 naming its field). The engine does not apply grammar
-/// masks yet, so a valid constraint is refused too rather than silently ignored.
-async fn check_constraint(state: &Arc<AppState>, plan: &Plan) -> Result<(), ApiError> {
+/// Compiles the request's structured-output constraint against the tokenizer into
+/// the matcher the engine enforces (`plan.grammar`; every choice gets a clone). A
+/// bad schema, regex or grammar is a 400 naming its field. Compiling takes
+/// milliseconds, off the async workers.
+async fn compile_constraint(state: &Arc<AppState>, plan: &mut Plan) -> Result<(), ApiError> {
     let Some(c) = plan.constraint.clone() else {
         return Ok(());
     };
     let st = state.clone();
-    tokio::task::spawn_blocking(move || {
+    let matcher = tokio::task::spawn_blocking(move || {
         let compiler = st
             .grammars
             .compiler(&st.info.tokenizer, &st.info.eos_token_ids)?;
-        structured::validate(compiler, &c)?;
-        Err(ApiError::invalid_param(
-            c.param.clone(),
-            format!(
-                "`{}` is valid, but this server does not enforce structured output during decoding yet.",
-                c.param
-            ),
-        )
-        .with_code("unsupported_parameter"))
+        structured::compile(compiler, &c)
     })
     .await
-    .map_err(|e| ApiError::internal(format!("grammar check failed: {e}")))?
+    .map_err(|e| ApiError::internal(format!("grammar compilation failed: {e}")))??;
+    plan.grammar = Some(matcher);
+    Ok(())
 }
 
 fn limits(state: &AppState) -> Limits {
     Limits {
         vocab_size: state.info.tokenizer.vocab_size(),
         max_tokens_default: state.config.max_tokens_default,
+        generation: state.config.generation_defaults,
     }
 }
 

@@ -1,14 +1,16 @@
 //! Structured-output request fields → one `GrammarSpec`: OpenAI's
 //! `response_format` (`json_object`, `json_schema`) and vLLM's extras
 //! (`guided_json`, `guided_regex`, `guided_choice`, `guided_grammar`, and the newer
-//! `structured_outputs` object). At most one constraint per request; each is
-//! compiled against the model's tokenizer before the request is accepted, so a bad
-//! schema, regex or grammar is a 400 naming the field.
+//! `structured_outputs` object, with its JSON options `disable_any_whitespace`,
+//! `whitespace_pattern` and `disable_additional_properties`). At most one
+//! constraint per request; it is compiled against the model's tokenizer before the
+//! request is accepted (a bad schema, regex or grammar is a 400 naming the field)
+//! into the matcher the engine enforces while decoding.
 
 use std::sync::{Arc, OnceLock};
 
 use serde_json::Value;
-use wring_grammar::{GrammarCompiler, GrammarError, GrammarSpec};
+use wring_grammar::{GrammarCompiler, GrammarError, GrammarMatcher, GrammarSpec};
 use wring_model::Tokenizer;
 
 use crate::body::json_kind;
@@ -128,7 +130,12 @@ fn response_format(v: Option<&Value>) -> Result<Option<GrammarSpec>, ApiError> {
                     ),
                 ));
             }
-            Ok(Some(GrammarSpec::JsonSchema(schema.clone())))
+            let mut schema = schema.clone();
+            // OpenAI's strict mode: objects have exactly the listed properties.
+            if js.get("strict").and_then(Value::as_bool) == Some(true) {
+                close_objects(&mut schema);
+            }
+            Ok(Some(GrammarSpec::JsonSchema(schema)))
         }
         Some(other) => Err(bad(format!(
             "`response_format.type` must be text, json_object or json_schema; got {other:?}."
@@ -194,11 +201,17 @@ fn structured_outputs(v: &Value) -> Result<Vec<Constraint>, ApiError> {
         ));
     };
     let mut out = Vec::new();
+    let mut layout = JsonLayout::default();
     for (key, val) in obj {
         if val.is_null() {
             continue;
         }
         let param = format!("structured_outputs.{key}");
+        let flag = || {
+            val.as_bool().ok_or_else(|| {
+                ApiError::invalid_param(param.clone(), format!("`{key}` must be a boolean."))
+            })
+        };
         let spec = match key.as_str() {
             "json" => schema(&param, val)?,
             "regex" => GrammarSpec::Regex(string(&param, val)?),
@@ -209,8 +222,19 @@ fn structured_outputs(v: &Value) -> Result<Vec<Constraint>, ApiError> {
                 Value::Bool(false) => continue,
                 _ => return Err(ApiError::invalid_param(param, "`json_object` must be a boolean.")),
             },
-            // Options that do not constrain by themselves.
-            "disable_any_whitespace" | "disable_additional_properties" | "whitespace_pattern" => continue,
+            // Options of the JSON constraints, applied below.
+            "disable_any_whitespace" => {
+                layout.compact = flag()?;
+                continue;
+            }
+            "disable_additional_properties" => {
+                layout.closed_objects = flag()?;
+                continue;
+            }
+            "whitespace_pattern" => {
+                layout.whitespace = Some(string(&param, val)?);
+                continue;
+            }
             other => {
                 return Err(ApiError::invalid_param(
                     param,
@@ -220,7 +244,76 @@ fn structured_outputs(v: &Value) -> Result<Vec<Constraint>, ApiError> {
         };
         out.push(Constraint { spec, param });
     }
+    for c in &mut out {
+        layout.apply(&mut c.spec);
+    }
     Ok(out)
+}
+
+/// vLLM's options for JSON constraints (no effect on the others).
+#[derive(Debug, Default)]
+struct JsonLayout {
+    /// `disable_any_whitespace`: no whitespace between JSON tokens.
+    compact: bool,
+    /// `whitespace_pattern`: the regex whitespace between JSON tokens must match.
+    whitespace: Option<String>,
+    /// `disable_additional_properties`: objects with `properties` and no
+    /// `additionalProperties` get `additionalProperties: false`.
+    closed_objects: bool,
+}
+
+impl JsonLayout {
+    fn apply(&self, spec: &mut GrammarSpec) {
+        if !self.compact && self.whitespace.is_none() && !self.closed_objects {
+            return;
+        }
+        let schema = match spec {
+            GrammarSpec::JsonObject => serde_json::json!({"type": "object"}),
+            GrammarSpec::JsonSchema(s) => s.clone(),
+            _ => return,
+        };
+        let mut schema = schema;
+        if self.closed_objects {
+            close_objects(&mut schema);
+        }
+        if let Some(o) = schema.as_object_mut() {
+            if self.compact {
+                o.insert(
+                    "x-guidance".into(),
+                    serde_json::json!({"whitespace_flexible": false}),
+                );
+            } else if let Some(p) = &self.whitespace {
+                o.insert(
+                    "x-guidance".into(),
+                    serde_json::json!({"whitespace_pattern": p}),
+                );
+            }
+        }
+        *spec = GrammarSpec::JsonSchema(schema);
+    }
+}
+
+/// Sets `additionalProperties: false` on every object schema with `properties`
+/// that does not say otherwise, through nested schemas and definitions (what
+/// vLLM's default grammar backend does for every schema: a model otherwise keeps
+/// inventing keys). Used for `disable_additional_properties`, `strict` JSON
+/// schemas and forced tool calls.
+pub(crate) fn close_objects(v: &mut Value) {
+    match v {
+        Value::Object(o) => {
+            if o.contains_key("properties") && !o.contains_key("additionalProperties") {
+                o.insert("additionalProperties".into(), Value::Bool(false));
+            }
+            for (k, child) in o.iter_mut() {
+                // Literal values are data, not schemas.
+                if !matches!(k.as_str(), "const" | "enum" | "default" | "examples") {
+                    close_objects(child);
+                }
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(close_objects),
+        _ => {}
+    }
 }
 
 /// The server's grammar compiler, built on first use (it indexes the vocabulary).
@@ -245,9 +338,10 @@ impl Grammars {
     }
 }
 
-/// Compiles `c` to check it; a bad constraint is a 400 naming its field.
-pub fn validate(compiler: &GrammarCompiler, c: &Constraint) -> Result<(), ApiError> {
-    compiler.compile(&c.spec).map(drop).map_err(|e| match e {
+/// Compiles `c` into the matcher the engine enforces; a bad constraint is a 400
+/// naming its field.
+pub fn compile(compiler: &GrammarCompiler, c: &Constraint) -> Result<GrammarMatcher, ApiError> {
+    compiler.compile(&c.spec).map_err(|e| match e {
         GrammarError::Invalid(msg) => {
             ApiError::invalid_param(c.param.clone(), format!("Invalid `{}`: {msg}", c.param))
         }
@@ -318,6 +412,62 @@ mod tests {
             })
             .unwrap(),
             Some(GrammarSpec::Regex("[a-z]+".into()))
+        );
+    }
+
+    #[test]
+    fn structured_outputs_json_options_shape_the_schema() {
+        let so = json!({"json_object": true, "disable_any_whitespace": true});
+        assert_eq!(
+            one(StructuredFields {
+                structured_outputs: Some(&so),
+                ..Default::default()
+            })
+            .unwrap(),
+            Some(GrammarSpec::JsonSchema(
+                json!({"type": "object", "x-guidance": {"whitespace_flexible": false}})
+            ))
+        );
+        let so = json!({
+            "json": {"type": "object", "properties": {"a": {"type": "object", "properties": {"b": {"const": {"properties": 1}}}}},
+                     "$defs": {"d": {"properties": {}, "additionalProperties": true}}},
+            "disable_additional_properties": true,
+            "whitespace_pattern": " ?"
+        });
+        let Some(GrammarSpec::JsonSchema(s)) = one(StructuredFields {
+            structured_outputs: Some(&so),
+            ..Default::default()
+        })
+        .unwrap() else {
+            panic!("a schema")
+        };
+        assert_eq!(s["additionalProperties"], false);
+        assert_eq!(s["properties"]["a"]["additionalProperties"], false);
+        assert_eq!(
+            s["properties"]["a"]["properties"]["b"]["const"],
+            json!({"properties": 1})
+        );
+        assert_eq!(s["$defs"]["d"]["additionalProperties"], true);
+        assert_eq!(s["x-guidance"], json!({"whitespace_pattern": " ?"}));
+        // Options do not touch other constraints; a non-boolean flag is named.
+        let so = json!({"regex": "a+", "disable_any_whitespace": true});
+        assert_eq!(
+            one(StructuredFields {
+                structured_outputs: Some(&so),
+                ..Default::default()
+            })
+            .unwrap(),
+            Some(GrammarSpec::Regex("a+".into()))
+        );
+        let so = json!({"json_object": true, "disable_any_whitespace": "yes"});
+        let e = parse(StructuredFields {
+            structured_outputs: Some(&so),
+            ..Default::default()
+        })
+        .unwrap_err();
+        assert_eq!(
+            e.param.as_deref(),
+            Some("structured_outputs.disable_any_whitespace")
         );
     }
 

@@ -130,19 +130,21 @@ async fn early_client_errors() {
         assert_eq!(status, 400, "{body}");
         assert_eq!(err["error"]["param"], param, "{body}: {err}");
     }
-    // A valid schema compiles against the tokenizer and is refused until the
-    // engine applies grammar masks (never silently ignored).
-    let valid = json!({"messages": [{"role": "user", "content": "hi"}],
-                       "response_format": {"type": "json_object"}});
-    let (status, err) = json_of(
+    // A valid constraint is enforced (crates/server/tests/structured_output.rs).
+    let valid = json!({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4,
+                       "guided_choice": ["yes", "no"]});
+    let (status, r) = json_of(
         srv.post("/v1/chat/completions", &valid)
             .send()
             .await
             .unwrap(),
     )
     .await;
-    assert_eq!(status, 400);
-    assert_eq!(err["error"]["code"], "unsupported_parameter", "{err}");
+    assert_eq!(status, 200, "{r}");
+    assert!(
+        ["yes", "no"].contains(&r["choices"][0]["message"]["content"].as_str().unwrap()),
+        "{r}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

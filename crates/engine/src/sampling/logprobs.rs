@@ -1,5 +1,6 @@
 //! Logprobs of emitted tokens under the model's raw distribution (vLLM's default:
-//! before penalties and temperature).
+//! before penalties and temperature). For a constrained request the row is the
+//! grammar-masked one, so the log-softmax is over the allowed tokens only.
 
 use crate::api::TokenLogprob;
 
@@ -24,7 +25,12 @@ pub fn token_logprobs(raw_logits: &[f32], token: u32, top_n: usize) -> TokenLogp
         idx.select_nth_unstable_by_key(n - 1, key);
         idx.truncate(n);
         idx.sort_by_key(|t| (key(t), *t));
-        top = idx.into_iter().map(|t| (t, lp(t))).collect();
+        // Tokens a grammar forbids (-inf) are never among the top.
+        top = idx
+            .into_iter()
+            .map(|t| (t, lp(t)))
+            .filter(|(_, l)| l.is_finite())
+            .collect();
     }
     TokenLogprob {
         token_id: token,

@@ -3,13 +3,16 @@
 //! a Hermes-style system block for templates without one), and the calls parsed
 //! back out of the model's text, streamed or whole (`parse.rs`).
 //!
-//! Until grammar masks reach the engine, `required` and a named function are
-//! enforced by writing the opening of the call into the prompt (the model continues
-//! inside the call); the arguments themselves are not yet constrained.
+//! `required` and a named function write the opening of the call into the prompt
+//! (the model continues inside the call) and constrain the rest of it with a
+//! grammar (`grammar.rs`: the function name, then arguments valid under its
+//! `parameters` schema), so a forced call always parses.
 
+mod grammar;
 mod parse;
 mod render;
 
+pub use grammar::forced_call_grammar;
 pub use parse::{Piece, ToolCallParser};
 pub use render::{render_chat, RenderedChat};
 

@@ -1,0 +1,384 @@
+//! Structured output in the engine, on the real default model (greedy, CPU): the
+//! grammar decides the shape of every output (JSON schema, regex, choice, Lark),
+//! a request ends with `stop` when its grammar is complete, constrained output with
+//! suffix speculation equals constrained output without it token for token, and
+//! unconstrained requests sharing the steps are untouched.
+
+mod common;
+
+use std::sync::{Arc, OnceLock};
+
+use common::*;
+use serde_json::{json, Value};
+use wring_engine::{
+    EngineHandle, FinishReason, GenerateRequest, KPolicy, ProposerKind, SamplingParams, SpecConfig,
+};
+use wring_grammar::{GrammarCompiler, GrammarMatcher, GrammarSpec};
+use wring_model::{ChatTemplate, Tokenizer};
+
+struct Fixture {
+    plain: EngineHandle,
+    spec: EngineHandle,
+    compiler: GrammarCompiler,
+    tokenizer: Arc<Tokenizer>,
+    template: Arc<ChatTemplate>,
+}
+
+fn fixture() -> &'static Fixture {
+    static F: OnceLock<Fixture> = OnceLock::new();
+    F.get_or_init(|| {
+        let model = load_default();
+        let compiler = GrammarCompiler::new(
+            &model.tokenizer,
+            &model.eos_token_ids,
+            model.config.vocab_size,
+        )
+        .expect("grammar compiler");
+        let tokenizer = model.tokenizer.clone();
+        let template = model
+            .chat_template
+            .clone()
+            .expect("the default model has a template");
+        let (plain, _) = start(config(8, SpecConfig::default()));
+        let spec_cfg = SpecConfig {
+            method: ProposerKind::Suffix,
+            k_policy: KPolicy::Fixed(4),
+            ..SpecConfig::default()
+        };
+        let (spec, _) = start(config(8, spec_cfg));
+        Fixture {
+            plain,
+            spec,
+            compiler,
+            tokenizer,
+            template,
+        }
+    })
+}
+
+fn chat(user: &str) -> Vec<u32> {
+    let f = fixture();
+    let text = f
+        .template
+        .render_json(&json!([{"role": "user", "content": user}]), None, true)
+        .unwrap();
+    f.tokenizer.encode(&text).unwrap()
+}
+
+fn matcher(spec: &GrammarSpec) -> GrammarMatcher {
+    fixture()
+        .compiler
+        .compile(spec)
+        .expect("the constraint compiles")
+}
+
+fn constrained(prompt: &[u32], spec: &GrammarSpec, max_tokens: u32) -> GenerateRequest {
+    GenerateRequest {
+        grammar: Some(matcher(spec)),
+        ..greedy(prompt, max_tokens)
+    }
+}
+
+fn person_schema() -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "name": {"type": "string", "maxLength": 16},
+            "age": {"type": "integer", "minimum": 0, "maximum": 150},
+            "city": {"enum": ["Paris", "London", "Tokyo"]}
+        },
+        "required": ["name", "age", "city"],
+        "additionalProperties": false
+    })
+}
+
+/// Checks `v` against `person_schema` by hand (types, bounds, no extra keys).
+fn check_person(v: &Value) {
+    let o = v.as_object().expect("an object");
+    assert_eq!(o.len(), 3, "{v}");
+    let name = o["name"].as_str().expect("name is a string");
+    assert!(name.chars().count() <= 16, "{v}");
+    let age = o["age"].as_i64().expect("age is an integer");
+    assert!((0..=150).contains(&age), "{v}");
+    assert!(
+        ["Paris", "London", "Tokyo"].contains(&o["city"].as_str().expect("city")),
+        "{v}"
+    );
+}
+
+fn assert_stopped(o: &Outcome, what: &str) {
+    assert_eq!(o.error, None, "{what}");
+    assert_eq!(o.reason, Some(FinishReason::Stop), "{what}: {:?}", o.text);
+}
+
+#[test]
+fn json_schema_output_parses_and_validates() {
+    let f = fixture();
+    let prompt = chat("Describe a person who lives in a big city, as JSON.");
+    let o = collect(
+        f.plain
+            .submit(constrained(
+                &prompt,
+                &GrammarSpec::JsonSchema(person_schema()),
+                96,
+            ))
+            .unwrap(),
+    );
+    assert_stopped(&o, "json schema");
+    let v: Value = serde_json::from_str(&o.text).unwrap_or_else(|e| panic!("{e}: {:?}", o.text));
+    check_person(&v);
+
+    let o = collect(
+        f.plain
+            .submit(constrained(&prompt, &GrammarSpec::JsonObject, 96))
+            .unwrap(),
+    );
+    assert_eq!(o.error, None);
+    if o.reason == Some(FinishReason::Stop) {
+        let v: Value =
+            serde_json::from_str(&o.text).unwrap_or_else(|e| panic!("{e}: {:?}", o.text));
+        assert!(v.is_object(), "{v}");
+    } else {
+        // Cut by max_tokens: still the start of an object.
+        assert!(o.text.trim_start().starts_with('{'), "{:?}", o.text);
+    }
+}
+
+#[test]
+fn regex_choice_and_grammar_are_honoured() {
+    let f = fixture();
+    let prompt = chat("Give me a product code.");
+    let rx = "[A-Z]{2}-[0-9]{3}";
+    let o = collect(
+        f.plain
+            .submit(constrained(&prompt, &GrammarSpec::Regex(rx.into()), 32))
+            .unwrap(),
+    );
+    assert_stopped(&o, "regex");
+    assert!(
+        regex::Regex::new(&format!("^{rx}$"))
+            .unwrap()
+            .is_match(&o.text),
+        "{:?}",
+        o.text
+    );
+    assert!(
+        o.ids.len() <= 8,
+        "ends as soon as the regex is complete: {:?}",
+        o.ids
+    );
+
+    let prompt = chat("Is the sky green? Answer yes or no.");
+    let choices = vec!["yes".to_string(), "no".into(), "it depends".into()];
+    let o = collect(
+        f.plain
+            .submit(constrained(
+                &prompt,
+                &GrammarSpec::Choice(choices.clone()),
+                16,
+            ))
+            .unwrap(),
+    );
+    assert_stopped(&o, "choice");
+    assert!(choices.contains(&o.text), "{:?}", o.text);
+
+    let lark = "start: dir (\", \" dir)*\ndir: \"north\" | \"south\" | \"east\" | \"west\"";
+    let prompt = chat("Give directions.");
+    let o = collect(
+        f.plain
+            .submit(constrained(&prompt, &GrammarSpec::Grammar(lark.into()), 24))
+            .unwrap(),
+    );
+    assert_eq!(o.error, None);
+    let body = o.text.as_str();
+    let parts: Vec<&str> = body.split(", ").collect();
+    let complete = if o.reason == Some(FinishReason::Stop) {
+        parts.len()
+    } else {
+        parts.len() - 1
+    };
+    for p in &parts[..complete] {
+        assert!(["north", "south", "east", "west"].contains(p), "{body:?}");
+    }
+}
+
+#[test]
+fn speculative_constrained_output_equals_plain_constrained_output() {
+    let f = fixture();
+    let cases = [
+        (
+            chat("Describe a person who lives in a big city, as JSON."),
+            GrammarSpec::JsonSchema(person_schema()),
+            96,
+        ),
+        (
+            chat("Write a JSON object about your favourite book."),
+            GrammarSpec::JsonObject,
+            64,
+        ),
+        (
+            chat("Give me a product code."),
+            GrammarSpec::Regex("[A-Z]{2}-[0-9]{3}( [a-z]+){0,3}".into()),
+            16,
+        ),
+        (
+            chat("Is the sky green? Answer yes or no."),
+            GrammarSpec::Choice(vec!["yes".into(), "no".into()]),
+            8,
+        ),
+    ];
+    let (mut drafted, mut accepted) = (0, 0);
+    for (prompt, spec, max_tokens) in &cases {
+        let plain = collect(
+            f.plain
+                .submit(constrained(prompt, spec, *max_tokens))
+                .unwrap(),
+        );
+        // The drafter first learns the unconstrained answer, so its drafts for the
+        // constrained request are often tokens the grammar forbids.
+        let free = collect(f.spec.submit(greedy(prompt, 32)).unwrap());
+        assert_eq!(free.error, None);
+        for _ in 0..2 {
+            let spec_out = collect(
+                f.spec
+                    .submit(constrained(prompt, spec, *max_tokens))
+                    .unwrap(),
+            );
+            assert_eq!(spec_out.error, None, "{spec:?}");
+            assert_eq!(
+                spec_out.ids, plain.ids,
+                "{spec:?}: speculation changed the output"
+            );
+            assert_eq!(spec_out.reason, plain.reason, "{spec:?}");
+            eprintln!(
+                "{}: {:?} ({} tokens, {:?}), drafted {} accepted {}",
+                spec.kind(),
+                spec_out.text,
+                spec_out.ids.len(),
+                spec_out.reason,
+                spec_out.usage.draft_tokens,
+                spec_out.usage.accepted_tokens
+            );
+            drafted += spec_out.usage.draft_tokens;
+            accepted += spec_out.usage.accepted_tokens;
+        }
+    }
+    assert!(drafted > 0, "the suffix drafter proposed nothing");
+    assert!(accepted > 0, "no draft token was accepted");
+    assert!(
+        accepted < drafted,
+        "some drafts must have been rejected ({accepted}/{drafted})"
+    );
+}
+
+#[test]
+fn unconstrained_requests_in_the_same_steps_are_unchanged() {
+    let f = fixture();
+    let free_prompt = chat("Tell me about the ocean.");
+    let alone = collect(f.plain.submit(greedy(&free_prompt, 40)).unwrap());
+    let json_prompt = chat("Describe a person who lives in a big city, as JSON.");
+    let reqs = vec![
+        constrained(&json_prompt, &GrammarSpec::JsonSchema(person_schema()), 96),
+        greedy(&free_prompt, 40),
+        constrained(
+            &json_prompt,
+            &GrammarSpec::Choice(vec!["a".into(), "b".into()]),
+            8,
+        ),
+    ];
+    let outs = run_all(&f.plain, reqs);
+    assert_eq!(
+        outs[1].ids, alone.ids,
+        "a grammar in the batch changed an unconstrained request"
+    );
+    assert_stopped(&outs[0], "json in a batch");
+    check_person(&serde_json::from_str(&outs[0].text).unwrap());
+    assert!(
+        ["a", "b"].contains(&outs[2].text.as_str()),
+        "{:?}",
+        outs[2].text
+    );
+}
+
+#[test]
+fn sampled_constrained_output_keeps_the_shape_with_and_without_speculation() {
+    let f = fixture();
+    let prompt = chat("Describe a person who lives in a big city, as JSON.");
+    for (engine, what) in [(&f.plain, "plain"), (&f.spec, "speculative")] {
+        for seed in 0..3 {
+            let req = GenerateRequest {
+                sampling: SamplingParams {
+                    temperature: 1.0,
+                    top_p: 0.95,
+                    seed: Some(seed),
+                    ..Default::default()
+                },
+                ..constrained(&prompt, &GrammarSpec::JsonSchema(person_schema()), 96)
+            };
+            let o = collect(engine.submit(req).unwrap());
+            assert_eq!(o.error, None, "{what} seed {seed}");
+            if o.reason == Some(FinishReason::Stop) {
+                let v: Value = serde_json::from_str(&o.text)
+                    .unwrap_or_else(|e| panic!("{what} seed {seed}: {e}: {:?}", o.text));
+                check_person(&v);
+            }
+        }
+    }
+}
+
+#[test]
+fn logprobs_of_a_constrained_request_cover_only_allowed_tokens() {
+    let f = fixture();
+    let prompt = chat("Is the sky green? Answer yes or no.");
+    let choices = ["yes", "no"];
+    let req = GenerateRequest {
+        sampling: SamplingParams {
+            logprobs: Some(5),
+            ..Default::default()
+        },
+        ..constrained(
+            &prompt,
+            &GrammarSpec::Choice(choices.iter().map(|c| c.to_string()).collect()),
+            8,
+        )
+    };
+    let mut h = f.plain.submit(req).unwrap();
+    let mut first = None;
+    while let Some(ev) = h.events.blocking_recv() {
+        match ev {
+            wring_engine::EngineEvent::Tokens { logprobs, .. } => {
+                if first.is_none() {
+                    first = logprobs.and_then(|l| l.into_iter().next());
+                }
+            }
+            wring_engine::EngineEvent::Finished { .. } => break,
+            wring_engine::EngineEvent::Error { message } => panic!("{message}"),
+        }
+    }
+    let lp = first.expect("logprobs of the first token");
+    assert!(lp.logprob.is_finite() && lp.logprob <= 0.0);
+    assert!(!lp.top.is_empty());
+    let mut mass = 0.0f32;
+    for (t, l) in &lp.top {
+        let piece = f.tokenizer.decode(&[*t], false).unwrap();
+        assert!(
+            choices.iter().any(|c| c.starts_with(piece.as_str())),
+            "top token {piece:?} cannot start a choice"
+        );
+        mass += l.exp();
+    }
+    assert!(mass <= 1.0 + 1e-4);
+}
+
+#[test]
+fn a_grammar_with_ignore_eos_still_ends_when_complete() {
+    let f = fixture();
+    let prompt = chat("Pick a number.");
+    let req = GenerateRequest {
+        ignore_eos: true,
+        ..constrained(&prompt, &GrammarSpec::Regex("[0-9]{2}".into()), 16)
+    };
+    let o = collect(f.plain.submit(req).unwrap());
+    assert_stopped(&o, "regex with ignore_eos");
+    assert_eq!(o.text.len(), 2, "{:?}", o.text);
+}
