@@ -45,7 +45,8 @@ fn main() -> Result<()> {
     }));
 
     // (1) Mask per token along a valid object.
-    let text = r#"{"name": "Ada Lovelace", "age": 36, "city": "London", "hobbies": ["maths", "poetry"]}"#;
+    let text =
+        r#"{"name": "Ada Lovelace", "age": 36, "city": "London", "hobbies": ["maths", "poetry"]}"#;
     let ids = model.tokenizer.encode(text)?;
     let mut times = Vec::new();
     for _ in 0..20 {
@@ -129,7 +130,11 @@ fn main() -> Result<()> {
             let (tokens, secs) = run(constrained)?;
             println!(
                 "round {r} {:<13} {tokens:>4} tokens in {secs:.2} s: {:.1} ms per token",
-                if constrained { "json_schema" } else { "unconstrained" },
+                if constrained {
+                    "json_schema"
+                } else {
+                    "unconstrained"
+                },
                 secs * 1e3 / tokens as f64
             );
         }
