@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite: Rust unit/integration tests (including the golden-output,
 # lossless-speculation and server tests), then the OpenAI-client tests against a live
-# `wring serve`. Needs the default model (fetched on first use) and ../shared.
+# `wring serve`. Needs the default model (fetched on first use); the data is in tests/data.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo test --workspace --no-fail-fast

@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# Build llama.cpp's `llama-server` (the peer server for benchmarks) from the llama.cpp copy vendored
+# Build llama.cpp's `llama-server` (the peer server for benchmarks) and `llama-bench` (the peer for
+# prefill/decode throughput, scripts/bench_prefill_cpu.sh) from the llama.cpp copy vendored
 # in the llama-cpp-python sdist on PyPI (the only registry reachable from our machines).
 #
 #   scripts/llamacpp/build.sh                 # CPU build into ~/.cache/wring/llama.cpp
 #   WRING_LLAMACPP_CUDA=1 scripts/llamacpp/build.sh   # adds -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90
 #
 # Env: WRING_LLAMACPP_DIR (install prefix), WRING_LLAMACPP_CUDA (1 = CUDA), CUDA_ARCHS (default 90),
-#      JOBS (parallel build jobs, default: nproc). Prints the path of llama-server at the end.
+#      JOBS (parallel build jobs, default: nproc). Prints the paths of llama-server and llama-bench
+#      (both also linked into the prefix) at the end.
 set -euo pipefail
 
 version="0.3.36"
@@ -40,8 +42,10 @@ if [[ -n "${WRING_LLAMACPP_CUDA:-}" ]]; then
 fi
 
 cmake -S "$src" -B "$build" "${cmake_flags[@]}" >"$prefix/cmake-configure.log"
-cmake --build "$build" --target llama-server -j "$jobs" >"$prefix/cmake-build.log"
-bin="$build/bin/llama-server"
-test -x "$bin" || { echo "build finished but $bin is missing; see $prefix/cmake-build.log" >&2; exit 1; }
-ln -sf "$bin" "$prefix/llama-server"
-echo "$prefix/llama-server"
+cmake --build "$build" --target llama-server llama-bench -j "$jobs" >"$prefix/cmake-build.log"
+for tool in llama-server llama-bench; do
+  bin="$build/bin/$tool"
+  test -x "$bin" || { echo "build finished but $bin is missing; see $prefix/cmake-build.log" >&2; exit 1; }
+  ln -sf "$bin" "$prefix/$tool"
+  echo "$prefix/$tool"
+done

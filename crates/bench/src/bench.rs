@@ -11,7 +11,7 @@ use crate::machine::{git_commit, utc_now, MachineInfo};
 use crate::replay::{http_client, progress_bar, run_closed_loop, RequestConfig, RequestOutcome};
 use crate::result::{BenchFile, BenchMeta, CorpusResult, RunMetrics, FORMAT_VERSION};
 use crate::server_probe::{reset_suffix_cache, scrape_spec, spec_delta};
-use crate::stats::{mad, median, LatencySummary};
+use crate::stats::{mad, median, percentile, LatencySummary};
 
 #[derive(Debug, Clone)]
 pub struct BenchConfig {
@@ -264,6 +264,7 @@ pub fn metrics_of(outcomes: &[RequestOutcome], wall: Duration, run_index: usize)
         .iter()
         .flat_map(|o| o.itl.iter().map(|v| ms(*v)))
         .collect();
+    let max_gaps: Vec<f64> = ok.iter().filter_map(|o| o.max_gap.map(ms)).collect();
     let mut errors: BTreeMap<String, usize> = BTreeMap::new();
     for e in outcomes.iter().filter_map(|o| o.error.as_ref()) {
         *errors.entry(e.clone()).or_default() += 1;
@@ -289,6 +290,9 @@ pub fn metrics_of(outcomes: &[RequestOutcome], wall: Duration, run_index: usize)
     m.set_tpot(LatencySummary::of(&tpot));
     m.set_itl(LatencySummary::of(&itl));
     m.set_e2el(LatencySummary::of(&e2el));
+    m.median_stream_max_gap_ms = median(&max_gaps);
+    m.p99_stream_max_gap_ms = percentile(&max_gaps, 99.0);
+    m.max_gap_ms = max_gaps.iter().copied().max_by(f64::total_cmp);
     m
 }
 
@@ -357,7 +361,7 @@ pub fn summary_table(file: &BenchFile) -> String {
     );
     let _ = writeln!(
         out,
-        "{:<10} {:>9} {:>15} {:>7} {:>13} {:>9} {:>13} {:>13} {:>7} {:>6}  cache",
+        "{:<10} {:>9} {:>15} {:>7} {:>13} {:>9} {:>13} {:>13} {:>13} {:>7} {:>6}  cache",
         "corpus",
         "ok/fail",
         "out tok/s",
@@ -365,6 +369,7 @@ pub fn summary_table(file: &BenchFile) -> String {
         "TTFT med/p99",
         "TPOT med",
         "ITL med/p99",
+        "gap p99/max",
         "E2E med/p99",
         "accept",
         "len"
@@ -375,7 +380,7 @@ pub fn summary_table(file: &BenchFile) -> String {
         let spec = run.spec.as_ref();
         let _ = writeln!(
             out,
-            "{:<10} {:>9} {:>15} {:>7.2} {:>13} {:>9} {:>13} {:>13} {:>7} {:>6}  {}",
+            "{:<10} {:>9} {:>15} {:>7.2} {:>13} {:>9} {:>13} {:>13} {:>13} {:>7} {:>6}  {}",
             r.corpus,
             format!("{}/{}", run.completed, r.failed_all_runs),
             format!(
@@ -386,6 +391,7 @@ pub fn summary_table(file: &BenchFile) -> String {
             pair(run.median_ttft_ms, run.p99_ttft_ms),
             fmt_ms(run.median_tpot_ms),
             pair(run.median_itl_ms, run.p99_itl_ms),
+            pair(run.p99_stream_max_gap_ms, run.max_gap_ms),
             pair(run.median_e2el_ms, run.p99_e2el_ms),
             spec.and_then(|s| s.spec_acceptance_rate)
                 .map_or("-".into(), |a| format!("{:.1}%", a * 100.0)),
@@ -430,6 +436,7 @@ mod tests {
             ttft,
             e2e,
             itl: vec![(e2e - ttft) / (tokens.max(2) - 1) as f64; tokens.saturating_sub(1) as usize],
+            max_gap: (tokens > 1).then(|| (e2e - ttft) / (tokens - 1) as f64),
             usage_missing: false,
         }
     }
@@ -451,6 +458,18 @@ mod tests {
         assert!((m.request_throughput - 0.5).abs() < 1e-9);
         assert!((m.mean_ttft_ms.unwrap() - 200.0).abs() < 1e-9);
         assert!((m.mean_tpot_ms.unwrap() - 100.0).abs() < 1e-9); // 1.0/10 and 2.0/20
+        assert!((m.max_gap_ms.unwrap() - 100.0).abs() < 1e-9);
+        let stalled = RequestOutcome {
+            max_gap: Some(2.5),
+            ..outcome(0.1, 3.1, 11, None)
+        };
+        let m = metrics_of(
+            &[outcome(0.1, 1.1, 11, None), stalled],
+            Duration::from_secs(4),
+            0,
+        );
+        assert!((m.max_gap_ms.unwrap() - 2500.0).abs() < 1e-9);
+        assert!((m.median_stream_max_gap_ms.unwrap() - 1300.0).abs() < 1e-9);
         assert_eq!(m.errors, vec![("HTTP 500".to_string(), 1)]);
     }
 

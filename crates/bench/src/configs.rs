@@ -37,14 +37,21 @@ impl ServeConfig {
             "ngram" => (
                 Some(4),
                 true,
-                flags("--speculative ngram --k-policy fixed:4"),
+                flags("--speculative ngram --k-policy fixed:4 --pad"),
             ),
-            "dynamic" => (None, true, flags("--speculative suffix --k-policy dynamic")),
+            "dynamic" => (
+                None,
+                true,
+                flags("--speculative suffix --k-policy dynamic --pad"),
+            ),
             "adaptive" => (
                 None,
                 true,
-                flags("--speculative suffix --k-policy adaptive"),
+                flags("--speculative suffix --k-policy adaptive --pad"),
             ),
+            // What `wring serve --speculative suffix` picks with no other flag on the
+            // backend it runs on (adaptive K; unpadded on the CPU, padded on CUDA).
+            "suffix" => (None, false, flags("--speculative suffix")),
             // The controllers without padding: where verify cost grows with every query
             // row (the CPU), padding only costs, so the controllers are compared unpadded too.
             "dynamic-nopad" => (
@@ -61,7 +68,7 @@ impl ServeConfig {
                 let Some(rest) = other.strip_prefix("suffix-k") else {
                     bail!(
                         "unknown configuration {other:?}; known: {}",
-                        DEFAULT_CONFIGS.join(", ") + ", dynamic-nopad, adaptive-nopad"
+                        DEFAULT_CONFIGS.join(", ") + ", dynamic-nopad, adaptive-nopad, suffix"
                     );
                 };
                 let (k_text, padded) = match rest.strip_suffix("-nopad") {
@@ -73,9 +80,8 @@ impl ServeConfig {
                     _ => bail!("configuration {other:?}: K must be a number from 1 to 64"),
                 };
                 let mut f = flags(&format!("--speculative suffix --k-policy fixed:{k}"));
-                if !padded {
-                    f.push("--no-pad".into());
-                }
+                // Padding is stated either way: the server's default depends on its backend.
+                f.push(if padded { "--pad" } else { "--no-pad" }.into());
                 (Some(k), padded, f)
             }
         };
@@ -143,14 +149,25 @@ mod tests {
         );
         assert_eq!(
             ServeConfig::parse("ngram").unwrap().serve_flags.join(" "),
-            "--speculative ngram --k-policy fixed:4"
+            "--speculative ngram --k-policy fixed:4 --pad"
         );
         assert_eq!(
             ServeConfig::parse("adaptive")
                 .unwrap()
                 .serve_flags
                 .join(" "),
-            "--speculative suffix --k-policy adaptive"
+            "--speculative suffix --k-policy adaptive --pad"
+        );
+        assert_eq!(
+            ServeConfig::parse("suffix").unwrap().serve_flags.join(" "),
+            "--speculative suffix"
+        );
+        assert_eq!(
+            ServeConfig::parse("suffix-k8")
+                .unwrap()
+                .serve_flags
+                .join(" "),
+            "--speculative suffix --k-policy fixed:8 --pad"
         );
         let c = ServeConfig::parse("adaptive-nopad").unwrap();
         assert!(!c.padded && c.k.is_none());

@@ -51,6 +51,9 @@ pub struct RequestOutcome {
     /// Inter-token latencies, one per generated token after the first (token-normalised: a gap
     /// before a chunk that carries n tokens counts as n gaps of gap/n).
     pub itl: Vec<f64>,
+    /// The longest wall-clock gap between two content chunks of the stream (not normalised:
+    /// a stall is a stall however many tokens the next chunk carries); None under two chunks.
+    pub max_gap: Option<f64>,
     /// The server sent no `usage`; token counts were estimated from chunks.
     pub usage_missing: bool,
 }
@@ -311,6 +314,11 @@ impl StreamTracker {
             ttft,
             e2e,
             itl: token_normalised_itl(&self.arrivals, output_tokens),
+            max_gap: self
+                .arrivals
+                .windows(2)
+                .map(|p| p[1].at - p[0].at)
+                .max_by(f64::total_cmp),
             usage_missing,
         }
     }

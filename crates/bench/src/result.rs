@@ -116,6 +116,14 @@ pub struct RunMetrics {
     pub std_itl_ms: Option<f64>,
     pub p90_itl_ms: Option<f64>,
     pub p99_itl_ms: Option<f64>,
+    /// Per stream, the longest gap between two of its chunks (a stall: e.g. a long prompt's
+    /// prefill in the same step): the median, p99 and max over the run's streams.
+    #[serde(default)]
+    pub median_stream_max_gap_ms: Option<f64>,
+    #[serde(default)]
+    pub p99_stream_max_gap_ms: Option<f64>,
+    #[serde(default)]
+    pub max_gap_ms: Option<f64>,
     pub mean_e2el_ms: Option<f64>,
     pub median_e2el_ms: Option<f64>,
     pub std_e2el_ms: Option<f64>,

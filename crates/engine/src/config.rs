@@ -16,8 +16,11 @@ pub const MAX_K: usize = 32;
 pub struct EngineConfig {
     /// Most sequences running at once.
     pub max_num_seqs: usize,
-    /// Token budget of one step (prefill chunks + decode/verify tokens).
+    /// Token budget of one step (prefill chunks + decode/verify tokens): the hard cap.
     pub max_num_batched_tokens: usize,
+    /// Fair steps: size prefill chunks so a step takes about this long, from measured
+    /// step times (`step_budget.rs`); None = every step may take the whole cap.
+    pub step_time_target: Option<std::time::Duration>,
     /// Context length limit (prompt + output); 0 = the model's own limit.
     pub max_model_len: usize,
     /// Most requests waiting for admission; more get `SubmitError::QueueFull`.
@@ -34,6 +37,7 @@ impl Default for EngineConfig {
         Self {
             max_num_seqs: 32,
             max_num_batched_tokens: 2048,
+            step_time_target: None,
             max_model_len: 0,
             max_waiting: 1024,
             enable_prefix_caching: true,
@@ -233,6 +237,9 @@ impl EngineConfig {
                 "max_num_batched_tokens ({}) must be at least {min_budget} so a decode or verify step fits",
                 self.max_num_batched_tokens
             );
+        }
+        if self.step_time_target.is_some_and(|t| t.is_zero()) {
+            bail!("the step time target must be positive (None turns it off)");
         }
         if self.spec.ngram_min == 0 || self.spec.ngram_min > self.spec.ngram_max {
             bail!("ngram sizes must satisfy 1 <= min <= max");

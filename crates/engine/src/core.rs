@@ -19,11 +19,12 @@ use crate::constraint::Constraint;
 use crate::metrics::MetricsSnapshot;
 use crate::request::{Appended, RequestState};
 use crate::sampling::token_logprobs;
-use crate::scheduler::{Scheduler, SchedulerLimits};
+use crate::scheduler::{PrefillDemand, Scheduler, SchedulerLimits, TokenBudget};
 use crate::sequence::Sequence;
 use crate::spec_decode::{
     verify, DraftAsk, SpecDecoder, StepBudget, StepDrafts, StepOutput, TargetRows,
 };
+use crate::step_budget::{StepBudgeter, StepWork};
 use crate::step_input::{self, StepRow};
 
 pub(crate) struct EngineCore {
@@ -31,6 +32,8 @@ pub(crate) struct EngineCore {
     sched: Scheduler,
     requests: HashMap<u64, RequestState>,
     spec: SpecDecoder,
+    /// Sizes each step's prefill chunk from measured step times (fair steps).
+    budget: StepBudgeter,
     cfg: EngineConfig,
     eos: Vec<u32>,
     tokenizer: Arc<Tokenizer>,
@@ -90,7 +93,9 @@ impl EngineCore {
             Some(p) => Some(crate::trace::TraceWriter::create(p)?),
             None => None,
         };
+        let budget = StepBudgeter::new(cfg.step_time_target, cfg.max_num_batched_tokens);
         let mut core = Self {
+            budget,
             trace,
             runner,
             sched,
@@ -245,9 +250,19 @@ impl EngineCore {
                 cap: room.min(remaining),
             });
         }
+        // The prefill that can share the step: at most what the budgeter would give
+        // it beside these sequences' plain decode rows.
+        let demand = self.sched.prefill_demand();
+        let allowance = self.budget.prefill_tokens(
+            self.decode_work(&ids, &|_| 0),
+            self.sched.next_prefill_position(),
+        );
         let budget = StepBudget {
             max_tokens: self.cfg.max_num_batched_tokens,
-            prefill: self.sched.prefill_demand(),
+            prefill: PrefillDemand {
+                seqs: demand.seqs,
+                tokens: demand.tokens.min(allowance),
+            },
         };
         let drafts = self.spec.plan(&asks, budget);
         self.metrics.last_k = drafts.k;
@@ -260,11 +275,26 @@ impl EngineCore {
         let started = Instant::now();
         let model_before = self.metrics.step_model_seconds;
         let drafts = self.plan_drafts();
-        let plan = self.sched.schedule(&|id| drafts.slots_for(id));
+        let decoding = self.sched.decoding_ids();
+        let decode = self.decode_work(&decoding, &|id| drafts.slots_for(id));
+        let budget = TokenBudget {
+            total: self.cfg.max_num_batched_tokens,
+            prefill: self
+                .budget
+                .prefill_tokens(decode, self.sched.next_prefill_position()),
+        };
+        let plan = self.sched.schedule(&|id| drafts.slots_for(id), budget);
         if plan.is_empty() {
             return false;
         }
+        let prefill_tokens: usize = plan
+            .scheduled
+            .iter()
+            .filter(|s| !decoding.contains(&s.id))
+            .map(|s| s.num_tokens)
+            .sum();
         let (input, rows) = step_input::build(&plan, &self.sched, &drafts);
+        let work = StepWork::from_positions(&input.positions);
         self.mark_admitted(&rows, shared);
         let ids_only = self.ids_only(&rows);
         let jobs = self.take_constraints(&rows, &drafts);
@@ -298,8 +328,26 @@ impl EngineCore {
         }
         self.spec.end_step();
         let model = self.metrics.step_model_seconds - model_before;
-        self.metrics.step_host_seconds += (started.elapsed().as_secs_f64() - model).max(0.0);
+        let secs = started.elapsed().as_secs_f64();
+        self.metrics.step_host_seconds += (secs - model).max(0.0);
+        // The whole step, host work included: it is what a stream waits between tokens.
+        self.budget.observe(work, prefill_tokens, secs);
         true
+    }
+
+    /// The decode/verify rows of `ids` with `slots(id)` draft slots each.
+    fn decode_work(&self, ids: &[u64], slots: &dyn Fn(u64) -> usize) -> StepWork {
+        let mut w = StepWork::default();
+        for &id in ids {
+            let Some(seq) = self.sched.get(id) else {
+                continue;
+            };
+            let n = 1 + slots(id);
+            let c = StepWork::chunk(seq.num_computed, n);
+            w.tokens += c.tokens;
+            w.attended += c.attended;
+        }
+        w
     }
 
     /// Counts requests whose first step this is as admitted (out of the queue).

@@ -15,6 +15,7 @@ pub mod sampling;
 pub mod scheduler;
 pub mod sequence;
 pub mod spec_decode;
+pub mod step_budget;
 mod step_input;
 pub mod stop;
 mod trace;

@@ -1,6 +1,8 @@
-//! Continuous batching: each step fills a token budget with running sequences
-//! first (decode or verify tokens, then the next chunk of an unfinished prefill),
-//! then admits waiting sequences while there is budget, a free slot and KV blocks.
+//! Continuous batching: each step takes the running sequences' decode or verify
+//! rows first (never cut for a prefill), then the next chunks of unfinished
+//! prefills and admissions of waiting sequences under the step's prefill budget
+//! (`step_budget.rs` sizes it from a step-time target), while there is a free slot
+//! and KV blocks.
 //! When a running sequence needs a block and none is free, the most recently
 //! admitted running sequence is preempted: its blocks are freed and it returns to
 //! the front of the queue to be recomputed (its full blocks usually come back from
@@ -42,6 +44,25 @@ impl StepPlan {
             .iter()
             .map(|s| s.num_tokens + s.num_slots)
             .sum()
+    }
+}
+
+/// What one step may take: `total` tokens in all (decode/verify rows included; the
+/// scheduler's own cap still applies) and `prefill` of them for prefill chunks and
+/// admissions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TokenBudget {
+    pub total: usize,
+    pub prefill: usize,
+}
+
+impl TokenBudget {
+    /// Everything up to `n` tokens, prefill included (the fixed budget).
+    pub fn all(n: usize) -> Self {
+        Self {
+            total: n,
+            prefill: n,
+        }
     }
 }
 
@@ -148,61 +169,79 @@ impl Scheduler {
         Some(seq)
     }
 
-    /// Plans one step. `slots(id)` is the number of draft slots a decoding sequence
-    /// carries this step (0 without speculation).
-    pub fn schedule(&mut self, slots: &dyn Fn(u64) -> usize) -> StepPlan {
-        let mut plan = StepPlan::default();
-        let mut budget = self.limits.max_num_batched_tokens;
+    /// Where the next prefill chunk starts: the first unfinished prefill's computed
+    /// length, else 0 (a waiting sequence; its prefix-cache hits are not known yet).
+    pub fn next_prefill_position(&self) -> usize {
+        self.running
+            .iter()
+            .map(|id| &self.seqs[id])
+            .find(|s| !s.is_decoding())
+            .map_or(0, |s| s.num_computed)
+    }
 
-        let mut i = 0;
-        while i < self.running.len() && budget > 0 {
-            let id = self.running[i];
-            let seq = &self.seqs[&id];
-            let (num_tokens, num_slots) = if seq.is_decoding() {
-                let s = slots(id);
-                if 1 + s > budget {
-                    // A verify row is all or nothing; it waits for the next step.
-                    i += 1;
-                    continue;
-                }
-                (1, s)
-            } else {
-                ((seq.len() - seq.num_computed).min(budget), 0)
-            };
-            let target = seq.num_computed + num_tokens + num_slots;
-            let mut scheduled = false;
-            loop {
-                let seq = self.seqs.get_mut(&id).expect("running seq");
-                if self.blocks.allocate(&mut seq.blocks, target) {
-                    scheduled = true;
-                    break;
-                }
-                let victim = *self.running.last().expect("running is not empty");
-                self.preempt(victim);
-                plan.preempted.push(victim);
-                if victim == id {
-                    break;
-                }
+    /// Plans one step. `slots(id)` is the number of draft slots a decoding sequence
+    /// carries this step (0 without speculation). Decode and verify rows go first,
+    /// under the hard cap only; then unfinished prefills and admissions, in arrival
+    /// order, under `budget.prefill` and what the cap leaves.
+    pub fn schedule(&mut self, slots: &dyn Fn(u64) -> usize, budget: TokenBudget) -> StepPlan {
+        let mut plan = StepPlan::default();
+        let mut total = budget.total.min(self.limits.max_num_batched_tokens);
+        let (decoding, prefilling): (Vec<u64>, Vec<u64>) = self
+            .running
+            .iter()
+            .partition(|id| self.seqs[*id].is_decoding());
+
+        for id in decoding {
+            if total == 0 {
+                break;
             }
-            if !scheduled {
+            if !self.running.contains(&id) {
+                continue; // preempted for an earlier sequence's blocks
+            }
+            let s = slots(id);
+            if 1 + s > total {
+                // A verify row is all or nothing; it waits for the next step.
+                continue;
+            }
+            if !self.allocate_or_preempt(id, 1 + s, &mut plan) {
+                break;
+            }
+            plan.scheduled.push(Scheduled {
+                id,
+                num_tokens: 1,
+                num_slots: s,
+            });
+            total -= 1 + s;
+        }
+
+        let mut prefill = budget.prefill.min(total);
+        for id in prefilling {
+            if prefill == 0 {
+                break;
+            }
+            if !self.running.contains(&id) {
+                continue;
+            }
+            let seq = &self.seqs[&id];
+            let num_tokens = (seq.len() - seq.num_computed).min(prefill);
+            if !self.allocate_or_preempt(id, num_tokens, &mut plan) {
                 break;
             }
             plan.scheduled.push(Scheduled {
                 id,
                 num_tokens,
-                num_slots,
+                num_slots: 0,
             });
-            budget -= num_tokens + num_slots;
-            i += 1;
+            prefill -= num_tokens;
         }
 
         // No admissions in a step that had to preempt: memory is tight.
         if plan.preempted.is_empty() {
-            while budget > 0 && self.running.len() < self.limits.max_num_seqs {
+            while prefill > 0 && self.running.len() < self.limits.max_num_seqs {
                 let Some(&id) = self.waiting.front() else {
                     break;
                 };
-                match self.try_admit(id, budget) {
+                match self.try_admit(id, prefill) {
                     Some(num_tokens) => {
                         self.waiting.pop_front();
                         self.running.push(id);
@@ -211,13 +250,37 @@ impl Scheduler {
                             num_tokens,
                             num_slots: 0,
                         });
-                        budget -= num_tokens;
+                        prefill -= num_tokens;
                     }
                     None => break,
                 }
             }
         }
         plan
+    }
+
+    /// Allocates blocks for `id`'s next `n` positions, preempting the most recently
+    /// admitted running sequence not yet in the plan while none are free. False when
+    /// `id` itself had to go.
+    fn allocate_or_preempt(&mut self, id: u64, n: usize, plan: &mut StepPlan) -> bool {
+        loop {
+            let seq = self.seqs.get_mut(&id).expect("running seq");
+            let target = seq.num_computed + n;
+            if self.blocks.allocate(&mut seq.blocks, target) {
+                return true;
+            }
+            let victim = *self
+                .running
+                .iter()
+                .rev()
+                .find(|v| !plan.scheduled.iter().any(|s| s.id == **v))
+                .expect("id itself is running and not yet planned");
+            self.preempt(victim);
+            plan.preempted.push(victim);
+            if victim == id {
+                return false;
+            }
+        }
     }
 
     /// Takes prefix-cache hits and blocks for the first chunk of a waiting
@@ -299,6 +362,11 @@ impl Scheduler {
 mod tests {
     use super::*;
 
+    const ALL: TokenBudget = TokenBudget {
+        total: usize::MAX,
+        prefill: usize::MAX,
+    };
+
     fn sched(num_blocks: usize, bs: usize, max_seqs: usize, budget: usize) -> Scheduler {
         Scheduler::new(
             SchedulerLimits {
@@ -332,7 +400,7 @@ mod tests {
         s.add(Sequence::new(1, prompt(25, 0)));
         let mut chunks = vec![];
         loop {
-            let plan = s.schedule(&|_| 0);
+            let plan = s.schedule(&|_| 0, ALL);
             chunks.push(plan.scheduled[0].num_tokens);
             run_step(&mut s, &plan, 9);
             if s.get(1).unwrap().num_output() == 1 {
@@ -357,7 +425,7 @@ mod tests {
                 tokens: 32
             }
         );
-        let plan = s.schedule(&|_| 0);
+        let plan = s.schedule(&|_| 0, ALL);
         run_step(&mut s, &plan, 9);
         // 1 has 15 tokens left; one slot is free for 2 (3 waits behind it).
         assert_eq!(
@@ -368,7 +436,7 @@ mod tests {
             }
         );
         for _ in 0..2 {
-            let plan = s.schedule(&|_| 0);
+            let plan = s.schedule(&|_| 0, ALL);
             run_step(&mut s, &plan, 9);
         }
         // 1 decodes now; 2 has its last 2 tokens; no slot is free for 3.
@@ -382,13 +450,13 @@ mod tests {
         for id in 1..=3 {
             s.add(Sequence::new(id, prompt(6, id as u32 * 100)));
         }
-        let plan = s.schedule(&|_| 0);
+        let plan = s.schedule(&|_| 0, ALL);
         assert_eq!(
             plan.scheduled.iter().map(|x| x.id).collect::<Vec<_>>(),
             vec![1, 2]
         );
         run_step(&mut s, &plan, 7);
-        let plan = s.schedule(&|_| 3);
+        let plan = s.schedule(&|_| 3, ALL);
         assert_eq!(
             plan.scheduled,
             vec![
@@ -405,8 +473,43 @@ mod tests {
             ]
         );
         s.remove(1);
-        let plan = s.schedule(&|_| 0);
+        let plan = s.schedule(&|_| 0, ALL);
         assert_eq!(plan.scheduled.last().unwrap().id, 3);
+    }
+
+    #[test]
+    fn decode_rows_go_before_an_earlier_prefill_which_gets_the_prefill_budget() {
+        let mut s = sched(64, 4, 4, 100);
+        s.add(Sequence::new(2, prompt(3, 200)));
+        let plan = s.schedule(&|_| 0, ALL);
+        run_step(&mut s, &plan, 7); // 2 decodes now
+        s.add(Sequence::new(1, prompt(40, 0)));
+        let budget = TokenBudget {
+            total: 12,
+            prefill: 6,
+        };
+        let plan = s.schedule(&|_| 0, budget);
+        assert_eq!(
+            plan.scheduled,
+            vec![
+                Scheduled {
+                    id: 2,
+                    num_tokens: 1,
+                    num_slots: 0
+                },
+                Scheduled {
+                    id: 1,
+                    num_tokens: 6,
+                    num_slots: 0
+                }
+            ]
+        );
+        run_step(&mut s, &plan, 7);
+        assert_eq!(s.next_prefill_position(), 6);
+        // A verify row of 1 + 8 still fits; the prefill gets what the total leaves.
+        let plan = s.schedule(&|id| if id == 2 { 8 } else { 0 }, budget);
+        assert_eq!(plan.scheduled[0].num_slots, 8);
+        assert_eq!(plan.scheduled[1].num_tokens, 3);
     }
 
     #[test]
@@ -415,11 +518,11 @@ mod tests {
         let mut s = sched(4, 4, 4, 100);
         s.add(Sequence::new(1, prompt(8, 0)));
         s.add(Sequence::new(2, prompt(8, 50)));
-        let plan = s.schedule(&|_| 0);
+        let plan = s.schedule(&|_| 0, ALL);
         assert_eq!(plan.scheduled.len(), 2);
         run_step(&mut s, &plan, 1);
         // Both now hold 9 tokens; the next decode needs a third block each.
-        let plan = s.schedule(&|_| 0);
+        let plan = s.schedule(&|_| 0, ALL);
         assert_eq!(plan.preempted, vec![2]);
         assert_eq!(
             plan.scheduled.iter().map(|x| x.id).collect::<Vec<_>>(),
@@ -432,7 +535,7 @@ mod tests {
         assert_eq!(s.blocks.num_free_blocks(), 4);
         // Seq 2 comes back: its first full block is still cached (its second was
         // reused by seq 1), so 5 of its 9 tokens are recomputed.
-        let plan = s.schedule(&|_| 0);
+        let plan = s.schedule(&|_| 0, ALL);
         assert_eq!(
             plan.scheduled,
             vec![Scheduled {
@@ -450,16 +553,16 @@ mod tests {
         let mut p2 = prompt(12, 0);
         p2.extend([77, 78]);
         s.add(Sequence::new(1, prompt(12, 0)));
-        let plan = s.schedule(&|_| 0);
+        let plan = s.schedule(&|_| 0, ALL);
         run_step(&mut s, &plan, 5);
         s.add(Sequence::new(2, p2));
-        let plan = s.schedule(&|_| 0);
+        let plan = s.schedule(&|_| 0, ALL);
         let b = plan.scheduled.iter().find(|x| x.id == 2).unwrap();
         assert_eq!(b.num_tokens, 2, "12 of 14 tokens come from the cache");
         assert_eq!(s.get(2).unwrap().cached_prompt_tokens, 12);
         // A prompt that is entirely cached still computes its last block's tail.
         s.add(Sequence::new(3, prompt(12, 0)));
-        let plan = s.schedule(&|_| 0);
+        let plan = s.schedule(&|_| 0, ALL);
         let c = plan.scheduled.iter().find(|x| x.id == 3).unwrap();
         assert_eq!(c.num_tokens, 4);
         for id in [1, 2, 3] {
@@ -473,9 +576,9 @@ mod tests {
     fn verify_rows_are_all_or_nothing_and_rejected_slots_free_their_blocks() {
         let mut s = sched(16, 4, 4, 100);
         s.add(Sequence::new(1, prompt(4, 0)));
-        let plan = s.schedule(&|_| 0);
+        let plan = s.schedule(&|_| 0, ALL);
         run_step(&mut s, &plan, 3); // 5 tokens, 4 computed
-        let plan = s.schedule(&|_| 8);
+        let plan = s.schedule(&|_| 8, ALL);
         assert_eq!(plan.scheduled[0].num_slots, 8);
         assert_eq!(
             s.get(1).unwrap().blocks.len(),
@@ -490,8 +593,8 @@ mod tests {
         // A budget too small for a whole verify row schedules nothing for it.
         let mut t = sched(16, 4, 4, 5);
         t.add(Sequence::new(1, prompt(4, 0)));
-        let plan = t.schedule(&|_| 0);
+        let plan = t.schedule(&|_| 0, ALL);
         run_step(&mut t, &plan, 3);
-        assert!(t.schedule(&|_| 8).is_empty());
+        assert!(t.schedule(&|_| 8, ALL).is_empty());
     }
 }

@@ -86,7 +86,7 @@ mod tests {
         };
         let mut s = Scheduler::new(limits, BlockManager::new(16, 4, false));
         s.add(Sequence::new(1, vec![10, 11, 12, 13, 14]));
-        let _ = s.schedule(&|_| 0);
+        let _ = s.schedule(&|_| 0, crate::scheduler::TokenBudget::all(64));
         s.get_mut(1).unwrap().tokens.push(42);
         s.set_computed(1, 5);
         s.add(Sequence::new(2, vec![20, 21, 22]));
@@ -101,7 +101,10 @@ mod tests {
                 dynamic: false,
             }],
         );
-        let plan = s.schedule(&|id| drafts.slots_for(id));
+        let plan = s.schedule(
+            &|id| drafts.slots_for(id),
+            crate::scheduler::TokenBudget::all(64),
+        );
         let (input, rows) = build(&plan, &s, &drafts);
         assert_eq!(input.tokens, vec![42, 7, PAD_TOKEN, PAD_TOKEN, 20, 21, 22]);
         assert_eq!(input.positions, vec![5, 6, 7, 8, 0, 1, 2]);

@@ -6,10 +6,12 @@
 //! and |ppl_rel| ≤ 0.1 (configurable). A noise floor (the reference against itself under
 //! another batch composition, optionally another precision) is measured on the same streams.
 
+pub mod degenerate;
 pub mod exec;
 pub mod metrics;
 pub mod report;
 pub mod streams;
+pub mod verdicts;
 
 use anyhow::{ensure, Result};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -18,8 +20,8 @@ use std::time::Instant;
 
 pub use exec::{GateModel, ModelChoice};
 pub use metrics::{score_position, summarize, Metrics, PositionScore, Thresholds, Verdict};
-pub use report::{GateReport, ModelInfo, NoiseFloor};
-use wring_bench::corpus::Corpus;
+pub use report::{GateReport, GreedyAgreement, ModelInfo, NoiseFloor};
+use streams::PromptSource;
 use wring_model::CpuWeights;
 
 /// Which noise floors to measure.
@@ -92,7 +94,7 @@ pub fn scored_tokens_description(max_new: usize) -> String {
 }
 
 struct Stream {
-    corpus: Corpus,
+    corpus: PromptSource,
     prompt: streams::PromptStream,
     continuation: Vec<u32>,
 }
@@ -249,7 +251,7 @@ pub fn run_gate(cfg: &GateConfig) -> Result<GateReport> {
     //    time; other precision), then the candidate on the same ids.
     let ts = Instant::now();
     // (corpus, stream index, continuation index, score)
-    let mut cand_scores: Vec<(Corpus, usize, usize, PositionScore)> = vec![];
+    let mut cand_scores: Vec<(PromptSource, usize, usize, PositionScore)> = vec![];
     let mut batch_floor = vec![];
     let mut batch_floor_bitwise = true;
     let mut precision_floor = vec![];
@@ -295,6 +297,30 @@ pub fn run_gate(cfg: &GateConfig) -> Result<GateReport> {
     pb.finish_and_clear();
     let score_seconds = ts.elapsed().as_secs_f64();
 
+    // 3. The candidate's own greedy continuations, free-running: next-token distributions can
+    //    stay close (step 2) while greedy decoding, which follows the argmax wherever a near-tie
+    //    flips, turns into a loop the reference does not make. Scored by `degenerate::is_loop`.
+    let tc = Instant::now();
+    let pb = bar(cfg.progress, streams.len(), "candidate continuations");
+    let mut cand_conts: Vec<Vec<u32>> = Vec::with_capacity(streams.len());
+    for group in streams.chunks(batch) {
+        let prompts: Vec<&[u32]> = group
+            .iter()
+            .map(|s| s.prompt.prompt_ids.as_slice())
+            .collect();
+        cand_conts.extend(candidate.greedy(&prompts, cfg.max_new_tokens)?);
+        pb.inc(group.len() as u64);
+    }
+    pb.finish_and_clear();
+    let decode = |ids: &[u32]| reference.tokenizer.decode(ids, true).unwrap_or_default();
+    let pairs: Vec<(String, &[u32], &[u32])> = streams
+        .iter()
+        .zip(&cand_conts)
+        .map(|(s, c)| (s.prompt.id.clone(), s.continuation.as_slice(), c.as_slice()))
+        .collect();
+    let greedy = GreedyAgreement::of(&pairs, &decode);
+    let generate_seconds = generate_seconds + tc.elapsed().as_secs_f64();
+
     let all: Vec<PositionScore> = cand_scores.iter().map(|c| c.3).collect();
     let over = all
         .iter()
@@ -319,7 +345,11 @@ pub fn run_gate(cfg: &GateConfig) -> Result<GateReport> {
             logprob_cand: sc.logprob_cand,
         });
     let metrics = summarize(&all)?;
-    let verdict = cfg.thresholds.judge(&metrics);
+    let mut verdict = cfg.thresholds.judge(&metrics);
+    verdict.add_loops(
+        greedy.loops_introduced.len(),
+        cfg.thresholds.max_loops_introduced,
+    );
     let mut per_corpus = vec![];
     for c in &corpora {
         let these: Vec<PositionScore> = cand_scores
@@ -373,8 +403,8 @@ pub fn run_gate(cfg: &GateConfig) -> Result<GateReport> {
         verdict: if verdict.pass { "PASS" } else { "FAIL" }.into(),
         checks: verdict,
         thresholds: cfg.thresholds,
-        verdict_rule:
-            "PASS iff max_abs_logprob_diff <= max_logprob_diff AND |ppl_rel| <= max_ppl_rel".into(),
+        verdict_rule: "PASS iff max_abs_logprob_diff <= max_logprob_diff AND |ppl_rel| <= max_ppl_rel AND greedy.loops_introduced <= max_loops_introduced".into(),
+        greedy,
         reference: info(&reference),
         candidate: info(&candidate),
         scored_tokens: scored_tokens_description(cfg.max_new_tokens),

@@ -195,6 +195,9 @@ pub fn summarize(scores: &[PositionScore]) -> Result<Metrics> {
 pub struct Thresholds {
     pub max_logprob_diff: f64,
     pub max_ppl_rel: f64,
+    /// Most streams whose free-running greedy continuation may loop where the reference's
+    /// does not (`degenerate::is_loop`).
+    pub max_loops_introduced: usize,
 }
 
 impl Default for Thresholds {
@@ -202,16 +205,29 @@ impl Default for Thresholds {
         Self {
             max_logprob_diff: 0.5,
             max_ppl_rel: 0.1,
+            max_loops_introduced: 0,
         }
     }
 }
 
-/// PASS iff max |Δ logprob| ≤ threshold AND |ppl_rel| ≤ threshold.
+/// PASS iff max |Δ logprob| ≤ threshold AND |ppl_rel| ≤ threshold AND (whole runs) no more
+/// introduced greedy loops than allowed.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Verdict {
     pub pass: bool,
     pub logprob_ok: bool,
     pub ppl_ok: bool,
+    /// None where loops were not judged (per-corpus rows).
+    pub loops_ok: Option<bool>,
+}
+
+impl Verdict {
+    /// Adds the free-running check: `introduced` loops against at most `max`.
+    pub fn add_loops(&mut self, introduced: usize, max: usize) {
+        let ok = introduced <= max;
+        self.loops_ok = Some(ok);
+        self.pass &= ok;
+    }
 }
 
 impl Thresholds {
@@ -222,6 +238,7 @@ impl Thresholds {
             pass: logprob_ok && ppl_ok,
             logprob_ok,
             ppl_ok,
+            loops_ok: None,
         }
     }
 }

@@ -34,6 +34,52 @@ pub struct NoiseFloor {
     pub metrics: Metrics,
 }
 
+/// The candidate's own greedy continuations against the reference's (free-running, each
+/// from the same prompt).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct GreedyAgreement {
+    pub streams: usize,
+    /// Continuations identical to the reference's.
+    pub identical: usize,
+    /// Mean length of the common prefix with the reference's continuation, in tokens.
+    pub mean_common_prefix: f64,
+    /// Streams whose continuation is a loop (`degenerate::is_loop`), per model.
+    pub reference_loops: usize,
+    pub candidate_loops: usize,
+    /// Streams where the candidate loops and the reference does not (the criterion).
+    pub loops_introduced: Vec<String>,
+    /// The first few of those, as text: (stream, reference, candidate).
+    pub examples: Vec<(String, String, String)>,
+}
+
+impl GreedyAgreement {
+    /// From (stream id, reference continuation, candidate continuation); `decode` turns ids
+    /// into text for the examples.
+    pub fn of(pairs: &[(String, &[u32], &[u32])], decode: &dyn Fn(&[u32]) -> String) -> Self {
+        use crate::degenerate::is_loop;
+        let mut g = GreedyAgreement {
+            streams: pairs.len(),
+            ..Default::default()
+        };
+        let mut prefix_sum = 0usize;
+        for (id, r, c) in pairs {
+            g.identical += usize::from(r == c);
+            prefix_sum += r.iter().zip(c.iter()).take_while(|(a, b)| a == b).count();
+            let (rl, cl) = (is_loop(r), is_loop(c));
+            g.reference_loops += usize::from(rl);
+            g.candidate_loops += usize::from(cl);
+            if cl && !rl {
+                g.loops_introduced.push(id.clone());
+                if g.examples.len() < 3 {
+                    g.examples.push((id.clone(), decode(r), decode(c)));
+                }
+            }
+        }
+        g.mean_common_prefix = prefix_sum as f64 / pairs.len().max(1) as f64;
+        g
+    }
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub struct WorstPosition {
     /// `<corpus>:<record id>` of the stream.
@@ -75,6 +121,8 @@ pub struct GateReport {
     pub worst_position: Option<WorstPosition>,
     /// Candidate vs reference over all scored positions.
     pub metrics: Metrics,
+    /// Free-running greedy continuations compared.
+    pub greedy: GreedyAgreement,
     pub per_corpus: Vec<CorpusResult>,
     pub noise_floor: Vec<NoiseFloor>,
     pub generate_seconds: f64,
@@ -85,6 +133,26 @@ pub struct GateReport {
 impl GateReport {
     pub fn passed(&self) -> bool {
         self.checks.pass
+    }
+
+    /// The verdict and its numbers in one line (for verdict caches and start-up logs).
+    pub fn one_line(&self) -> String {
+        let m = &self.metrics;
+        let g = &self.greedy;
+        format!(
+            "{} on {} streams ({}): max |Δ logprob| {:.3}, ppl_rel {:+.2} %, greedy loops introduced {}{}",
+            self.verdict,
+            self.streams,
+            self.corpora.join(","),
+            m.max_abs_logprob_diff,
+            100.0 * m.ppl_rel,
+            g.loops_introduced.len(),
+            if g.loops_introduced.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", g.loops_introduced.join(", "))
+            }
+        )
     }
 
     /// A readable one-screen summary.
@@ -159,6 +227,30 @@ impl GateReport {
             m.ppl_ref,
             m.ppl_cand
         );
+        let g = &self.greedy;
+        let _ = writeln!(
+            s,
+            "  greedy loops    {} introduced (≤ {})  {}   loops: reference {}, candidate {} of {} streams; identical {}, mean common prefix {:.1} tokens",
+            g.loops_introduced.len(),
+            self.thresholds.max_loops_introduced,
+            ok(self.checks.loops_ok.unwrap_or(true)),
+            g.reference_loops,
+            g.candidate_loops,
+            g.streams,
+            g.identical,
+            g.mean_common_prefix
+        );
+        for (id, r, c) in &g.examples {
+            let short = |t: &str| t.chars().take(120).collect::<String>();
+            let _ = writeln!(
+                s,
+                "    {id}: reference {:?}\n    {:w$}  candidate {:?}",
+                short(r),
+                "",
+                short(c),
+                w = id.len()
+            );
+        }
         let _ = writeln!(
             s,
             "  token match {:.2}%   same top {:.2}%   mean |Δ logprob| {:.5}",

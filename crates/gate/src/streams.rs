@@ -18,27 +18,92 @@ pub struct PromptStream {
     pub truncated: bool,
 }
 
-/// `all` means the six file-backed corpora (`mix` is their shuffle and would repeat prompts).
-pub fn corpora(spec: &str) -> Result<Vec<Corpus>> {
-    if spec.trim().eq_ignore_ascii_case("all") {
-        return Ok(Corpus::SOURCES.to_vec());
-    }
-    parse_corpus_list(spec)
+/// Short everyday questions (written for this project, one per line): the first thing a
+/// chat user asks, where a quantized model's greedy answer can loop although its next-token
+/// distributions stay close to the reference's.
+pub const EVERYDAY_QUESTIONS: &str = include_str!("../data/everyday_questions.txt");
+
+/// Where a stream's prompt comes from: a benchmark corpus or the everyday questions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PromptSource {
+    Corpus(Corpus),
+    Everyday,
 }
 
-/// Up to `per_corpus` prompts of each corpus, in file order (mix: seeded shuffle, seed 0).
+impl PromptSource {
+    pub fn tag(self) -> &'static str {
+        match self {
+            Self::Corpus(c) => c.tag(),
+            Self::Everyday => "everyday",
+        }
+    }
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Corpus(c) => c.label(),
+            Self::Everyday => "everyday questions (built in)",
+        }
+    }
+}
+
+/// `all` means the six file-backed corpora (`mix` is their shuffle and would repeat prompts)
+/// and the everyday questions; otherwise a comma-separated list of corpus names and `everyday`.
+pub fn corpora(spec: &str) -> Result<Vec<PromptSource>> {
+    if spec.trim().eq_ignore_ascii_case("all") {
+        let mut v: Vec<PromptSource> = Corpus::SOURCES.map(PromptSource::Corpus).to_vec();
+        v.push(PromptSource::Everyday);
+        return Ok(v);
+    }
+    let names: Vec<&str> = spec
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .collect();
+    let everyday = names.iter().any(|n| n.eq_ignore_ascii_case("everyday"));
+    let rest: Vec<&str> = names
+        .into_iter()
+        .filter(|n| !n.eq_ignore_ascii_case("everyday"))
+        .collect();
+    let mut v: Vec<PromptSource> = if rest.is_empty() {
+        vec![]
+    } else {
+        parse_corpus_list(&rest.join(","))?
+            .into_iter()
+            .map(PromptSource::Corpus)
+            .collect()
+    };
+    if everyday {
+        v.push(PromptSource::Everyday);
+    }
+    anyhow::ensure!(!v.is_empty(), "no corpus given");
+    Ok(v)
+}
+
+/// Up to `per_corpus` prompts of each corpus, in file order (mix: seeded shuffle, seed 0), and
+/// every everyday question.
 pub fn load_prompts(
     corpus_dir: &Path,
-    corpora: &[Corpus],
+    sources: &[PromptSource],
     per_corpus: usize,
-) -> Result<Vec<(Corpus, String, String)>> {
-    let source = CorpusSource::new(corpus_dir);
+) -> Result<Vec<(PromptSource, String, String)>> {
+    let files = CorpusSource::new(corpus_dir);
     let mut out = vec![];
-    for &c in corpora {
-        let loaded = source
-            .load(c, Some(per_corpus), 0)
-            .with_context(|| format!("loading corpus {c} from {}", corpus_dir.display()))?;
-        out.extend(loaded.prompts.into_iter().map(|p| (c, p.id, p.text)));
+    for &src in sources {
+        match src {
+            PromptSource::Corpus(c) => {
+                let loaded = files
+                    .load(c, Some(per_corpus), 0)
+                    .with_context(|| format!("loading corpus {c} from {}", corpus_dir.display()))?;
+                out.extend(loaded.prompts.into_iter().map(|p| (src, p.id, p.text)));
+            }
+            // All of them whatever `per_corpus` says: a dozen short prompts.
+            PromptSource::Everyday => out.extend(
+                EVERYDAY_QUESTIONS
+                    .lines()
+                    .filter(|l| !l.trim().is_empty())
+                    .enumerate()
+                    .map(|(i, q)| (src, i.to_string(), q.trim().to_string())),
+            ),
+        }
     }
     Ok(out)
 }

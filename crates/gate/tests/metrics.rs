@@ -82,6 +82,7 @@ fn hand_computed_example() {
     let loose = Thresholds {
         max_logprob_diff: m.max_abs_logprob_diff,
         max_ppl_rel: 0.4,
+        ..Default::default()
     };
     assert!(loose.judge(&m).pass);
     // ppl_rel is judged by its absolute value: the candidate better by the same factor fails too.
@@ -99,6 +100,7 @@ fn hand_computed_example() {
     let t = Thresholds {
         max_logprob_diff: 1.0,
         max_ppl_rel: 0.25,
+        ..Default::default()
     };
     assert!(!t.judge(&ms).ppl_ok);
 }

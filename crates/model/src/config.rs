@@ -206,3 +206,77 @@ impl ModelConfig {
         "llama-3.1-8b-tiny",
     ];
 }
+
+/// Sampling settings a checkpoint ships for chat (Hugging Face `generation_config.json`, or a
+/// GGUF's `general.sampling.*` keys). Each field is None where the checkpoint says nothing.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct GenerationDefaults {
+    pub temperature: Option<f32>,
+    pub top_p: Option<f32>,
+    pub top_k: Option<u32>,
+    pub min_p: Option<f32>,
+}
+
+impl GenerationDefaults {
+    pub fn is_empty(&self) -> bool {
+        *self == Self::default()
+    }
+
+    /// From a `generation_config.json` value: `do_sample: false` means greedy (temperature 0).
+    pub fn from_hf_json(v: &serde_json::Value) -> Self {
+        let f = |k: &str| v.get(k).and_then(|x| x.as_f64()).map(|x| x as f32);
+        let mut g = Self {
+            temperature: f("temperature"),
+            top_p: f("top_p"),
+            top_k: v.get("top_k").and_then(|x| x.as_u64()).map(|x| x as u32),
+            min_p: f("min_p"),
+        };
+        if v.get("do_sample").and_then(|x| x.as_bool()) == Some(false) {
+            g.temperature = Some(0.0);
+        }
+        g
+    }
+
+    /// The generation defaults of the model at `path` (a GGUF file or a model directory).
+    pub fn of_model(path: &std::path::Path) -> Self {
+        if path.is_dir() {
+            return std::fs::read_to_string(path.join("generation_config.json"))
+                .ok()
+                .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+                .map(|v| Self::from_hf_json(&v))
+                .unwrap_or_default();
+        }
+        let Ok(g) = crate::gguf::GgufFile::open(path) else {
+            return Self::default();
+        };
+        let f = |k: &str| g.get_f64(k).map(|x| x as f32);
+        Self {
+            temperature: f("general.sampling.temp"),
+            top_p: f("general.sampling.top_p"),
+            top_k: g.get_u64("general.sampling.top_k").map(|x| x as u32),
+            min_p: f("general.sampling.min_p"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod generation_tests {
+    use super::GenerationDefaults;
+
+    #[test]
+    fn hf_generation_config_fields_and_greedy() {
+        let v =
+            serde_json::json!({"temperature": 0.6, "top_p": 0.9, "top_k": 20, "eos_token_id": 2});
+        let g = GenerationDefaults::from_hf_json(&v);
+        assert_eq!(g.temperature, Some(0.6));
+        assert_eq!(g.top_k, Some(20));
+        assert_eq!(g.min_p, None);
+        let g = GenerationDefaults::from_hf_json(
+            &serde_json::json!({"do_sample": false, "temperature": 0.6}),
+        );
+        assert_eq!(g.temperature, Some(0.0));
+        assert!(
+            GenerationDefaults::from_hf_json(&serde_json::json!({"bos_token_id": 1})).is_empty()
+        );
+    }
+}

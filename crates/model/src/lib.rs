@@ -16,7 +16,7 @@ pub mod weight_slice;
 pub mod weights;
 
 pub use chat::{ChatMessage, ChatTemplate};
-pub use config::{ModelConfig, RopeScaling};
+pub use config::{GenerationDefaults, ModelConfig, RopeScaling};
 pub use runner::{greedy_continuation, Logits, ModelRunner, SeqInput, ShardRunner, StepInput};
 pub use tokenizer::{IncrementalDecoder, Tokenizer};
 pub use wring_backend::cpu::CpuWeights;
@@ -289,7 +289,8 @@ pub fn load_model(spec: &ModelSpec) -> Result<LoadedModel> {
     }
 }
 
-fn resolve_model_path(model: Option<&str>) -> Result<PathBuf> {
+/// The file or directory a `--model` value names (None: the default model, fetched if needed).
+pub fn resolve_model_path(model: Option<&str>) -> Result<PathBuf> {
     let Some(m) = model else {
         return hub::ensure_default_model(false);
     };

@@ -154,6 +154,9 @@ pub struct Limits {
     pub vocab_size: usize,
     /// `max_tokens` when a chat request sends none (0 = the rest of the context).
     pub max_tokens_default: u32,
+    /// The model's generation config: fills sampling fields a request leaves out (as vLLM does);
+    /// without it OpenAI's defaults apply (temperature 1, top_p 1).
+    pub generation: wring_model::GenerationDefaults,
 }
 
 /// A validated chat request: the plan, the messages for the template and the tools.
@@ -366,8 +369,11 @@ fn common_plan(c: Common<'_>, limits: Limits, num_prompts: usize) -> Result<Plan
     }
 
     let defaults = SamplingParams::default();
-    let temperature = check_range("temperature", c.temperature, 0.0, 2.0)?.unwrap_or(1.0);
-    let top_p = c.top_p.unwrap_or(defaults.top_p);
+    let g = limits.generation;
+    let temperature = check_range("temperature", c.temperature, 0.0, 2.0)?
+        .or(g.temperature)
+        .unwrap_or(1.0);
+    let top_p = c.top_p.or(g.top_p).unwrap_or(defaults.top_p);
     if !(top_p > 0.0 && top_p <= 1.0) {
         return Err(ApiError::invalid_param(
             "top_p",
@@ -375,7 +381,8 @@ fn common_plan(c: Common<'_>, limits: Limits, num_prompts: usize) -> Result<Plan
         ));
     }
     let top_k = match c.top_k {
-        None | Some(-1) | Some(0) => 0,
+        None => g.top_k.unwrap_or(0),
+        Some(-1) | Some(0) => 0,
         Some(k) if k > 0 => u32::try_from(k).unwrap_or(u32::MAX),
         Some(k) => {
             return Err(ApiError::invalid_param(
@@ -384,7 +391,9 @@ fn common_plan(c: Common<'_>, limits: Limits, num_prompts: usize) -> Result<Plan
             ))
         }
     };
-    let min_p = check_range("min_p", c.min_p, 0.0, 1.0)?.unwrap_or(defaults.min_p);
+    let min_p = check_range("min_p", c.min_p, 0.0, 1.0)?
+        .or(g.min_p)
+        .unwrap_or(defaults.min_p);
     let presence_penalty =
         check_range("presence_penalty", c.presence_penalty, -2.0, 2.0)?.unwrap_or(0.0);
     let frequency_penalty =
@@ -581,6 +590,12 @@ mod tests {
     const LIMITS: Limits = Limits {
         vocab_size: 1000,
         max_tokens_default: 0,
+        generation: wring_model::GenerationDefaults {
+            temperature: None,
+            top_p: None,
+            top_k: None,
+            min_p: None,
+        },
     };
 
     fn chat(body: serde_json::Value) -> Result<(Plan, ChatInput), ApiError> {

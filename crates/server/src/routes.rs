@@ -229,6 +229,7 @@ fn limits(state: &AppState) -> Limits {
     Limits {
         vocab_size: state.info.tokenizer.vocab_size(),
         max_tokens_default: state.config.max_tokens_default,
+        generation: state.config.generation_defaults,
     }
 }
 

@@ -36,6 +36,8 @@ pub struct ServerConfig {
     pub max_tokens_default: u32,
     /// How tool calls are written (None = detected from the chat template).
     pub tool_call_format: Option<ToolFormat>,
+    /// Sampling settings from the model's generation config, for fields a request leaves out.
+    pub generation_defaults: wring_model::GenerationDefaults,
 }
 
 impl Default for ServerConfig {
@@ -49,6 +51,7 @@ impl Default for ServerConfig {
             stats_interval: Duration::from_secs(10),
             allowed_origins: vec!["*".into()],
             max_tokens_default: DEFAULT_MAX_TOKENS,
+            generation_defaults: wring_model::GenerationDefaults::default(),
             tool_call_format: None,
         }
     }

@@ -12,11 +12,14 @@
 //! same operations in the same order whatever the tile, so a value never depends on how
 //! many tokens or rows were computed together, where it sat in a tile, or the threads.
 
+#[cfg(target_arch = "x86_64")]
+use super::attention::exp8;
+use super::attention::exp_scalar;
 use super::simd::tree8;
 #[cfg(target_arch = "x86_64")]
 use super::simd::{dispatch, has_avx2, hsum};
 use super::tiling::tiled;
-use crate::{AttnShape, RopeSpec, SeqInput};
+use crate::RopeSpec;
 
 /// Dot product in the matmul order (see the module docs): `matmul_t` computes each
 /// output with exactly these operations.
@@ -245,61 +248,6 @@ pub fn matmul_t(x: &[f32], t_rows: usize, w: &[f32], w_rows: usize, cols: usize)
     })
 }
 
-/// Attention's dot product: two 8-lane FMA chains over 16-element steps (even and odd
-/// 8-blocks), then the [`tree8`] reduction and the tail.
-#[inline]
-fn dot_attn(a: &[f32], b: &[f32]) -> f32 {
-    debug_assert_eq!(a.len(), b.len());
-    #[cfg(target_arch = "x86_64")]
-    {
-        if has_avx2() {
-            // SAFETY: the features were detected at run time.
-            return unsafe { dot_attn_avx2(a, b) };
-        }
-    }
-    dot_attn_scalar(a, b)
-}
-
-fn dot_attn_scalar(a: &[f32], b: &[f32]) -> f32 {
-    let mut acc = [0.0f32; 16];
-    let n = a.len() / 16 * 16;
-    for i in (0..n).step_by(16) {
-        for l in 0..16 {
-            acc[l] = a[i + l].mul_add(b[i + l], acc[l]);
-        }
-    }
-    let mut s = tree8(std::array::from_fn(|l| acc[l] + acc[8 + l]));
-    for i in n..a.len() {
-        s = a[i].mul_add(b[i], s);
-    }
-    s
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn dot_attn_avx2(a: &[f32], w: &[f32]) -> f32 {
-    use std::arch::x86_64::*;
-    let len = w.len();
-    let n = len / 16 * 16;
-    let (pa, pw) = (a.as_ptr(), w.as_ptr());
-    let (mut a0, mut a1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
-    let mut i = 0;
-    while i < n {
-        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(pa.add(i)), _mm256_loadu_ps(pw.add(i)), a0);
-        a1 = _mm256_fmadd_ps(
-            _mm256_loadu_ps(pa.add(i + 8)),
-            _mm256_loadu_ps(pw.add(i + 8)),
-            a1,
-        );
-        i += 16;
-    }
-    let mut s = hsum(_mm256_add_ps(a0, a1));
-    for j in n..len {
-        s = a[j].mul_add(w[j], s);
-    }
-    s
-}
-
 pub fn rms_norm_inplace(row: &mut [f32], w: &[f32], eps: f32) {
     let ss = dot(row, row) / row.len() as f32;
     let scale = 1.0 / (ss + eps).sqrt();
@@ -333,211 +281,53 @@ pub fn rope_head_at(x: &mut [f32], angles: &[(f32, f32)], interleaved: bool) {
     }
 }
 
-/// Attention of query head `h` of one sequence over its cached context, causal.
-/// Returns `[query_len][head_dim]`.
-pub fn attend_head(
-    seq: &SeqInput,
-    h: usize,
-    q: &[f32],
-    k_pool: &[f32],
-    v_pool: &[f32],
-    shape: AttnShape,
-    block_size: usize,
-) -> Vec<f32> {
+/// `silu(g)·u` per value: `g·σ(g)·u` with `σ` from `e = exp(−|g|)` (`1/(1+e)` for
+/// `g ≥ 0`, `e/(1+e)` below, so `exp` never overflows), `exp` the softmax's polynomial
+/// ([`exp_scalar`]); the AVX2 path runs the same operations per lane.
+pub fn silu_mul_row(g: &[f32], u: &[f32], out: &mut [f32]) {
+    assert!(
+        g.len() == u.len() && out.len() == g.len(),
+        "silu_mul_row: lengths"
+    );
+    let mut done = 0;
     #[cfg(target_arch = "x86_64")]
     {
         if has_avx2() {
-            let a = (seq, h, q, k_pool, v_pool, shape, block_size);
-            // SAFETY (all three): the features were detected at run time.
-            return match shape.head_dim {
-                64 => unsafe { attend_head_avx2::<8>(a) },
-                128 => unsafe { attend_head_avx2::<16>(a) },
-                _ => unsafe { attend_head_fma(seq, h, q, k_pool, v_pool, shape, block_size) },
-            };
+            // SAFETY: features detected; equal lengths checked above.
+            done = unsafe { silu_mul_avx2(g, u, out) };
         }
     }
-    attend_head_impl(seq, h, q, k_pool, v_pool, shape, block_size)
-}
-
-type AttendArgs<'a> = (
-    &'a SeqInput,
-    usize,
-    &'a [f32],
-    &'a [f32],
-    &'a [f32],
-    AttnShape,
-    usize,
-);
-
-/// `s = exp(s - max)` for every score, in position order; returns their sum.
-#[inline(always)]
-fn exp_in_place(scores: &mut [f32], max: f32) -> f32 {
-    let mut denom = 0.0f32;
-    for s in scores {
-        *s = (*s - max).exp();
-        denom += *s;
-    }
-    denom
-}
-
-/// What every attention kernel needs for query head `h` of one sequence: the output
-/// and score buffers and the offset of each context position's K/V row, checked against
-/// the pools once so the kernels can read rows unchecked.
-struct HeadSetup {
-    q_width: usize,
-    scale: f32,
-    out: Vec<f32>,
-    scores: Vec<f32>,
-    bases: Vec<usize>,
-}
-
-impl HeadSetup {
-    fn new(
-        seq: &SeqInput,
-        h: usize,
-        k_pool: &[f32],
-        v_pool: &[f32],
-        shape: AttnShape,
-        block_size: usize,
-    ) -> Self {
-        let d = shape.head_dim;
-        let kv_width = shape.n_kv_heads * d;
-        let kvh = h / (shape.n_heads / shape.n_kv_heads);
-        let bases: Vec<usize> = (0..seq.context_len)
-            .map(|pos| {
-                let slot =
-                    seq.block_table[pos / block_size] as usize * block_size + pos % block_size;
-                slot * kv_width + kvh * d
-            })
-            .collect();
-        let end = bases.iter().max().map_or(0, |&b| b + d);
-        let pool = k_pool.len().min(v_pool.len());
-        assert!(
-            end <= pool,
-            "attention: K/V row {end} beyond the pool ({pool})"
-        );
-        Self {
-            q_width: shape.n_heads * d,
-            scale: 1.0 / (d as f32).sqrt(),
-            out: vec![0.0f32; seq.query_len * d],
-            scores: vec![0.0f32; seq.context_len],
-            bases,
-        }
+    for ((o, &g), &u) in out[done..].iter_mut().zip(&g[done..]).zip(&u[done..]) {
+        *o = silu_mul_scalar(g, u);
     }
 }
 
-/// [`attend_head_impl`] for `head_dim = 8·N`, with the query row and the output row
-/// held in registers across the context instead of reloaded per position. Every value
-/// goes through the same operations in the same order as the portable version (the
-/// score is [`dot_attn`]'s two chains and [`hsum`], the output one FMA per position),
-/// so results are bit-identical to it.
-///
-/// # Safety
-/// AVX2 and FMA must be available; `shape.head_dim == 8 * N` with N even.
+#[inline]
+fn silu_mul_scalar(g: f32, u: f32) -> f32 {
+    let e = exp_scalar(-g.abs());
+    let d = 1.0 + e;
+    let sig = if g >= 0.0 { 1.0 / d } else { e / d };
+    g * sig * u
+}
+
+/// The full vectors of [`silu_mul_row`]; returns how many values it wrote.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-#[allow(clippy::needless_range_loop)]
-unsafe fn attend_head_avx2<const N: usize>(a: AttendArgs) -> Vec<f32> {
+unsafe fn silu_mul_avx2(g: &[f32], u: &[f32], out: &mut [f32]) -> usize {
     use std::arch::x86_64::*;
-    let (seq, h, q, k_pool, v_pool, shape, block_size) = a;
-    let d = shape.head_dim;
-    assert!(
-        d == 8 * N && N.is_multiple_of(2),
-        "attend_head_avx2: head_dim {d}"
-    );
-    let HeadSetup {
-        q_width,
-        scale,
-        mut out,
-        mut scores,
-        bases,
-    } = HeadSetup::new(seq, h, k_pool, v_pool, shape, block_size);
-    for j in 0..seq.query_len {
-        let t = seq.query_start + j;
-        let qv = &q[t * q_width + h * d..t * q_width + (h + 1) * d];
-        let qr: [__m256; N] = std::array::from_fn(|i| _mm256_loadu_ps(qv.as_ptr().add(8 * i)));
-        let last = seq.context_len - seq.query_len + j; // causal: attend to 0..=last
-        let mut max = f32::NEG_INFINITY;
-        for (s, &base) in scores.iter_mut().zip(&bases).take(last + 1) {
-            let kp = k_pool.as_ptr().add(base);
-            let (mut a0, mut a1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
-            for i in (0..N).step_by(2) {
-                a0 = _mm256_fmadd_ps(qr[i], _mm256_loadu_ps(kp.add(8 * i)), a0);
-                a1 = _mm256_fmadd_ps(qr[i + 1], _mm256_loadu_ps(kp.add(8 * i + 8)), a1);
-            }
-            *s = hsum(_mm256_add_ps(a0, a1)) * scale;
-            max = max.max(*s);
-        }
-        let denom = exp_in_place(&mut scores[..=last], max);
-        let mut o = [_mm256_setzero_ps(); N];
-        for (&s, &base) in scores.iter().zip(&bases).take(last + 1) {
-            let p = _mm256_set1_ps(s / denom);
-            let vp = v_pool.as_ptr().add(base);
-            for i in 0..N {
-                o[i] = _mm256_fmadd_ps(p, _mm256_loadu_ps(vp.add(8 * i)), o[i]);
-            }
-        }
-        for i in 0..N {
-            _mm256_storeu_ps(out[j * d + 8 * i..].as_mut_ptr(), o[i]);
-        }
+    let n = g.len() / 8 * 8;
+    let sign = _mm256_set1_ps(-0.0);
+    let one = _mm256_set1_ps(1.0);
+    for i in (0..n).step_by(8) {
+        let gv = _mm256_loadu_ps(g.as_ptr().add(i));
+        let e = exp8(_mm256_or_ps(gv, sign));
+        let d = _mm256_add_ps(one, e);
+        let pos = _mm256_cmp_ps(gv, _mm256_setzero_ps(), _CMP_GE_OQ);
+        let sig = _mm256_blendv_ps(_mm256_div_ps(e, d), _mm256_div_ps(one, d), pos);
+        let o = _mm256_mul_ps(_mm256_mul_ps(gv, sig), _mm256_loadu_ps(u.as_ptr().add(i)));
+        _mm256_storeu_ps(out.as_mut_ptr().add(i), o);
     }
-    out
-}
-
-/// The same code compiled with FMA enabled: `mul_add` becomes one `vfmadd` per element
-/// (vectorised) instead of a call into libm's software `fmaf`. Fused multiply-add rounds
-/// once either way, so the results are bit-identical to the portable build.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn attend_head_fma(
-    seq: &SeqInput,
-    h: usize,
-    q: &[f32],
-    k_pool: &[f32],
-    v_pool: &[f32],
-    shape: AttnShape,
-    block_size: usize,
-) -> Vec<f32> {
-    attend_head_impl(seq, h, q, k_pool, v_pool, shape, block_size)
-}
-
-#[inline(always)]
-fn attend_head_impl(
-    seq: &SeqInput,
-    h: usize,
-    q: &[f32],
-    k_pool: &[f32],
-    v_pool: &[f32],
-    shape: AttnShape,
-    block_size: usize,
-) -> Vec<f32> {
-    let d = shape.head_dim;
-    let HeadSetup {
-        q_width,
-        scale,
-        mut out,
-        mut scores,
-        bases,
-    } = HeadSetup::new(seq, h, k_pool, v_pool, shape, block_size);
-    for j in 0..seq.query_len {
-        let t = seq.query_start + j;
-        let qv = &q[t * q_width + h * d..t * q_width + (h + 1) * d];
-        let last = seq.context_len - seq.query_len + j; // causal: attend to 0..=last
-        let mut max = f32::NEG_INFINITY;
-        for (s, &base) in scores.iter_mut().zip(&bases).take(last + 1) {
-            *s = dot_attn(qv, &k_pool[base..base + d]) * scale;
-            max = max.max(*s);
-        }
-        let denom = exp_in_place(&mut scores[..=last], max);
-        let o = &mut out[j * d..(j + 1) * d];
-        for (&s, &base) in scores.iter().zip(&bases).take(last + 1) {
-            let p = s / denom;
-            for (oi, vi) in o.iter_mut().zip(&v_pool[base..base + d]) {
-                *oi = p.mul_add(*vi, *oi);
-            }
-        }
-    }
-    out
+    n
 }
 
 #[cfg(test)]
@@ -602,52 +392,28 @@ mod tests {
     }
 
     #[test]
-    fn attention_dot_matches_its_scalar_order() {
-        let (a, b) = (data(203, 3), data(203, 4));
-        assert_eq!(
-            dot_attn(&a, &b).to_bits(),
-            dot_attn_scalar(&a, &b).to_bits()
-        );
-    }
-
-    /// The register-resident attention kernels (head_dim 64 and 128) give the portable
-    /// kernel's bits for every head, for decode and verify shapes over a paged, shuffled
-    /// block table.
-    #[test]
-    fn attention_kernels_match_the_portable_order_bitwise() {
-        for d in [64, 128] {
-            let shape = AttnShape {
-                n_heads: 6,
-                n_kv_heads: 2,
-                head_dim: d,
-            };
-            let (bs, blocks) = (16, 12);
-            let kv_width = shape.n_kv_heads * d;
-            let (k, v) = (
-                data(blocks * bs * kv_width, 5),
-                data(blocks * bs * kv_width, 6),
+    fn silu_matches_its_scalar_order_and_libm() {
+        let g: Vec<f32> = (0..1003)
+            .map(|i| (i as f32 - 500.0) * 0.037)
+            .chain([0.0, -0.0, 95.0, -95.0])
+            .collect();
+        let u: Vec<f32> = (0..g.len()).map(|i| 1.0 + (i % 7) as f32 * 0.25).collect();
+        let mut out = vec![0.0f32; g.len()];
+        silu_mul_row(&g, &u, &mut out);
+        for i in 0..g.len() {
+            assert_eq!(
+                out[i].to_bits(),
+                silu_mul_scalar(g[i], u[i]).to_bits(),
+                "g {}",
+                g[i]
             );
-            for (query_len, context_len) in [(1, 1), (1, 150), (5, 77), (13, 190)] {
-                let seq = SeqInput {
-                    query_start: 2,
-                    query_len,
-                    context_len,
-                    block_table: (0..context_len.div_ceil(bs) as u32)
-                        .map(|b| (b * 7) % blocks as u32)
-                        .collect(),
-                };
-                let q = data((2 + query_len) * shape.n_heads * d, query_len);
-                for h in 0..shape.n_heads {
-                    let got = attend_head(&seq, h, &q, &k, &v, shape, bs);
-                    let want = attend_head_impl(&seq, h, &q, &k, &v, shape, bs);
-                    let bits = |x: &[f32]| x.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
-                    assert_eq!(
-                        bits(&got),
-                        bits(&want),
-                        "d {d} q {query_len} ctx {context_len} head {h}"
-                    );
-                }
-            }
+            let want = g[i] as f64 / (1.0 + (-g[i] as f64).exp()) * u[i] as f64;
+            assert!(
+                (out[i] as f64 - want).abs() <= 1e-6 * want.abs().max(1e-30),
+                "g {}: {} vs {want}",
+                g[i],
+                out[i]
+            );
         }
     }
 }

@@ -6,6 +6,7 @@
 //! each (sequence, head, query) over its own context in position order. Parallelism
 //! only splits *which* values a thread computes, never how one value is summed.
 
+mod attention;
 pub mod host_comm;
 mod kernels;
 pub mod q4;
@@ -59,7 +60,7 @@ impl CpuMatrix {
     pub fn nbytes(&self) -> usize {
         match self {
             CpuMatrix::F32 { data, .. } => 4 * data.len(),
-            CpuMatrix::Q8(m) => m.quants.len() + 4 * m.scales.len(),
+            CpuMatrix::Q8(m) => m.nbytes(),
             CpuMatrix::Q4(m) => m.nbytes(),
             CpuMatrix::Quant(m) => m.nbytes(),
         }
@@ -101,7 +102,9 @@ pub struct CpuVector(Vec<f32>);
 
 struct KvPool {
     spec: KvSpec,
-    /// Per layer: `[block][slot][kv_head][head_dim]` for K and for V.
+    /// Per layer: K as `[block][kv_head][head_dim][slot]` (transposed within a block,
+    /// so scores run eight keys per vector), V as `[block][slot][kv_head][head_dim]`
+    /// ([`attention::KvLayout`]).
     k: Vec<Vec<f32>>,
     v: Vec<Vec<f32>>,
 }
@@ -146,8 +149,9 @@ impl CpuBackend {
         match table {
             CpuMatrix::F32 { data: d, .. } => data.extend_from_slice(&d[t * cols..(t + 1) * cols]),
             CpuMatrix::Q8(m) => {
-                let (q, s) = m.row(t);
-                data.extend(q.iter().enumerate().map(|(i, &v)| v as f32 * s[i / q8::QK]));
+                let start = data.len();
+                data.resize(start + cols, 0.0);
+                m.dequantize_row(t, &mut data[start..]);
             }
             CpuMatrix::Q4(m) => {
                 let start = data.len();
@@ -334,16 +338,24 @@ impl Backend for CpuBackend {
         let kv = self.kv.as_mut().expect("KV pool allocated before any step");
         let bs = kv.spec.block_size;
         let kv_width = shape.n_kv_heads * shape.head_dim;
+        let layout = attention::KvLayout {
+            block_size: bs,
+            n_kv_heads: shape.n_kv_heads,
+            head_dim: shape.head_dim,
+        };
         // Write this step's K/V into the pool slots of their positions.
         for seq in &self.step.seqs {
             for j in 0..seq.query_len {
                 let t = seq.query_start + j;
                 let pos = seq.context_len - seq.query_len + j;
-                let slot = seq.block_table[pos / bs] as usize * bs + pos % bs;
-                kv.k[layer][slot * kv_width..(slot + 1) * kv_width]
-                    .copy_from_slice(&k.data[t * kv_width..(t + 1) * kv_width]);
-                kv.v[layer][slot * kv_width..(slot + 1) * kv_width]
-                    .copy_from_slice(&v.data[t * kv_width..(t + 1) * kv_width]);
+                layout.store(
+                    &mut kv.k[layer],
+                    &mut kv.v[layer],
+                    seq.block_table[pos / bs] as usize,
+                    pos % bs,
+                    &k.data[t * kv_width..(t + 1) * kv_width],
+                    &v.data[t * kv_width..(t + 1) * kv_width],
+                );
             }
         }
         let (kl, vl) = (&kv.k[layer], &kv.v[layer]);
@@ -387,7 +399,7 @@ impl Backend for CpuBackend {
             0,
             |i, res, _| {
                 let (c, h) = tasks[i];
-                res[0] = kernels::attend_head(&chunks[c], h, &q.data, kl, vl, shape, bs);
+                res[0] = attention::attend(&chunks[c], h, &q.data, kl, vl, shape, bs);
             },
         );
         for (&(c, h), res) in tasks.iter().zip(results) {
@@ -406,15 +418,23 @@ impl Backend for CpuBackend {
     }
 
     fn silu_mul(&mut self, gate: &CpuTensor, up: &CpuTensor) -> CpuTensor {
-        let data = gate
-            .data
-            .iter()
-            .zip(&up.data)
-            .map(|(&g, &u)| silu_mul(g, u))
-            .collect();
+        let cols = gate.cols;
+        let mut data = vec![0.0f32; gate.rows * cols];
+        tiling::for_rows(
+            gate.rows,
+            16,
+            &mut data,
+            cols,
+            &mut [(); 0],
+            0,
+            |t, out, _| {
+                let r = t * cols..(t + 1) * cols;
+                kernels::silu_mul_row(&gate.data[r.clone()], &up.data[r], out)
+            },
+        );
         CpuTensor {
             rows: gate.rows,
-            cols: gate.cols,
+            cols,
             data,
         }
     }
@@ -511,20 +531,23 @@ impl Backend for CpuBackend {
     fn gate_up_silu(&mut self, x: &CpuTensor, w: &CpuMatrix) -> CpuTensor {
         let fused = self.linear(x, w, None);
         let i = fused.cols / 2;
-        let data = fused
-            .data
-            .chunks_exact(fused.cols)
-            .flat_map(|r| r[..i].iter().zip(&r[i..]).map(|(&g, &u)| silu_mul(g, u)))
-            .collect();
+        let mut data = vec![0.0f32; fused.rows * i];
+        tiling::for_rows(
+            fused.rows,
+            16,
+            &mut data,
+            i,
+            &mut [(); 0],
+            0,
+            |t, out, _| {
+                let r = &fused.data[t * fused.cols..(t + 1) * fused.cols];
+                kernels::silu_mul_row(&r[..i], &r[i..], out)
+            },
+        );
         CpuTensor {
             rows: fused.rows,
             cols: i,
             data,
         }
     }
-}
-
-/// `silu(g) * u`.
-fn silu_mul(g: f32, u: f32) -> f32 {
-    g / (1.0 + (-g).exp()) * u
 }

@@ -1,41 +1,48 @@
 //! 4-bit weights for the CPU (`--cpu-weights q4`): blocks of 32 unsigned 4-bit values
 //! with a scale `d` and minimum `m` rounded to f16 (the Q4_1 shape, `x ≈ d·q + m`,
-//! `q ∈ 0..15`),
-//! multiplied against activations quantised per token row as for q8 (int8 blocks of 32
-//! with an f32 scale `d_a`) plus each block's `d_a·Σq_a` (for the `m` term).
+//! `q ∈ 0..15`), multiplied against activations quantised per token row as for q8
+//! (int8 blocks of 32 with an f32 scale `d_a`) plus each block's `d_a·Σq_a` (for the
+//! `m` term).
 //!
-//! One output over blocks `b`: `Σ_b d_w·d_a·Σ(q_w·q_a) + Σ_b m_w·(d_a·Σq_a)`.
-//! Weights read from a GGUF Q4_1 tensor come back exactly: its f32 values are
-//! `d·q + m` with f16 `d`, `m`, which the block's minimum and range recover.
-//! Still batch-invariant: each activation row is quantised on its own and every value
-//! is summed in one fixed order ([`dot_q4_scalar`] is the reference, bit for bit).
+//! One output over blocks `b`, in block order, one FMA chain:
+//! `acc = fma(Σ(q_w·q_a), d_w·d_a, acc); acc = fma(m_w, d_a·Σq_a, acc)`. The block's
+//! integer dot product is exact (any summation order gives the same integer), so the
+//! only roundings are the chain's, and [`dot_q4_scalar`] is the reference, bit for bit.
+//! Weights read from a GGUF Q4_1 tensor come back exactly: its f32 values are `d·q + m`
+//! with f16 `d`, `m`, which the block's minimum and range recover. Still
+//! batch-invariant: each activation row is quantised on its own and every value is
+//! summed in that one order whatever the tile, the token count or the threads.
 //!
-//! Row layout (one contiguous run of bytes per weight row, rows back to back, so a tile
-//! of consecutive rows is one memory stream): `nb·16` bytes of quants (block `b`'s byte
-//! `j` holds `q[j]` in its low nibble and `q[j + 16]` in its high one, llama.cpp's
-//! order: one shift and mask give the 32 values in order), then `nb` scales as f32, then
-//! `nbp` minimums as f16 (`nb` rounded up to 8, zero-padded, so the `m` term runs 8
-//! blocks per vector through one F16C conversion). 22 bytes per 32 weights: the scale
-//! as f32 is 10 % more bytes than f16 but one broadcast load instead of a scalar
-//! conversion per block and row, and measured ~8 % faster at one token (BENCHMARKS.md).
+//! Layout (llama.cpp's repacking idea, our own format): rows in groups of eight (the
+//! last group zero-padded), each group's blocks back to back, 160 bytes per block: four
+//! 32-byte vectors of quants, then the eight rows' `d`, then their `m`, as f16. Byte
+//! `4·r + i` of vector `k` holds row `r`'s value `4k + i` in its low nibble and value
+//! `16 + 4k + i` in its high one, so one load, a shift and two masks give two vectors of
+//! eight rows × four values; `vpmaddubsw` against four activation bytes broadcast to
+//! every row sums pairs, eight such products add up in 16 bits without overflow
+//! (`2·15·127·8 < 2¹⁵`), and one `vpmaddwd` leaves each row's block sum in its own lane:
+//! eight outputs per vector, no horizontal sums, and the scales of eight rows converted
+//! by one `vcvtph2ps`. 20 bytes per 32 weights, as in the GGUF file.
 
-use super::tiling::{for_rows, tiled};
+use super::tiling::{for_rows, grouped, GROUP};
 
 use half::f16;
 
 pub const QK: usize = 32;
+/// Bytes of one block of one group: quants, then `d` and `m` of its eight rows.
+const BLOCK_BYTES: usize = GROUP * QK / 2 + 2 * GROUP * 2;
+const D_AT: usize = GROUP * QK / 2;
+const M_AT: usize = D_AT + 2 * GROUP;
 
 /// `n` rounded up to a multiple of 8.
 pub const fn pad8(n: usize) -> usize {
     n.div_ceil(8) * 8
 }
 
-/// A row-major `[rows][cols]` matrix of 4-bit blocks (layout in the module docs).
+/// A `[rows][cols]` matrix of 4-bit blocks in row groups (layout in the module docs).
 pub struct Q4Matrix {
     pub rows: usize,
     pub cols: usize,
-    /// Bytes per row.
-    stride: usize,
     data: Vec<u8>,
 }
 
@@ -57,11 +64,9 @@ impl Q4Matrix {
         }
         assert_eq!(data.len(), rows * cols, "Q4Matrix::from_f32: data length");
         let nb = cols / QK;
-        let stride = nb * 16 + nb * 4 + pad8(nb) * 2;
-        let mut out = vec![0u8; rows * stride];
-        for (x, row) in data.chunks_exact(cols).zip(out.chunks_exact_mut(stride)) {
-            let (qs, rest) = row.split_at_mut(nb * 16);
-            let (ds, ms) = rest.split_at_mut(nb * 4);
+        let mut out = vec![0u8; rows.div_ceil(GROUP) * nb * BLOCK_BYTES];
+        for (r, x) in data.chunks_exact(cols).enumerate() {
+            let (g, lane) = (r / GROUP, r % GROUP);
             for (b, xb) in x.chunks_exact(QK).enumerate() {
                 let (mut lo, mut hi) = (f32::INFINITY, f32::NEG_INFINITY);
                 for &v in xb {
@@ -74,18 +79,21 @@ impl Q4Matrix {
                 }
                 let (df, mf) = (d.to_f32(), m.to_f32());
                 let id = if df > 0.0 { 1.0 / df } else { 0.0 };
-                let q = |v: f32| ((v - mf) * id).round().clamp(0.0, 15.0) as u8;
-                for j in 0..16 {
-                    qs[b * 16 + j] = q(xb[j]) | (q(xb[j + 16]) << 4);
+                let blk = &mut out[(g * nb + b) * BLOCK_BYTES..(g * nb + b + 1) * BLOCK_BYTES];
+                for (j, &v) in xb.iter().enumerate() {
+                    let q = ((v - mf) * id).round().clamp(0.0, 15.0) as u8;
+                    let (k, i) = ((j % 16) / 4, j % 4);
+                    blk[32 * k + 4 * lane + i] |= if j < 16 { q } else { q << 4 };
                 }
-                ds[4 * b..4 * b + 4].copy_from_slice(&df.to_le_bytes());
-                ms[2 * b..2 * b + 2].copy_from_slice(&m.to_bits().to_le_bytes());
+                blk[D_AT + 2 * lane..D_AT + 2 * lane + 2]
+                    .copy_from_slice(&d.to_bits().to_le_bytes());
+                blk[M_AT + 2 * lane..M_AT + 2 * lane + 2]
+                    .copy_from_slice(&m.to_bits().to_le_bytes());
             }
         }
         Ok(Self {
             rows,
             cols,
-            stride,
             data: out,
         })
     }
@@ -94,39 +102,34 @@ impl Q4Matrix {
         self.cols / QK
     }
 
-    /// Row `r`'s bytes (quants, scales, minimums).
-    fn row_bytes(&self, r: usize) -> &[u8] {
-        &self.data[r * self.stride..(r + 1) * self.stride]
+    /// Block `b` of the group holding row `r`.
+    fn block(&self, r: usize, b: usize) -> &[u8] {
+        let at = (r / GROUP * self.nb() + b) * BLOCK_BYTES;
+        &self.data[at..at + BLOCK_BYTES]
     }
 
-    /// Row `r` as (packed quants, scales, minimums zero-padded to `pad8(nb)`).
-    pub fn row(&self, r: usize) -> (&[u8], Vec<f32>, Vec<f32>) {
-        let nb = self.nb();
-        let b = self.row_bytes(r);
-        let half = |bytes: &[u8]| -> Vec<f32> {
-            bytes
-                .chunks_exact(2)
-                .map(|c| f16::from_bits(u16::from_le_bytes([c[0], c[1]])).to_f32())
-                .collect()
-        };
-        (
-            &b[..nb * 16],
-            b[nb * 16..nb * 20]
-                .chunks_exact(4)
-                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-                .collect(),
-            half(&b[nb * 20..]),
-        )
+    /// Row `r`, block `b`: (its 32 quants, d, m).
+    fn row_block(&self, r: usize, b: usize) -> ([u8; QK], f32, f32) {
+        let blk = self.block(r, b);
+        let lane = r % GROUP;
+        let q = std::array::from_fn(|j| {
+            let byte = blk[32 * ((j % 16) / 4) + 4 * lane + j % 4];
+            if j < 16 {
+                byte & 0xF
+            } else {
+                byte >> 4
+            }
+        });
+        let half = |at: usize| f16::from_bits(u16::from_le_bytes([blk[at], blk[at + 1]])).to_f32();
+        (q, half(D_AT + 2 * lane), half(M_AT + 2 * lane))
     }
 
     /// Row `r` as f32: `d·q + m` per value (the GGUF Q4_1 dequantisation).
     pub fn dequantize_row(&self, r: usize, out: &mut [f32]) {
-        let (qs, d, m) = self.row(r);
         for (b, ob) in out[..self.cols].chunks_exact_mut(QK).enumerate() {
-            for j in 0..16 {
-                let q = qs[b * 16 + j];
-                ob[j] = (q & 0xF) as f32 * d[b] + m[b];
-                ob[j + 16] = (q >> 4) as f32 * d[b] + m[b];
+            let (q, d, m) = self.row_block(r, b);
+            for (o, &q) in ob.iter_mut().zip(&q) {
+                *o = q as f32 * d + m;
             }
         }
     }
@@ -153,46 +156,21 @@ pub fn quantize_row(x: &[f32], q: &mut [i8], s: &mut [f32], sums: &mut [f32]) {
     }
 }
 
-/// Largest weight-row count of a q4 tile of `tt` activation rows (index `tt`, 1..=4).
-/// Small tiles: every shape here keeps both halves' chains interleaved within the 16
-/// registers (1x4 or 2x4 tiles spill, and measured 1.2-1.5x slower per token).
-pub const Q4_ROWS: [usize; 5] = [0, 2, 2, 1, 1];
-
-/// One value in the q4 order, without SIMD: per block, `d = d_w·d_a` and the 8 lanes'
-/// integer sums (lane `l` = values `4l..4l+4`) FMA'd into an 8-lane chain; blocks
-/// `0..nb/2` and `nb/2..nb` are two chains, added; then the `m` chain (lane `l` takes
-/// blocks `8g + l`: `m_w·sum_a` FMA'd in `g` order) is added and the 8 lanes reduced
-/// by the fixed tree of [`super::simd::hsum`]. `a`/`sa`/`suma`: one activation row
-/// from [`quantize_row`].
+/// One value in the q4 order (module docs), without SIMD. `a`/`sa`/`suma`: one
+/// activation row from [`quantize_row`].
 pub fn dot_q4_scalar(a: &[i8], sa: &[f32], suma: &[f32], w: &Q4Matrix, r: usize) -> f32 {
-    let nb = w.nb();
-    let (qs, d, m) = w.row(r);
-    let chain = |from: usize, to: usize| {
-        let mut acc = [0.0f32; 8];
-        for i in from..to {
-            let dd = d[i] * sa[i];
-            for (l, acc) in acc.iter_mut().enumerate() {
-                let p: i32 = (4 * l..4 * l + 4)
-                    .map(|j| {
-                        let byte = qs[i * 16 + j % 16];
-                        let q = if j < 16 { byte & 0xF } else { byte >> 4 };
-                        q as i32 * a[i * QK + j] as i32
-                    })
-                    .sum();
-                *acc = dd.mul_add(p as f32, *acc);
-            }
-        }
-        acc
-    };
-    let (c0, c1) = (chain(0, nb / 2), chain(nb / 2, nb));
-    let mut cm = [0.0f32; 8];
-    for g in 0..pad8(nb) / 8 {
-        for (l, acc) in cm.iter_mut().enumerate() {
-            *acc = m[8 * g + l].mul_add(suma[8 * g + l], *acc);
-        }
+    let mut acc = 0.0f32;
+    for b in 0..w.nb() {
+        let (q, d, m) = w.row_block(r, b);
+        let p: i32 = q
+            .iter()
+            .zip(&a[b * QK..(b + 1) * QK])
+            .map(|(&q, &a)| q as i32 * a as i32)
+            .sum();
+        acc = (p as f32).mul_add(d * sa[b], acc);
+        acc = m.mul_add(suma[b], acc);
     }
-    let l: [f32; 8] = std::array::from_fn(|i| (c0[i] + c1[i]) + cm[i]);
-    ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]))
+    acc
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -202,197 +180,118 @@ fn has_simd() -> bool {
         && std::is_x86_feature_detected!("f16c")
 }
 
-/// Values (t+i, r+j) for activation rows `t..t+tt` (from [`quantize_row`], packed
-/// `[row][cols]`, `[row][nb]`, `[row][pad8(nb)]`) × weight rows `r..r+rr`, written to
-/// `res[j * stride + i]`.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn tile_q4(
-    xq: &[i8],
-    xs: &[f32],
-    xsum: &[f32],
-    t: usize,
-    tt: usize,
-    w: &Q4Matrix,
-    r: usize,
-    rr: usize,
-    res: &mut [f32],
-    stride: usize,
-) {
-    let (cols, nb, nbp) = (w.cols, w.nb(), pad8(w.nb()));
-    assert!(
-        xq.len() >= (t + tt) * cols
-            && xs.len() >= (t + tt) * nb
-            && xsum.len() >= (t + tt) * nbp
-            && r + rr <= w.rows,
-        "tile_q4: out of range"
-    );
-    #[cfg(target_arch = "x86_64")]
-    {
-        if has_simd() {
-            macro_rules! run {
-                ($TT:literal, $RR:literal) => {{
-                    let x = Act {
-                        q: std::array::from_fn(|i| xq[(t + i) * cols..].as_ptr()),
-                        s: std::array::from_fn(|i| xs[(t + i) * nb..].as_ptr()),
-                        sum: std::array::from_fn(|i| xsum[(t + i) * nbp..].as_ptr()),
-                    };
-                    let wp: [*const u8; $RR] = std::array::from_fn(|j| w.row_bytes(r + j).as_ptr());
-                    let mut o = [[0.0f32; $RR]; $TT];
-                    // SAFETY: AVX2+FMA+F16C detected; every row pointer holds its
-                    // blocks (checked above).
-                    unsafe { tile_avx2::<$TT, $RR>(&x, wp, nb, &mut o) };
-                    for (i, oi) in o.iter().enumerate() {
-                        for (j, &v) in oi.iter().enumerate() {
-                            res[j * stride + i] = v;
-                        }
-                    }
-                }};
-            }
-            super::simd::dispatch!(tt, rr, run);
-            return;
-        }
-    }
-    for i in 0..tt {
-        let ti = t + i;
-        let (a, sa, suma) = (
-            &xq[ti * cols..(ti + 1) * cols],
-            &xs[ti * nb..(ti + 1) * nb],
-            &xsum[ti * nbp..(ti + 1) * nbp],
-        );
-        for j in 0..rr {
-            res[j * stride + i] = dot_q4_scalar(a, sa, suma, w, r + j);
-        }
-    }
-}
-
-/// A tile's activation rows: quants, scales, block sums.
-#[cfg(target_arch = "x86_64")]
-struct Act<const TT: usize> {
-    q: [*const i8; TT],
-    s: [*const f32; TT],
-    sum: [*const f32; TT],
-}
-
-/// One block `b` of every (activation row, weight row) pair of a tile into `acc`.
+/// The eight rows of group `g` (block data from `g`) for `TT` activation rows: one
+/// vector of eight outputs per activation row (into `out[0..TT]`), in the q4 order.
+///
+/// # Safety
+/// AVX2, FMA and F16C available; `g` holds `nb` blocks; every activation pointer holds
+/// its row (`nb·32` quants, `nb` scales, `nb` sums).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
 #[allow(clippy::needless_range_loop)]
-unsafe fn step<const TT: usize, const RR: usize>(
-    acc: &mut [[std::arch::x86_64::__m256; RR]; TT],
-    x: &Act<TT>,
-    w: &[*const u8; RR],
+unsafe fn group_tile<const TT: usize>(
+    g: *const u8,
     nb: usize,
-    b: usize,
+    xq: [*const i8; TT],
+    xs: [*const f32; TT],
+    xsum: [*const f32; TT],
+    out: &mut [[f32; GROUP]; 4],
 ) {
     use std::arch::x86_64::*;
-    let ones = _mm256_set1_epi16(1);
     let low = _mm256_set1_epi8(0x0F);
-    let mut wv = [_mm256_setzero_si256(); RR];
-    let mut dw = [_mm256_setzero_ps(); RR];
-    for r in 0..RR {
-        let packed = _mm_loadu_si128(w[r].add(b * 16) as *const __m128i);
-        // Low nibbles are values 0..16, high nibbles 16..32.
-        let both = _mm256_set_m128i(_mm_srli_epi16(packed, 4), packed);
-        wv[r] = _mm256_and_si256(both, low);
-        dw[r] = _mm256_set1_ps((w[r].add(nb * 16 + 4 * b) as *const f32).read_unaligned());
-    }
-    for t in 0..TT {
-        let xv = _mm256_loadu_si256(x.q[t].add(b * QK) as *const __m256i);
-        let da = _mm256_set1_ps(*x.s[t].add(b));
-        for r in 0..RR {
-            // Unsigned 4-bit weights × signed int8 activations: no sign juggling.
-            let p16 = _mm256_maddubs_epi16(wv[r], xv);
-            let p = _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, ones));
-            acc[t][r] = _mm256_fmadd_ps(_mm256_mul_ps(dw[r], da), p, acc[t][r]);
-        }
-    }
-}
-
-/// `out[i][j]` = [`dot_q4_scalar`] of activation row `i` and weight row `j` for a
-/// `TT × RR` tile over `nb` blocks: both halves' chains interleaved for small tiles,
-/// one half after the other for large ones, then the `m` chain; the same operations
-/// per value either way.
-///
-/// # Safety
-/// AVX2, FMA and F16C must be available, every pointer valid for its row.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma,f16c")]
-#[allow(clippy::needless_range_loop)]
-unsafe fn tile_avx2<const TT: usize, const RR: usize>(
-    x: &Act<TT>,
-    w: [*const u8; RR],
-    nb: usize,
-    out: &mut [[f32; RR]; TT],
-) {
-    use std::arch::x86_64::*;
-    let h = nb / 2;
-    let mut a0 = [[_mm256_setzero_ps(); RR]; TT];
-    let mut a1 = [[_mm256_setzero_ps(); RR]; TT];
-    if TT * RR <= 4 {
-        for k in 0..h {
-            step(&mut a0, x, &w, nb, k);
-            step(&mut a1, x, &w, nb, h + k);
-        }
-        if 2 * h < nb {
-            step(&mut a1, x, &w, nb, nb - 1);
-        }
-    } else {
-        for b in 0..h {
-            step(&mut a0, x, &w, nb, b);
-        }
-        for b in h..nb {
-            step(&mut a1, x, &w, nb, b);
-        }
-    }
-    for t in 0..TT {
-        for r in 0..RR {
-            a0[t][r] = _mm256_add_ps(a0[t][r], a1[t][r]);
-        }
-    }
-    // The m chain, 8 blocks per vector.
-    let mut am = [[_mm256_setzero_ps(); RR]; TT];
-    for g in 0..pad8(nb) / 8 {
-        let mut mv = [_mm256_setzero_ps(); RR];
-        for r in 0..RR {
-            let p = w[r].add(nb * 20 + 16 * g) as *const __m128i;
-            mv[r] = _mm256_cvtph_ps(_mm_loadu_si128(p));
-        }
-        for t in 0..TT {
-            let sv = _mm256_loadu_ps(x.sum[t].add(8 * g));
-            for r in 0..RR {
-                am[t][r] = _mm256_fmadd_ps(mv[r], sv, am[t][r]);
+    let ones = _mm256_set1_epi16(1);
+    let mut acc = [_mm256_setzero_ps(); TT];
+    for b in 0..nb {
+        let blk = g.add(b * BLOCK_BYTES);
+        let mut s16 = [_mm256_setzero_si256(); TT];
+        for k in 0..4 {
+            let p = _mm256_loadu_si256(blk.add(32 * k) as *const __m256i);
+            let lo = _mm256_and_si256(p, low);
+            let hi = _mm256_and_si256(_mm256_srli_epi16(p, 4), low);
+            for t in 0..TT {
+                let a = xq[t].add(b * QK + 4 * k);
+                let alo = _mm256_set1_epi32((a as *const i32).read_unaligned());
+                let ahi = _mm256_set1_epi32((a.add(16) as *const i32).read_unaligned());
+                s16[t] = _mm256_add_epi16(s16[t], _mm256_maddubs_epi16(lo, alo));
+                s16[t] = _mm256_add_epi16(s16[t], _mm256_maddubs_epi16(hi, ahi));
             }
         }
+        let dw = _mm256_cvtph_ps(_mm_loadu_si128(blk.add(D_AT) as *const __m128i));
+        let mw = _mm256_cvtph_ps(_mm_loadu_si128(blk.add(M_AT) as *const __m128i));
+        for t in 0..TT {
+            let p = _mm256_cvtepi32_ps(_mm256_madd_epi16(s16[t], ones));
+            let dd = _mm256_mul_ps(dw, _mm256_set1_ps(*xs[t].add(b)));
+            acc[t] = _mm256_fmadd_ps(p, dd, acc[t]);
+            acc[t] = _mm256_fmadd_ps(mw, _mm256_set1_ps(*xsum[t].add(b)), acc[t]);
+        }
     }
     for t in 0..TT {
-        for r in 0..RR {
-            out[t][r] = super::simd::hsum(_mm256_add_ps(a0[t][r], am[t][r]));
-        }
+        _mm256_storeu_ps(out[t].as_mut_ptr(), acc[t]);
     }
 }
 
-/// Like [`matmul_q8`](super::matmul_q8) over 4-bit weights; each activation row is quantised on its own
-/// (q8's int8 blocks plus their sums, [`quantize_row`]).
+/// `out[t][r]` = [`dot_q4_scalar`] of activation row `t` of `x` (quantised per row,
+/// [`quantize_row`]) and weight row `r`; `[t_rows][w.rows]`.
 pub fn matmul_q4(x: &[f32], t_rows: usize, w: &Q4Matrix) -> Vec<f32> {
     let cols = w.cols;
     let (nb, nbp) = (cols / QK, pad8(cols / QK));
     assert!(x.len() >= t_rows * cols, "matmul_q4: short input");
     let mut xq = vec![0i8; t_rows * cols];
     // Scales and block sums of a row side by side: `nb + nbp` values.
-    let mut xss = vec![0f32; t_rows * (nb + nbp)];
-    for_rows(t_rows, 16, &mut xq, cols, &mut xss, nb + nbp, |t, q, ss| {
-        let (s, sums) = ss.split_at_mut(nb);
+    let ss = nb + nbp;
+    let mut xss = vec![0f32; t_rows * ss];
+    for_rows(t_rows, 16, &mut xq, cols, &mut xss, ss, |t, q, s| {
+        let (s, sums) = s.split_at_mut(nb);
         quantize_row(&x[t * cols..(t + 1) * cols], q, s, sums)
     });
-    let mut xs = Vec::with_capacity(t_rows * nb);
-    let mut xsum = Vec::with_capacity(t_rows * nbp);
-    for ss in xss.chunks_exact(nb + nbp) {
-        xs.extend_from_slice(&ss[..nb]);
-        xsum.extend_from_slice(&ss[nb..]);
-    }
-    tiled(t_rows, w.rows, Q4_ROWS, |t, tt, r, rr, res, stride| {
-        tile_q4(&xq, &xs, &xsum, t, tt, w, r, rr, res, stride)
+    #[cfg(target_arch = "x86_64")]
+    let simd = has_simd();
+    grouped(t_rows, w.rows, |t, tt, g, vals| {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if simd {
+                let gp = w.data[g * nb * BLOCK_BYTES..(g + 1) * nb * BLOCK_BYTES].as_ptr();
+                macro_rules! run {
+                    ($TT:literal) => {{
+                        // SAFETY: features detected; group g holds nb blocks; activation
+                        // rows t..t+TT exist (asserted above).
+                        unsafe {
+                            group_tile::<$TT>(
+                                gp,
+                                nb,
+                                std::array::from_fn(|i| xq[(t + i) * cols..].as_ptr()),
+                                std::array::from_fn(|i| xss[(t + i) * ss..].as_ptr()),
+                                std::array::from_fn(|i| xss[(t + i) * ss + nb..].as_ptr()),
+                                vals,
+                            )
+                        };
+                    }};
+                }
+                match tt {
+                    1 => run!(1),
+                    2 => run!(2),
+                    3 => run!(3),
+                    _ => run!(4),
+                }
+                return;
+            }
+        }
+        for (i, v) in vals[..tt].iter_mut().enumerate() {
+            let s = &xss[(t + i) * ss..(t + i + 1) * ss];
+            for (lane, o) in v.iter_mut().enumerate() {
+                let r = g * GROUP + lane;
+                if r < w.rows {
+                    *o = dot_q4_scalar(
+                        &xq[(t + i) * cols..(t + i + 1) * cols],
+                        &s[..nb],
+                        &s[nb..],
+                        w,
+                        r,
+                    );
+                }
+            }
+        }
     })
 }
 
@@ -432,7 +331,7 @@ mod tests {
                 assert_eq!(a.to_bits(), b.to_bits(), "row {r}");
             }
         }
-        assert_eq!(w.nbytes(), rows * (3 * 16 + 3 * 4 + 8 * 2));
+        assert_eq!(w.nbytes(), rows.div_ceil(GROUP) * 3 * BLOCK_BYTES);
         // Arbitrary values: within half a step of their block.
         let y = data(rows * cols, 3);
         let w = Q4Matrix::from_f32(rows, cols, &y).unwrap();
@@ -453,13 +352,13 @@ mod tests {
     }
 
     /// Every value of `matmul_q4` is the scalar reference's bits, whatever the token
-    /// count (1..=21), the row count (odd, across a block boundary), the tile, or
+    /// count (1..=70), the row count (odd, across a block boundary), the tile, or
     /// threads; and it is close to the f32 dot product of the dequantised weights.
     #[test]
     fn q4_matmul_tiles_match_scalar_reference_bitwise() {
         for cols in [19 * QK, 18 * QK, 2 * QK, QK] {
             let (nb, nbp) = (cols / QK, pad8(cols / QK));
-            let (tmax, rows) = (21, 29); // 21: past a 16-token tile
+            let (tmax, rows) = (70, 29); // 70: past a 64-token task; 29: a partial group
             let x = data(tmax * cols, 1);
             let wf = data(rows * cols, 2);
             let w = Q4Matrix::from_f32(rows, cols, &wf).unwrap();
@@ -492,7 +391,7 @@ mod tests {
                     .num_threads(threads)
                     .build()
                     .unwrap();
-                for t in 1..=tmax {
+                for t in (1..=21).chain([64, 65, tmax]) {
                     let got = pool.install(|| matmul_q4(&x[..t * cols], t, &w));
                     let got: Vec<u32> = got.iter().map(|v| v.to_bits()).collect();
                     assert_eq!(

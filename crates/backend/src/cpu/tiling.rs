@@ -115,3 +115,60 @@ pub(crate) fn tiled(
     });
     out
 }
+
+/// Output rows (weight rows) per group of the grouped layouts (`q4.rs`, `q8.rs`): one
+/// AVX2 vector of eight outputs.
+pub(crate) const GROUP: usize = 8;
+
+/// The output matrix of [`grouped`], written by its tasks at disjoint cells.
+struct Out(*mut f32);
+// SAFETY: tasks write disjoint (token, row) cells only.
+unsafe impl Sync for Out {}
+
+/// Tokens and row groups per task of [`grouped`]: a task's weights (eight groups) and
+/// activations stay in L2 while it walks them in register tiles of up to four tokens
+/// × one group.
+const TASK_TOKENS: usize = 64;
+const TASK_GROUPS: usize = 8;
+
+/// Fills `out[t][r]` (`[t_rows][w_rows]`) for weights stored in groups of [`GROUP`]
+/// rows: `micro(t, tt, g, vals)` computes tokens `t..t+tt` (`tt` ≤ 4) × the eight rows
+/// of group `g` into `vals[i][lane]` (lanes past `w_rows` are dropped). Parallel over
+/// (64 tokens × 8 groups) tasks; which values are computed together never changes how
+/// one is summed.
+pub(crate) fn grouped(
+    t_rows: usize,
+    w_rows: usize,
+    micro: impl Fn(usize, usize, usize, &mut [[f32; GROUP]; 4]) + Sync,
+) -> Vec<f32> {
+    let mut out = vec![0.0f32; t_rows * w_rows];
+    let groups = w_rows.div_ceil(GROUP);
+    let (tasks_t, tasks_g) = (t_rows.div_ceil(TASK_TOKENS), groups.div_ceil(TASK_GROUPS));
+    let dst = Out(out.as_mut_ptr());
+    team::par_for(tasks_t * tasks_g, |task| {
+        let dst = &dst;
+        let (ti, gi) = (task / tasks_g, task % tasks_g);
+        let (t0, t1) = (ti * TASK_TOKENS, ((ti + 1) * TASK_TOKENS).min(t_rows));
+        for g in gi * TASK_GROUPS..((gi + 1) * TASK_GROUPS).min(groups) {
+            let (r0, r1) = (g * GROUP, ((g + 1) * GROUP).min(w_rows));
+            let mut t = t0;
+            while t < t1 {
+                let tt = (t1 - t).min(4);
+                let mut vals = [[0.0f32; GROUP]; 4];
+                micro(t, tt, g, &mut vals);
+                for (i, v) in vals[..tt].iter().enumerate() {
+                    // SAFETY: cells (t+i, r0..r1) belong to this task alone, inside `out`.
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(
+                            v.as_ptr(),
+                            dst.0.add((t + i) * w_rows + r0),
+                            r1 - r0,
+                        )
+                    };
+                }
+                t += tt;
+            }
+        }
+    });
+    out
+}

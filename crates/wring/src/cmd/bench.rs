@@ -103,7 +103,7 @@ pub struct TuneArgs {
     /// Model for `wring serve --model` (default: wring's default model).
     #[arg(long)]
     pub model: Option<String>,
-    /// Comma list of configurations, or all: nospec, ngram, suffix-k{4,6,8,12}[-nopad], dynamic, adaptive (also dynamic-nopad, adaptive-nopad; not in `all`).
+    /// Comma list of configurations, or all: nospec, ngram, suffix-k{4,6,8,12}[-nopad], dynamic, adaptive (also dynamic-nopad, adaptive-nopad, and suffix = `--speculative suffix` with the backend's defaults; not in `all`).
     #[arg(long, default_value = "all")]
     pub configs: String,
     /// Output directory: raw result JSON per configuration, logs, k_profile.json, report.md, charts.

@@ -7,7 +7,9 @@ use anyhow::Context;
 use wring_engine::{EngineEvent, GenerateRequest};
 use wring_model::ChatMessage;
 
-use super::common::{encode_prompt, start_engine, CommonArgs, SamplingArgs};
+use super::common::{
+    encode_prompt, model_generation_defaults, start_engine, CommonArgs, SamplingArgs,
+};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -31,6 +33,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         history.push(ChatMessage::new("system", s));
     }
     let base_len = history.len();
+    let (sampling, how) = args
+        .sampling
+        .chat_params(&model_generation_defaults(&args.common.model));
+    tracing::info!("{how}");
     eprintln!(
         "chatting with {} (/exit to quit, /reset to start over)",
         info.model_name
@@ -64,7 +70,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         let req = GenerateRequest {
             request_id: "chat".into(),
             prompt_ids,
-            sampling: args.sampling.params(),
+            sampling: sampling.clone(),
             max_tokens: args.sampling.max_tokens,
             stop_strings: args.sampling.stop.clone(),
             ignore_eos: args.sampling.ignore_eos,

@@ -41,9 +41,10 @@ pub struct ModelArgs {
     /// Tokens per KV block.
     #[arg(long, default_value_t = 16)]
     pub block_size: usize,
-    /// CPU weight format: auto (the checkpoint's own precision: q4 for a 4-bit GGUF such as the
-    /// default model, whose Q4_1 values it holds exactly; q8 for 6-/8-bit GGUFs; f32 otherwise),
-    /// f32 (the float32 reference the golden outputs were made with), q8 (8-bit blocks, ~4x less
+    /// CPU weight format: auto (the fastest of q4, q8 whose `wring gate` verdict against the f32
+    /// reference is PASS for this model: verdicts cached beside the model by `wring gate
+    /// --save-verdict`, shipped for the default model; f32 when none passed; start-up says which
+    /// and why), f32 (the float32 reference the golden outputs were made with), q8 (8-bit blocks, ~4x less
     /// memory traffic than f32) or q4 (4-bit blocks with scale and minimum, Q4_1's shape; the
     /// embedding/lm head stay q8). q8 and q4 quantise each activation row to 8 bits, as llama.cpp does.
     #[arg(long, default_value = "auto")]
@@ -64,9 +65,16 @@ pub struct EngineArgs {
     /// Most sequences decoded together.
     #[arg(long, default_value_t = 32)]
     pub max_num_seqs: usize,
-    /// Token budget of one step (prefill chunks + decode/verify tokens).
+    /// Token budget of one step (prefill chunks + decode/verify tokens): the hard cap, whatever
+    /// --step-time-target-ms says.
     #[arg(long, default_value_t = 2048)]
     pub max_num_batched_tokens: usize,
+    /// Fair steps: size each step's prefill chunk from measured step times so a step takes about
+    /// this many milliseconds, which bounds the gap between two tokens of the other streams while
+    /// a long prompt is prefilled (decode/verify rows are never cut). Default: 120 on the CPU;
+    /// off on CUDA (its steps are short; it keeps the whole --max-num-batched-tokens). 0 = off.
+    #[arg(long, value_name = "MS")]
+    pub step_time_target_ms: Option<u64>,
     /// Context length limit (prompt + output); 0 = the model's own.
     #[arg(long, default_value_t = 0)]
     pub max_model_len: usize,
@@ -92,12 +100,17 @@ pub struct SpecArgs {
     #[arg(long, default_value = "none")]
     pub speculative: String,
     /// How K (draft tokens per verify step) is chosen: fixed:K | profile:FILE |
-    /// dynamic | adaptive.
-    #[arg(long, default_value = "fixed:8")]
-    pub k_policy: String,
-    /// Variable-length drafts instead of padding every sequence to 1 + K tokens.
+    /// dynamic | adaptive. Default: adaptive (the fastest measured on both backends: BENCHMARKS.md).
     #[arg(long)]
+    pub k_policy: Option<String>,
+    /// Variable-length drafts instead of padding every sequence to 1 + K tokens. Default on
+    /// the CPU, where every padded slot costs a row of work.
+    #[arg(long, conflicts_with = "pad")]
     pub no_pad: bool,
+    /// Pad every sequence of a verify step to 1 + K tokens (one shape per step). Default on
+    /// CUDA, where that shape replays a captured graph.
+    #[arg(long)]
+    pub pad: bool,
     /// Longest context the suffix trees index and match.
     #[arg(long, default_value_t = 24)]
     pub suffix_max_depth: usize,
@@ -127,16 +140,19 @@ pub struct SamplingArgs {
     /// Most tokens to generate.
     #[arg(long, default_value_t = 256)]
     pub max_tokens: u32,
-    /// 0 = greedy.
-    #[arg(long, default_value_t = 0.0)]
-    pub temperature: f32,
-    #[arg(long, default_value_t = 1.0)]
-    pub top_p: f32,
-    /// 0 = off.
-    #[arg(long, default_value_t = 0)]
-    pub top_k: u32,
-    #[arg(long, default_value_t = 0.0)]
-    pub min_p: f32,
+    /// 0 = greedy. Default: greedy for plain `wring generate`; for chat (`wring chat`, `wring
+    /// generate --chat`) the model's own generation config, else 0.7.
+    #[arg(long)]
+    pub temperature: Option<f32>,
+    /// Default: 1 (off) for plain generate; for chat the model's, else 0.95.
+    #[arg(long)]
+    pub top_p: Option<f32>,
+    /// 0 = off. Default: off, or the model's own for chat.
+    #[arg(long)]
+    pub top_k: Option<u32>,
+    /// 0 = off. Default: off for plain generate; for chat the model's, else 0.05.
+    #[arg(long)]
+    pub min_p: Option<f32>,
     /// Same seed, same output.
     #[arg(long)]
     pub seed: Option<u64>,
@@ -155,28 +171,147 @@ pub struct SamplingArgs {
     pub ignore_eos: bool,
 }
 
+/// Chat sampling when neither the flags nor the model say otherwise: a conventional moderate
+/// temperature with nucleus and min-p truncation (the combination llama.cpp's and most chat
+/// front ends' defaults are near). Greedy decoding of small quantized models falls into loops
+/// at near-tied tokens; sampling from the truncated distribution does not follow a flip forever.
+pub const CHAT_TEMPERATURE: f32 = 0.7;
+pub const CHAT_TOP_P: f32 = 0.95;
+pub const CHAT_MIN_P: f32 = 0.05;
+
 impl SamplingArgs {
+    /// Plain completion (`wring generate` without --chat): greedy unless the flags say otherwise.
     pub fn params(&self) -> SamplingParams {
-        SamplingParams {
-            temperature: self.temperature,
-            top_p: self.top_p,
-            top_k: self.top_k,
-            min_p: self.min_p,
+        self.resolve(None).0
+    }
+
+    /// Chat sampling: each setting from the flags, else the model's generation config, else
+    /// wring's chat defaults; and a line saying which.
+    pub fn chat_params(&self, model: &wring_model::GenerationDefaults) -> (SamplingParams, String) {
+        self.resolve(Some(model))
+    }
+
+    fn resolve(&self, chat: Option<&wring_model::GenerationDefaults>) -> (SamplingParams, String) {
+        let mut sources = vec![];
+        let mut pick =
+            |name: &str, flag: Option<f32>, model: Option<f32>, chat_default: f32, plain: f32| {
+                let (v, from) = match (flag, model, chat) {
+                    (Some(v), _, _) => (v, "flag"),
+                    (None, Some(v), Some(_)) => (v, "model"),
+                    (None, None, Some(_)) => (chat_default, "wring chat default"),
+                    (None, _, None) => (plain, "default"),
+                };
+                sources.push(format!("{name} {v} ({from})"));
+                v
+            };
+        let m = chat.copied().unwrap_or_default();
+        let temperature = pick(
+            "temperature",
+            self.temperature,
+            m.temperature,
+            CHAT_TEMPERATURE,
+            0.0,
+        );
+        let top_p = pick("top_p", self.top_p, m.top_p, CHAT_TOP_P, 1.0);
+        let min_p = pick("min_p", self.min_p, m.min_p, CHAT_MIN_P, 0.0);
+        let top_k = pick(
+            "top_k",
+            self.top_k.map(|k| k as f32),
+            m.top_k.map(|k| k as f32),
+            0.0,
+            0.0,
+        ) as u32;
+        let params = SamplingParams {
+            temperature,
+            top_p,
+            top_k,
+            min_p,
             seed: self.seed,
             presence_penalty: self.presence_penalty,
             frequency_penalty: self.frequency_penalty,
             repetition_penalty: self.repetition_penalty,
             ..SamplingParams::default()
-        }
+        };
+        let line = if temperature == 0.0 {
+            format!("sampling: greedy ({})", sources[0])
+        } else {
+            format!("sampling: {}", sources.join(", "))
+        };
+        (params, line)
+    }
+}
+
+/// The generation defaults of the model `args` names (none for dummy weights).
+pub fn model_generation_defaults(args: &ModelArgs) -> wring_model::GenerationDefaults {
+    if args.load_format == "dummy" {
+        return Default::default();
+    }
+    wring_model::resolve_model_path(args.model.as_deref())
+        .map(|p| wring_model::GenerationDefaults::of_model(&p))
+        .unwrap_or_default()
+}
+
+/// The K policy and padding speculation uses on `device` when the flags leave them open:
+/// what measured fastest there (BENCHMARKS.md: on the CPU padding loses and unpadded adaptive
+/// K wins, 1.38–1.54× over no speculation; on the H200 padded steps replay graphs, +22–31 %
+/// over unpadded, and adaptive K is the best or within 3 % of the best fixed K).
+pub fn default_spec_choice(device: &Device) -> (&'static str, bool) {
+    match device {
+        Device::Cpu => ("adaptive", false),
+        Device::Cuda(_) => ("adaptive", true),
+    }
+}
+
+/// The step-time target on `device` when `--step-time-target-ms` is not given.
+pub fn default_step_time_target(device: &Device) -> Option<std::time::Duration> {
+    match device {
+        // ≈ 2× a plain decode step of the default model on a 2-core CPU: a chunk large enough
+        // to prefill near full speed, a gap well under 250 ms.
+        Device::Cpu => Some(std::time::Duration::from_millis(120)),
+        Device::Cuda(_) => None,
     }
 }
 
 impl SpecArgs {
-    pub fn to_config(&self) -> anyhow::Result<SpecConfig> {
-        Ok(SpecConfig {
-            method: self.speculative.parse::<ProposerKind>()?,
-            k_policy: KPolicy::parse(&self.k_policy)?,
-            pad: !self.no_pad,
+    /// The speculation settings on `device`, and a line saying what was chosen and why.
+    pub fn to_config(&self, device: &Device) -> anyhow::Result<(SpecConfig, String)> {
+        let method = self.speculative.parse::<ProposerKind>()?;
+        let (default_k, default_pad) = default_spec_choice(device);
+        let backend = match device {
+            Device::Cpu => "CPU",
+            Device::Cuda(_) => "CUDA",
+        };
+        let k_policy = KPolicy::parse(self.k_policy.as_deref().unwrap_or(default_k))?;
+        let pad = if self.pad {
+            true
+        } else if self.no_pad {
+            false
+        } else {
+            default_pad
+        };
+        let why = |given: bool| {
+            if given {
+                "given".to_string()
+            } else {
+                format!("{backend} default")
+            }
+        };
+        let summary = if method == ProposerKind::None {
+            "speculation: off".to_string()
+        } else {
+            format!(
+                "speculation: {}, K policy {} ({}), {} ({})",
+                method.as_str(),
+                k_policy.label(),
+                why(self.k_policy.is_some()),
+                if pad { "padded" } else { "unpadded" },
+                why(self.pad || self.no_pad)
+            )
+        };
+        let cfg = SpecConfig {
+            method,
+            k_policy,
+            pad,
             suffix: SuffixParams {
                 max_depth: self.suffix_max_depth,
                 max_spec_factor: self.suffix_max_spec_factor,
@@ -184,23 +319,48 @@ impl SpecArgs {
                 cache_tokens: self.suffix_cache_tokens,
             },
             ..SpecConfig::default()
-        })
+        };
+        Ok((cfg, summary))
     }
 }
 
 impl EngineArgs {
-    pub fn to_config(&self) -> anyhow::Result<EngineConfig> {
+    /// The engine settings on `device`, and the start-up lines that say what defaults chose.
+    pub fn to_config(&self, device: &Device) -> anyhow::Result<(EngineConfig, Vec<String>)> {
+        let (spec, spec_line) = self.spec.to_config(device)?;
+        let step_time_target = match self.step_time_target_ms {
+            Some(0) => None,
+            Some(ms) => Some(std::time::Duration::from_millis(ms)),
+            None => default_step_time_target(device),
+        };
+        let steps_line = match step_time_target {
+            Some(t) => format!(
+                "fair steps: prefill chunks sized for {} ms steps{} (hard cap {} tokens)",
+                t.as_millis(),
+                if self.step_time_target_ms.is_some() {
+                    ""
+                } else {
+                    ", the default here"
+                },
+                self.max_num_batched_tokens
+            ),
+            None => format!(
+                "step budget: {} tokens (no step-time target)",
+                self.max_num_batched_tokens
+            ),
+        };
         let cfg = EngineConfig {
             max_num_seqs: self.max_num_seqs,
             max_num_batched_tokens: self.max_num_batched_tokens,
+            step_time_target,
             max_model_len: self.max_model_len,
             max_waiting: self.max_waiting,
             enable_prefix_caching: !self.no_prefix_caching,
-            spec: self.spec.to_config()?,
+            spec,
             trace_out: self.trace_out.clone(),
         };
         cfg.validate()?;
-        Ok(cfg)
+        Ok((cfg, vec![spec_line, steps_line]))
     }
 }
 
@@ -225,8 +385,11 @@ impl ModelArgs {
 
 /// Loads the model, binds it to the device and starts the engine.
 pub fn start_engine(args: &CommonArgs) -> anyhow::Result<(EngineHandle, EngineInfo)> {
-    let cfg = args.engine.to_config()?;
     let device = args.model.device()?;
+    let (cfg, choices) = args.engine.to_config(&device)?;
+    for line in &choices {
+        tracing::info!("{line}");
+    }
     if let Some(w) = &args.model.gpu_weights {
         // The CUDA backend reads its settings from the environment (wring-cuda options.rs).
         std::env::set_var("WRING_CUDA_WEIGHTS", w);
@@ -237,6 +400,24 @@ pub fn start_engine(args: &CommonArgs) -> anyhow::Result<(EngineHandle, EngineIn
     } else {
         model.max_context()
     };
+    let cpu_weights = match (
+        device,
+        args.model.cpu_weights,
+        args.model.spec()?.load_format,
+    ) {
+        (
+            Device::Cpu,
+            wring_model::CpuWeights::Auto,
+            LoadFormat::Gguf | LoadFormat::Auto | LoadFormat::Safetensors,
+        ) => {
+            let path = wring_model::resolve_model_path(args.model.model.as_deref())?;
+            let (w, why) =
+                wring_gate::verdicts::choose(wring_gate::verdicts::load(&path).as_ref(), &path);
+            tracing::info!("{why}");
+            w
+        }
+        (_, w, _) => w,
+    };
     let runner_opts = RunnerOptions {
         device,
         kv_cache_bytes: args
@@ -246,7 +427,7 @@ pub fn start_engine(args: &CommonArgs) -> anyhow::Result<(EngineHandle, EngineIn
         block_size: args.model.block_size,
         max_num_seqs: cfg.max_num_seqs,
         max_model_len,
-        cpu_weights: args.model.cpu_weights,
+        cpu_weights,
         tensor_parallel_size: args.model.tensor_parallel_size,
     };
     let (handle, info) = Engine::start(model, runner_opts, cfg)?;

@@ -15,7 +15,12 @@ token ids; the metrics cover the continuation tokens, each predicted from the pr
 Metrics: token match (candidate argmax = the next token), max |Δ logprob| of the next token, \
 ppl_rel = ppl_cand/ppl_ref − 1, KLD(ref‖cand) mean/median/p99/max over full distributions, same-top-token \
 rate, Δp = p_cand − p_ref percentiles and RMS. Log-softmax in f64.\n\n\
-Verdict: PASS iff max |Δ logprob| ≤ --max-logprob-diff AND |ppl_rel| ≤ --max-ppl-rel.\n\n\
+Free-running: the candidate also continues every prompt greedily on its own; a continuation that loops \
+(at least half of its ≥16 tokens inside a 4-token span repeated from earlier in it) where the reference's \
+does not is an introduced loop. Teacher forcing alone misses this: near-tied next tokens flip without a \
+large |Δ logprob|, and greedy decoding then follows the flip.\n\n\
+Verdict: PASS iff max |Δ logprob| ≤ --max-logprob-diff AND |ppl_rel| ≤ --max-ppl-rel AND introduced \
+loops ≤ --max-loops-introduced.\n\n\
 Exit status: 0 PASS, 1 FAIL, 2 error (bad flags, a model or corpus that does not load, …)."
 )]
 pub struct Args {
@@ -25,8 +30,9 @@ pub struct Args {
     /// Candidate model (same forms); must share the reference's vocabulary.
     #[arg(long)]
     pub candidate: String,
-    /// Corpus: all (the six file-backed corpora), a name, or a comma-separated list
-    /// (sharegpt, humaneval, mbpp, swebench, wildchat, lmsys, mix).
+    /// Corpus: all (the six file-backed corpora and the built-in everyday questions), a name,
+    /// or a comma-separated list (sharegpt, humaneval, mbpp, swebench, wildchat, lmsys, mix,
+    /// everyday).
     #[arg(long, default_value = "all")]
     pub corpus: String,
     /// Directory with the shared corpora.
@@ -50,6 +56,9 @@ pub struct Args {
     /// Largest allowed |ppl_cand/ppl_ref − 1| (study default).
     #[arg(long, default_value_t = 0.1)]
     pub max_ppl_rel: f64,
+    /// Most streams whose free-running greedy continuation may loop where the reference's does not.
+    #[arg(long, default_value_t = 0)]
+    pub max_loops_introduced: usize,
     /// Noise floor: batch (reference one stream at a time vs batched), precision (batch, plus
     /// the reference with the other CPU weight format, f32 ↔ q8), none.
     #[arg(long, default_value = "batch")]
@@ -76,6 +85,10 @@ pub struct Args {
     /// No progress bars.
     #[arg(long)]
     pub quiet: bool,
+    /// Record the verdict beside the model (`<model>.wring-gate.json`), where `--cpu-weights auto`
+    /// reads it: needs the same model as reference (f32 on the CPU) and candidate (q8 or q4).
+    #[arg(long)]
+    pub save_verdict: bool,
 }
 
 fn choice(model: &str, device: wring_model::Device, w: CpuWeights) -> ModelChoice {
@@ -116,16 +129,64 @@ fn gate(a: Args) -> anyhow::Result<bool> {
     cfg.thresholds = Thresholds {
         max_logprob_diff: a.max_logprob_diff,
         max_ppl_rel: a.max_ppl_rel,
+        max_loops_introduced: a.max_loops_introduced,
     };
     cfg.noise_floor = a.noise_floor;
     cfg.progress = !a.quiet;
+    let save_to = if a.save_verdict {
+        Some(verdict_target(&cfg)?)
+    } else {
+        None
+    };
     let report = wring_gate::run_gate(&cfg)?;
+    if let Some(path) = save_to {
+        let command = std::iter::once("wring".to_string())
+            .chain(std::env::args().skip(1))
+            .collect::<Vec<_>>()
+            .join(" ");
+        let verdict = wring_gate::verdicts::FormatVerdict {
+            verdict: report.verdict.clone(),
+            summary: report.one_line(),
+            command,
+            date: wring_bench::machine::utc_now(),
+        };
+        let file = wring_gate::verdicts::save(&path, cfg.candidate.cpu_weights, verdict)?;
+        eprintln!("verdict saved to {}", file.display());
+    }
     if let Some(path) = &a.json {
         let text = serde_json::to_string_pretty(&report)?;
         std::fs::write(path, text + "\n").with_context(|| format!("writing {}", path.display()))?;
     }
     print!("{}", report.summary());
     Ok(report.passed())
+}
+
+/// The model file whose verdict cache `--save-verdict` writes: reference and candidate must be
+/// the same model, the reference the f32 CPU reference and the candidate a quantized CPU format.
+fn verdict_target(cfg: &GateConfig) -> anyhow::Result<PathBuf> {
+    use wring_model::Device;
+    let (r, c) = (&cfg.reference, &cfg.candidate);
+    anyhow::ensure!(
+        r.device == Device::Cpu && c.device == Device::Cpu,
+        "--save-verdict records CPU weight formats: run both models on the CPU"
+    );
+    anyhow::ensure!(
+        r.cpu_weights == CpuWeights::F32,
+        "--save-verdict needs the f32 reference (--reference-cpu-weights f32)"
+    );
+    anyhow::ensure!(
+        matches!(c.cpu_weights, CpuWeights::Q8 | CpuWeights::Q4),
+        "--save-verdict records q8 or q4 (--candidate-cpu-weights)"
+    );
+    let rp = wring_model::resolve_model_path(r.spec.model.as_deref())?;
+    let cp = wring_model::resolve_model_path(c.spec.model.as_deref())?;
+    anyhow::ensure!(
+        rp == cp,
+        "--save-verdict compares a model with itself in another format; the reference is {} and the candidate {}",
+        rp.display(),
+        cp.display()
+    );
+    Ok(cp)
 }
 
 /// Runs the gate and exits: 0 PASS, 1 FAIL, 2 error.

@@ -7,7 +7,9 @@ use anyhow::{bail, Context};
 use wring_engine::{EngineEvent, FinishReason, GenerateRequest};
 use wring_model::ChatMessage;
 
-use super::common::{encode_prompt, start_engine, CommonArgs, SamplingArgs};
+use super::common::{
+    encode_prompt, model_generation_defaults, start_engine, CommonArgs, SamplingArgs,
+};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -46,10 +48,19 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         args.prompt.clone()
     };
     let prompt_ids = encode_prompt(&info, &text)?;
+    let sampling = if args.chat {
+        let (params, how) = args
+            .sampling
+            .chat_params(&model_generation_defaults(&args.common.model));
+        tracing::info!("{how}");
+        params
+    } else {
+        args.sampling.params()
+    };
     let req = GenerateRequest {
         request_id: "cli".into(),
         prompt_ids,
-        sampling: args.sampling.params(),
+        sampling,
         max_tokens: args.sampling.max_tokens,
         stop_strings: args.sampling.stop.clone(),
         ignore_eos: args.sampling.ignore_eos,

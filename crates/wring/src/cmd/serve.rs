@@ -6,7 +6,7 @@ use std::time::Duration;
 use anyhow::Context;
 use wring_server::{AppState, ServerConfig};
 
-use super::common::{start_engine, CommonArgs};
+use super::common::{model_generation_defaults, start_engine, CommonArgs};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -70,8 +70,19 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         max_body_bytes: args.max_body_bytes,
         drain_timeout: seconds("--drain-timeout", args.drain_timeout)?,
         stats_interval: seconds("--stats-interval", args.stats_interval)?,
+        generation_defaults: model_generation_defaults(&args.common.model),
         ..ServerConfig::default()
     };
+    if config.generation_defaults.is_empty() {
+        tracing::info!(
+            "sampling fields a request leaves out: OpenAI's defaults (temperature 1, top_p 1); the model ships no generation config"
+        );
+    } else {
+        tracing::info!(
+            "sampling fields a request leaves out come from the model's generation config: {:?}",
+            config.generation_defaults
+        );
+    }
     let (engine, info) = start_engine(&args.common)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -1,0 +1,657 @@
+//! Causal attention over the paged KV pool, for decode, verify and prefill alike.
+//!
+//! The K pool is stored transposed inside each block (`[block][kv_head][dim][slot]`),
+//! V as rows (`[block][slot][kv_head][dim]`), so both products run with the lanes over
+//! *keys* (scores) or *dimensions* (output) and no horizontal sum per score:
+//!
+//! - score `s_k = (Σ_d q[d]·K[k][d]) · scale`: one FMA chain in dimension order per
+//!   (query, key), eight keys per vector;
+//! - `p_k = exp(s_k − max)` with [`exp_scalar`]'s polynomial (vectorised, the same
+//!   operations per lane), `denom` = lane `l` summing `p_k` for `k ≡ l (mod 8)` in key
+//!   order, then the fixed tree of [`hsum`](super::simd::hsum);
+//! - `o[d] = (Σ_k p_k·V[k][d]) · (1/denom)`, the sum one FMA chain in key order.
+//!
+//! Every value of a query row therefore depends on its own query, its own causal
+//! length and the K/V it sees, never on the other rows computed with it: register
+//! tiles of query rows × key vectors, the 64-key chunks the loops walk for cache reuse,
+//! the task split and the thread count only decide *which* values are computed
+//! together. Decode, verify and prefill give a row the same bits ([`attend_reference`]
+//! is the portable order, bit for bit).
+
+use super::simd::tree8;
+#[cfg(target_arch = "x86_64")]
+use super::simd::{has_avx2, hsum};
+use crate::{AttnShape, SeqInput};
+use std::cell::RefCell;
+
+/// Where K and V of (block, slot, kv head) live in a layer's pools.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct KvLayout {
+    pub block_size: usize,
+    pub n_kv_heads: usize,
+    pub head_dim: usize,
+}
+
+impl KvLayout {
+    /// Offset of `K[dim 0]` of (block, slot, kv head); dimension `i` is `i · block_size`
+    /// further.
+    #[inline]
+    pub fn k_at(&self, block: usize, slot: usize, kvh: usize) -> usize {
+        (block * self.n_kv_heads + kvh) * self.head_dim * self.block_size + slot
+    }
+
+    /// Offset of `V[dim 0..head_dim]` of (block, slot, kv head).
+    #[inline]
+    pub fn v_at(&self, block: usize, slot: usize, kvh: usize) -> usize {
+        ((block * self.block_size + slot) * self.n_kv_heads + kvh) * self.head_dim
+    }
+
+    /// Values per layer pool of `num_blocks` blocks (K and V alike).
+    pub fn pool_len(&self, num_blocks: usize) -> usize {
+        num_blocks * self.block_size * self.n_kv_heads * self.head_dim
+    }
+
+    /// Writes one token's K and V (`[kv_head][dim]` each) into `slot` of `block`.
+    pub fn store(
+        &self,
+        k_pool: &mut [f32],
+        v_pool: &mut [f32],
+        block: usize,
+        slot: usize,
+        k: &[f32],
+        v: &[f32],
+    ) {
+        let d = self.head_dim;
+        for kvh in 0..self.n_kv_heads {
+            let base = self.k_at(block, slot, kvh);
+            let col = &mut k_pool[base..base + (d - 1) * self.block_size + 1];
+            for (i, &x) in k[kvh * d..(kvh + 1) * d].iter().enumerate() {
+                col[i * self.block_size] = x;
+            }
+            let vb = self.v_at(block, slot, kvh);
+            v_pool[vb..vb + d].copy_from_slice(&v[kvh * d..(kvh + 1) * d]);
+        }
+    }
+}
+
+/// Keys per chunk of the cache-blocked loops (K and V of a chunk stay in L1 while
+/// every row of the task uses them).
+const KEY_CHUNK: usize = 64;
+
+/// Below this, `exp` returns 0 (`exp(-87)` ≈ 1.6e-38, the edge of normal f32).
+const EXP_MIN: f32 = -87.0;
+const LOG2E: f32 = std::f32::consts::LOG2_E;
+/// ln 2 split in two (Cephes): `C1` exact in a few bits, `C2` the rest.
+const LN2_HI: f32 = 0.693_359_4;
+const LN2_LO: f32 = -2.121_944_4e-4;
+const EXP_POLY: [f32; 6] = [
+    1.987_569_1e-4,
+    1.398_199_9e-3,
+    8.333_452e-3,
+    4.166_579_6e-2,
+    1.666_666_5e-1,
+    5.000_000_1e-1,
+];
+
+/// `exp(x)` for `x ≤ 0` (softmax arguments): `x = n·ln2 + r`, a degree-7 polynomial
+/// for `e^r`, times `2^n` (Cephes' `expf`, fused multiply-adds). Within 2 ulp; 0 below
+/// [`EXP_MIN`]. The AVX2 kernel runs exactly these operations per lane.
+pub(crate) fn exp_scalar(x: f32) -> f32 {
+    let n = (x * LOG2E).round_ties_even();
+    let r = (-n).mul_add(LN2_HI, x);
+    let r = (-n).mul_add(LN2_LO, r);
+    let mut p = EXP_POLY[0];
+    for &c in &EXP_POLY[1..] {
+        p = p.mul_add(r, c);
+    }
+    let y = p.mul_add(r * r, r) + 1.0;
+    let pow = f32::from_bits(((n as i32).wrapping_add(127) as u32) << 23);
+    if x < EXP_MIN {
+        0.0
+    } else {
+        y * pow
+    }
+}
+
+thread_local! {
+    /// Per-thread scratch: scores/probabilities `[row][keys]`, output accumulators
+    /// `[row][dim]`, V row offsets per position.
+    static SCRATCH: RefCell<(Vec<f32>, Vec<f32>, Vec<usize>)> = const { RefCell::new((Vec::new(), Vec::new(), Vec::new())) };
+}
+
+/// Attention of query head `h` of one sequence (its `query_len` rows, causal) over its
+/// cached context. Returns `[query_len][head_dim]`.
+pub fn attend(
+    seq: &SeqInput,
+    h: usize,
+    q: &[f32],
+    k_pool: &[f32],
+    v_pool: &[f32],
+    shape: AttnShape,
+    block_size: usize,
+) -> Vec<f32> {
+    let lay = KvLayout {
+        block_size,
+        n_kv_heads: shape.n_kv_heads,
+        head_dim: shape.head_dim,
+    };
+    let d = shape.head_dim;
+    // Every block the context touches lies inside both pools (checked once, so the
+    // kernels read unchecked).
+    let blocks = seq.context_len.div_ceil(block_size);
+    assert!(
+        seq.block_table.len() >= blocks,
+        "attention: block table too short"
+    );
+    let pool = k_pool.len().min(v_pool.len());
+    for &b in &seq.block_table[..blocks] {
+        assert!(
+            lay.pool_len(b as usize + 1) <= pool,
+            "attention: block {b} beyond the pool ({pool} values)"
+        );
+    }
+    let q_width = shape.n_heads * d;
+    assert!(
+        q.len() >= (seq.query_start + seq.query_len) * q_width,
+        "attention: short query tensor"
+    );
+    #[cfg(target_arch = "x86_64")]
+    {
+        if has_avx2() && block_size.is_multiple_of(8) && d.is_multiple_of(8) {
+            // SAFETY: features detected; pool ranges checked above.
+            return unsafe { attend_avx2(seq, h, q, k_pool, v_pool, shape, lay) };
+        }
+    }
+    attend_reference(seq, h, q, k_pool, v_pool, shape, block_size)
+}
+
+/// The portable order of every value (module docs), one row at a time: the AVX2
+/// kernel's bits.
+pub fn attend_reference(
+    seq: &SeqInput,
+    h: usize,
+    q: &[f32],
+    k_pool: &[f32],
+    v_pool: &[f32],
+    shape: AttnShape,
+    block_size: usize,
+) -> Vec<f32> {
+    let lay = KvLayout {
+        block_size,
+        n_kv_heads: shape.n_kv_heads,
+        head_dim: shape.head_dim,
+    };
+    let d = shape.head_dim;
+    let kvh = h / (shape.n_heads / shape.n_kv_heads);
+    let q_width = shape.n_heads * d;
+    let scale = 1.0 / (d as f32).sqrt();
+    let at = |pos: usize| (seq.block_table[pos / block_size] as usize, pos % block_size);
+    let mut out = vec![0.0f32; seq.query_len * d];
+    let mut p = vec![0.0f32; seq.context_len];
+    for j in 0..seq.query_len {
+        let t = seq.query_start + j;
+        let qv = &q[t * q_width + h * d..t * q_width + (h + 1) * d];
+        let len = seq.context_len - seq.query_len + j + 1;
+        let mut max = f32::NEG_INFINITY;
+        for (k, s) in p[..len].iter_mut().enumerate() {
+            let (b, slot) = at(k);
+            let base = lay.k_at(b, slot, kvh);
+            let mut acc = 0.0f32;
+            for (i, &x) in qv.iter().enumerate() {
+                acc = x.mul_add(k_pool[base + i * block_size], acc);
+            }
+            *s = acc * scale;
+            max = max.max(*s);
+        }
+        let mut lanes = [0.0f32; 8];
+        for (k, s) in p[..len].iter_mut().enumerate() {
+            *s = exp_scalar(*s - max);
+            lanes[k % 8] += *s;
+        }
+        let inv = 1.0 / tree8(lanes);
+        let o = &mut out[j * d..(j + 1) * d];
+        for (k, &pk) in p[..len].iter().enumerate() {
+            let (b, slot) = at(k);
+            let vb = lay.v_at(b, slot, kvh);
+            for (oi, &vi) in o.iter_mut().zip(&v_pool[vb..vb + d]) {
+                *oi = pk.mul_add(vi, *oi);
+            }
+        }
+        for oi in o.iter_mut() {
+            *oi *= inv;
+        }
+    }
+    out
+}
+
+/// Scores of query rows `q[0..R]` against `NV` key vectors (8 keys each, `kt[v]`
+/// pointing at dimension 0, dimension `i` at `i · stride`), times `scale`, stored at
+/// `out[r] + 8·v`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+#[allow(clippy::needless_range_loop)]
+unsafe fn scores_tile<const R: usize, const NV: usize>(
+    q: [*const f32; R],
+    kt: [*const f32; NV],
+    d: usize,
+    stride: usize,
+    scale: f32,
+    out: [*mut f32; R],
+) {
+    use std::arch::x86_64::*;
+    let mut acc = [[_mm256_setzero_ps(); NV]; R];
+    for i in 0..d {
+        let mut kv = [_mm256_setzero_ps(); NV];
+        for v in 0..NV {
+            kv[v] = _mm256_loadu_ps(kt[v].add(i * stride));
+        }
+        for r in 0..R {
+            let qb = _mm256_set1_ps(*q[r].add(i));
+            for v in 0..NV {
+                acc[r][v] = _mm256_fmadd_ps(qb, kv[v], acc[r][v]);
+            }
+        }
+    }
+    let sv = _mm256_set1_ps(scale);
+    for r in 0..R {
+        for v in 0..NV {
+            _mm256_storeu_ps(out[r].add(8 * v), _mm256_mul_ps(acc[r][v], sv));
+        }
+    }
+}
+
+/// `o[r][0..8·DV] += Σ_k p[r][k] · V[k][0..8·DV]` over keys `k0..k1` (`vrow[k]`: the
+/// offset of key `k`'s V row in `v`), one FMA per key in key order.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+#[allow(clippy::needless_range_loop)]
+unsafe fn pv_tile<const R: usize, const DV: usize>(
+    p: [*const f32; R],
+    o: [*mut f32; R],
+    v: *const f32,
+    vrow: &[usize],
+    k0: usize,
+    k1: usize,
+) {
+    use std::arch::x86_64::*;
+    let mut acc = [[_mm256_setzero_ps(); DV]; R];
+    for r in 0..R {
+        for j in 0..DV {
+            acc[r][j] = _mm256_loadu_ps(o[r].add(8 * j));
+        }
+    }
+    for k in k0..k1 {
+        let vp = v.add(*vrow.get_unchecked(k));
+        let mut pb = [_mm256_setzero_ps(); R];
+        for r in 0..R {
+            pb[r] = _mm256_set1_ps(*p[r].add(k));
+        }
+        for j in 0..DV {
+            let vv = _mm256_loadu_ps(vp.add(8 * j));
+            for r in 0..R {
+                acc[r][j] = _mm256_fmadd_ps(pb[r], vv, acc[r][j]);
+            }
+        }
+    }
+    for r in 0..R {
+        for j in 0..DV {
+            _mm256_storeu_ps(o[r].add(8 * j), acc[r][j]);
+        }
+    }
+}
+
+/// [`exp_scalar`] on 8 lanes, the same operations per lane.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+pub(crate) unsafe fn exp8(x: std::arch::x86_64::__m256) -> std::arch::x86_64::__m256 {
+    use std::arch::x86_64::*;
+    let n = _mm256_round_ps(
+        _mm256_mul_ps(x, _mm256_set1_ps(LOG2E)),
+        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC,
+    );
+    let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(LN2_HI), x);
+    let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(LN2_LO), r);
+    let mut p = _mm256_set1_ps(EXP_POLY[0]);
+    for &c in &EXP_POLY[1..] {
+        p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(c));
+    }
+    let y = _mm256_add_ps(
+        _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r),
+        _mm256_set1_ps(1.0),
+    );
+    let e = _mm256_slli_epi32(
+        _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)),
+        23,
+    );
+    let v = _mm256_mul_ps(y, _mm256_castsi256_ps(e));
+    let tiny = _mm256_cmp_ps(x, _mm256_set1_ps(EXP_MIN), _CMP_LT_OQ);
+    _mm256_andnot_ps(tiny, v)
+}
+
+/// Calls `$run!(R, NV)` for a scores tile of `$r` rows (1..=4) and `$nv` key vectors
+/// (up to 8, 4, 4, 3 by row count).
+#[cfg(target_arch = "x86_64")]
+macro_rules! scores_dispatch {
+    ($r:expr, $nv:expr, $run:ident) => {
+        match ($r, $nv) {
+            (1, 1) => $run!(1, 1),
+            (1, 2) => $run!(1, 2),
+            (1, 3) => $run!(1, 3),
+            (1, 4) => $run!(1, 4),
+            (1, 5) => $run!(1, 5),
+            (1, 6) => $run!(1, 6),
+            (1, 7) => $run!(1, 7),
+            (1, 8) => $run!(1, 8),
+            (2, 1) => $run!(2, 1),
+            (2, 2) => $run!(2, 2),
+            (2, 3) => $run!(2, 3),
+            (2, 4) => $run!(2, 4),
+            (3, 1) => $run!(3, 1),
+            (3, 2) => $run!(3, 2),
+            (3, 3) => $run!(3, 3),
+            (3, 4) => $run!(3, 4),
+            (4, 1) => $run!(4, 1),
+            (4, 2) => $run!(4, 2),
+            (4, 3) => $run!(4, 3),
+            (r, nv) => unreachable!("no {r}x{nv} scores tile"),
+        }
+    };
+}
+
+/// Key vectors per scores tile of `r` rows (index `r`, 1..=4): 8 to 12 accumulators
+/// (4 × 3: seven loads per twelve FMAs).
+#[cfg(target_arch = "x86_64")]
+const SCORE_VECS: [usize; 5] = [0, 8, 4, 4, 3];
+
+/// [`attend_reference`] with SIMD tiles and cache blocking; the same bits.
+///
+/// # Safety
+/// AVX2 and FMA available; `lay.block_size` and `head_dim` multiples of 8; every block
+/// of the context inside both pools; `q` holds the sequence's rows.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn attend_avx2(
+    seq: &SeqInput,
+    h: usize,
+    q: &[f32],
+    k_pool: &[f32],
+    v_pool: &[f32],
+    shape: AttnShape,
+    lay: KvLayout,
+) -> Vec<f32> {
+    use std::arch::x86_64::*;
+    let d = shape.head_dim;
+    let bs = lay.block_size;
+    let kvh = h / (shape.n_heads / shape.n_kv_heads);
+    let q_width = shape.n_heads * d;
+    let scale = 1.0 / (d as f32).sqrt();
+    let rows = seq.query_len;
+    let ctx = seq.context_len;
+    let first_len = ctx - rows + 1; // row j sees keys 0..first_len + j
+    let len = |j: usize| first_len + j;
+    let nvec = ctx.div_ceil(8);
+    let stride = nvec * 8;
+    let mut out = vec![0.0f32; rows * d];
+    SCRATCH.with(|s| {
+        let (sbuf, obuf, vrow) = &mut *s.borrow_mut();
+        sbuf.clear();
+        sbuf.resize(rows * stride, 0.0);
+        obuf.clear();
+        obuf.resize(rows * d, 0.0);
+        vrow.clear();
+        vrow.extend((0..ctx).map(|k| lay.v_at(seq.block_table[k / bs] as usize, k % bs, kvh)));
+        let kp = k_pool.as_ptr();
+        let kvec = |v: usize| {
+            let pos = 8 * v;
+            kp.add(lay.k_at(seq.block_table[pos / bs] as usize, pos % bs, kvh))
+        };
+        let qrow = |j: usize| q.as_ptr().add((seq.query_start + j) * q_width + h * d);
+        let sp = sbuf.as_mut_ptr();
+
+        // Scores, chunk by chunk of keys; each row tile stops at its last row's length.
+        for c0 in (0..nvec).step_by(KEY_CHUNK / 8) {
+            let c1 = (c0 + KEY_CHUNK / 8).min(nvec);
+            for r0 in (0..rows).step_by(4) {
+                let rt = (rows - r0).min(4);
+                let vend = c1.min(len(r0 + rt - 1).div_ceil(8));
+                let mut v = c0;
+                while v < vend {
+                    let nv = (vend - v).min(SCORE_VECS[rt]);
+                    macro_rules! run {
+                        ($R:literal, $NV:literal) => {{
+                            let qs: [*const f32; $R] = std::array::from_fn(|i| qrow(r0 + i));
+                            let ks: [*const f32; $NV] = std::array::from_fn(|i| kvec(v + i));
+                            let os: [*mut f32; $R] =
+                                std::array::from_fn(|i| sp.add((r0 + i) * stride + 8 * v));
+                            scores_tile::<$R, $NV>(qs, ks, d, bs, scale, os);
+                        }};
+                    }
+                    scores_dispatch!(rt, nv, run);
+                    v += nv;
+                }
+            }
+        }
+
+        // Softmax per row over its own keys: max, exp, lane sums in key order.
+        let mut inv = vec![0.0f32; rows];
+        for (j, inv) in inv.iter_mut().enumerate() {
+            let n = len(j);
+            let row = &mut sbuf[j * stride..j * stride + n.div_ceil(8) * 8];
+            row[n..].fill(f32::NEG_INFINITY);
+            let mut mv = _mm256_set1_ps(f32::NEG_INFINITY);
+            for c in row.chunks_exact(8) {
+                mv = _mm256_max_ps(mv, _mm256_loadu_ps(c.as_ptr()));
+            }
+            let mut m = [0.0f32; 8];
+            _mm256_storeu_ps(m.as_mut_ptr(), mv);
+            let max = m.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
+            let maxv = _mm256_set1_ps(max);
+            let mut lanes = _mm256_setzero_ps();
+            for c in row.chunks_exact_mut(8) {
+                let e = exp8(_mm256_sub_ps(_mm256_loadu_ps(c.as_ptr()), maxv));
+                _mm256_storeu_ps(c.as_mut_ptr(), e);
+                lanes = _mm256_add_ps(lanes, e);
+            }
+            *inv = 1.0 / hsum(lanes);
+        }
+
+        // Output: chunks of keys, rows in pairs over their common keys, then each row's
+        // own remainder, so every row sums exactly its keys in key order.
+        let (op, vp) = (obuf.as_mut_ptr(), v_pool.as_ptr());
+        let sp = sbuf.as_ptr();
+        let dv_full = d / 32;
+        let dv_tail = (d % 32) / 8;
+        macro_rules! pv {
+            ($R:literal, $rs:expr, $k0:expr, $k1:expr) => {{
+                let rs: [usize; $R] = $rs;
+                for c in 0..dv_full {
+                    let ps: [*const f32; $R] = std::array::from_fn(|i| sp.add(rs[i] * stride));
+                    let os: [*mut f32; $R] = std::array::from_fn(|i| op.add(rs[i] * d + 32 * c));
+                    pv_tile::<$R, 4>(ps, os, vp.add(32 * c), vrow, $k0, $k1);
+                }
+                if dv_tail > 0 {
+                    let off = 32 * dv_full;
+                    let ps: [*const f32; $R] = std::array::from_fn(|i| sp.add(rs[i] * stride));
+                    let os: [*mut f32; $R] = std::array::from_fn(|i| op.add(rs[i] * d + off));
+                    match dv_tail {
+                        1 => pv_tile::<$R, 1>(ps, os, vp.add(off), vrow, $k0, $k1),
+                        2 => pv_tile::<$R, 2>(ps, os, vp.add(off), vrow, $k0, $k1),
+                        _ => pv_tile::<$R, 3>(ps, os, vp.add(off), vrow, $k0, $k1),
+                    }
+                }
+            }};
+        }
+        for k0 in (0..ctx).step_by(KEY_CHUNK) {
+            let k1 = (k0 + KEY_CHUNK).min(ctx);
+            // Rows in threes (lengths grow by one per row): segment `s` of the keys is
+            // the one rows `r0+s..` still need after row `r0+s-1` has ended.
+            for r0 in (0..rows).step_by(3) {
+                let n = (rows - r0).min(3);
+                for s in 0..n {
+                    let from = if s == 0 {
+                        k0
+                    } else {
+                        len(r0 + s - 1).clamp(k0, k1)
+                    };
+                    let to = len(r0 + s).min(k1);
+                    if to <= from {
+                        continue;
+                    }
+                    match n - s {
+                        3 => pv!(3, [r0, r0 + 1, r0 + 2], from, to),
+                        2 => pv!(2, [r0 + s, r0 + s + 1], from, to),
+                        _ => pv!(1, [r0 + s], from, to),
+                    }
+                }
+            }
+        }
+        for (j, o) in out.chunks_exact_mut(d).enumerate() {
+            let iv = _mm256_set1_ps(inv[j]);
+            for (oc, ac) in o
+                .chunks_exact_mut(8)
+                .zip(obuf[j * d..(j + 1) * d].chunks_exact(8))
+            {
+                _mm256_storeu_ps(
+                    oc.as_mut_ptr(),
+                    _mm256_mul_ps(_mm256_loadu_ps(ac.as_ptr()), iv),
+                );
+            }
+        }
+    });
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn data(n: usize, seed: usize) -> Vec<f32> {
+        (0..n)
+            .map(|i| ((i * 7919 + seed * 104729) % 997) as f32 / 997.0 - 0.5)
+            .collect()
+    }
+
+    #[test]
+    fn exp_is_close_to_libm_and_zero_far_below() {
+        let mut worst = 0.0f64;
+        for i in 0..200_000 {
+            let x = -(i as f32) * 87.0 / 200_000.0;
+            let (got, want) = (exp_scalar(x) as f64, (x as f64).exp());
+            worst = worst.max(((got - want) / want).abs());
+        }
+        assert!(worst < 4e-7, "relative error {worst:e}");
+        assert_eq!(exp_scalar(0.0), 1.0);
+        assert_eq!(exp_scalar(-100.0), 0.0);
+        assert_eq!(exp_scalar(f32::NEG_INFINITY), 0.0);
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn exp8_matches_exp_scalar_bitwise() {
+        if !has_avx2() {
+            return;
+        }
+        use std::arch::x86_64::*;
+        for i in 0..100_000 {
+            let base = -(i as f32) * 0.000_9;
+            let x: [f32; 8] = std::array::from_fn(|l| base - l as f32 * 1.3e-5);
+            let mut got = [0.0f32; 8];
+            // SAFETY: features detected above.
+            unsafe { _mm256_storeu_ps(got.as_mut_ptr(), exp8(_mm256_loadu_ps(x.as_ptr()))) };
+            for l in 0..8 {
+                assert_eq!(got[l].to_bits(), exp_scalar(x[l]).to_bits(), "x {}", x[l]);
+            }
+        }
+    }
+
+    /// A head's rows from the SIMD kernel equal the portable order bit for bit, for
+    /// decode, verify and prefill shapes over a shuffled block table; a row's bits do
+    /// not depend on the rows computed with it (a prefill's last row = the decode of
+    /// that position); and it is attention (close to an f64 softmax).
+    #[test]
+    fn attention_kernel_matches_the_portable_order_and_is_row_independent() {
+        for (d, bs) in [(64, 16), (128, 16), (64, 8), (40, 24), (64, 5)] {
+            let shape = AttnShape {
+                n_heads: 6,
+                n_kv_heads: 2,
+                head_dim: d,
+            };
+            let lay = KvLayout {
+                block_size: bs,
+                n_kv_heads: 2,
+                head_dim: d,
+            };
+            let blocks = 60;
+            let (k, v) = (data(lay.pool_len(blocks), 5), data(lay.pool_len(blocks), 6));
+            for (query_len, context_len) in [
+                (1usize, 1usize),
+                (1, 150),
+                (5, 77),
+                (13, 190),
+                (70, 70),
+                (37, 300),
+            ] {
+                let table: Vec<u32> = (0..context_len.div_ceil(bs) as u32)
+                    .map(|b| (b * 7) % blocks as u32)
+                    .collect();
+                let seq = SeqInput {
+                    query_start: 2,
+                    query_len,
+                    context_len,
+                    block_table: table.clone(),
+                };
+                let q = data((2 + query_len) * shape.n_heads * d, query_len);
+                for h in 0..shape.n_heads {
+                    let got = attend(&seq, h, &q, &k, &v, shape, bs);
+                    let want = attend_reference(&seq, h, &q, &k, &v, shape, bs);
+                    let bits = |x: &[f32]| x.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+                    assert_eq!(
+                        bits(&got),
+                        bits(&want),
+                        "d {d} bs {bs} q {query_len} ctx {context_len} head {h}"
+                    );
+                    // The last row alone (a decode step at that position).
+                    let last = SeqInput {
+                        query_start: 1 + query_len,
+                        query_len: 1,
+                        context_len,
+                        block_table: table.clone(),
+                    };
+                    let one = attend(&last, h, &q, &k, &v, shape, bs);
+                    assert_eq!(
+                        bits(&one),
+                        bits(&got[(query_len - 1) * d..]),
+                        "last row, d {d} bs {bs}"
+                    );
+                    // Against an f64 softmax for the last row.
+                    let kvh = h / 3;
+                    let qv = &q[(1 + query_len) * shape.n_heads * d + h * d..][..d];
+                    let sc: Vec<f64> = (0..context_len)
+                        .map(|p| {
+                            let base = lay.k_at(table[p / bs] as usize, p % bs, kvh);
+                            (0..d)
+                                .map(|i| qv[i] as f64 * k[base + i * bs] as f64)
+                                .sum::<f64>()
+                                / (d as f64).sqrt()
+                        })
+                        .collect();
+                    let m = sc.iter().cloned().fold(f64::MIN, f64::max);
+                    let e: Vec<f64> = sc.iter().map(|s| (s - m).exp()).collect();
+                    let z: f64 = e.iter().sum();
+                    for i in 0..d {
+                        let o: f64 = (0..context_len)
+                            .map(|p| {
+                                e[p] / z
+                                    * v[lay.v_at(table[p / bs] as usize, p % bs, kvh) + i] as f64
+                            })
+                            .sum();
+                        assert!((o - one[i] as f64).abs() < 1e-5, "{o} vs {}", one[i]);
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,105 @@
+//! What the CLI picks when flags leave a choice open, as the start-up log says it: speculation
+//! (`--speculative suffix` alone: adaptive K, unpadded on the CPU; `--k-policy`, `--pad`,
+//! `--no-pad` override), fair steps, and chat sampling.
+
+use std::process::Command;
+
+/// Runs `wring generate` for one token and returns (success, stderr).
+fn start(extra: &[&str]) -> (bool, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_wring"))
+        .args(["generate", "--prompt", "Hello", "--max-tokens", "1"])
+        .args([
+            "--cpu-weights",
+            "f32",
+            "--kv-cache-mib",
+            "64",
+            "--max-model-len",
+            "256",
+        ])
+        .args(extra)
+        .env("RUST_LOG", "info")
+        .output()
+        .expect("the wring binary runs");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn speculation_defaults_follow_the_backend_and_flags_override() {
+    let (ok, log) = start(&["--speculative", "suffix"]);
+    assert!(ok, "{log}");
+    assert!(
+        log.contains(
+            "speculation: suffix, K policy adaptive (CPU default), unpadded (CPU default)"
+        ),
+        "{log}"
+    );
+    let (ok, log) = start(&["--speculative", "suffix", "--k-policy", "fixed:4", "--pad"]);
+    assert!(ok, "{log}");
+    assert!(
+        log.contains("speculation: suffix, K policy fixed:4 (given), padded (given)"),
+        "{log}"
+    );
+    let (ok, log) = start(&[
+        "--speculative",
+        "suffix",
+        "--no-pad",
+        "--k-policy",
+        "dynamic",
+    ]);
+    assert!(ok, "{log}");
+    assert!(
+        log.contains("K policy dynamic (given), unpadded (given)"),
+        "{log}"
+    );
+    let (ok, log) = start(&["--speculative", "suffix", "--pad", "--no-pad"]);
+    assert!(!ok && log.contains("cannot be used with"), "{log}");
+    let (ok, log) = start(&[]);
+    assert!(ok, "{log}");
+    assert!(log.contains("speculation: off"), "{log}");
+}
+
+#[test]
+fn fair_steps_default_on_the_cpu_and_zero_turns_them_off() {
+    let (ok, log) = start(&[]);
+    assert!(ok, "{log}");
+    assert!(
+        log.contains("fair steps: prefill chunks sized for 120 ms steps, the default here (hard cap 2048 tokens)"),
+        "{log}"
+    );
+    let (ok, log) = start(&[
+        "--step-time-target-ms",
+        "0",
+        "--max-num-batched-tokens",
+        "512",
+    ]);
+    assert!(ok, "{log}");
+    assert!(
+        log.contains("step budget: 512 tokens (no step-time target)"),
+        "{log}"
+    );
+}
+
+#[test]
+fn chat_samples_by_default_and_plain_generate_stays_greedy() {
+    let (ok, log) = start(&["--chat"]);
+    assert!(ok, "{log}");
+    assert!(
+        log.contains("sampling: temperature 0.7 (wring chat default), top_p 0.95 (wring chat default), min_p 0.05 (wring chat default)"),
+        "{log}"
+    );
+    let (ok, log) = start(&["--chat", "--temperature", "0"]);
+    assert!(ok, "{log}");
+    assert!(
+        log.contains("sampling: greedy (temperature 0 (flag))"),
+        "{log}"
+    );
+    let (ok, log) = start(&[]);
+    assert!(ok, "{log}");
+    assert!(
+        !log.contains("sampling:"),
+        "plain generate logs no chat sampling\n{log}"
+    );
+}
