@@ -8,14 +8,13 @@ use std::sync::atomic::Ordering;
 use std::sync::{mpsc, Arc, Weak};
 use std::time::{Duration, Instant};
 
-use wring_model::runner::{ModelRunner, StepInput};
+use wring_model::runner::ModelRunner;
 use wring_model::Tokenizer;
 
 use crate::api::{EngineEvent, FinishReason, TokenLogprob};
 use crate::block_manager::BlockManager;
 use crate::channel::{Command, Shared, Submission};
 use crate::config::{EngineConfig, KPolicy};
-use crate::constraint::Constraint;
 use crate::metrics::MetricsSnapshot;
 use crate::request::{Appended, RequestState};
 use crate::sampling::token_logprobs;
@@ -26,6 +25,10 @@ use crate::spec_decode::{
 };
 use crate::step_budget::{StepBudgeter, StepWork};
 use crate::step_input::{self, StepRow};
+
+mod constraints;
+mod forward;
+mod lifecycle;
 
 pub(crate) struct EngineCore {
     runner: Box<dyn ModelRunner>,
@@ -304,7 +307,7 @@ impl EngineCore {
             // The grammar masks of this step's positions are computed while the
             // model runs (constrained sequences only).
             std::thread::scope(|s| {
-                let masks = s.spawn(move || prepare_masks(jobs));
+                let masks = s.spawn(move || EngineCore::prepare_masks(jobs));
                 let out = self.run_model(&input, &rows, ids_only);
                 (out, masks.join().unwrap_or_default())
             })
@@ -348,116 +351,6 @@ impl EngineCore {
             w.attended += c.attended;
         }
         w
-    }
-
-    /// Counts requests whose first step this is as admitted (out of the queue).
-    fn mark_admitted(&mut self, rows: &[StepRow], shared: &Weak<Shared>) {
-        for row in rows {
-            let Some(r) = self.requests.get_mut(&row.id) else {
-                continue;
-            };
-            if !r.admitted {
-                r.admitted = true;
-                self.metrics.prompt_tokens += r.usage.prompt_tokens as u64;
-                if let Some(sh) = shared.upgrade() {
-                    sh.pending.fetch_sub(1, Ordering::AcqRel);
-                }
-            }
-        }
-    }
-
-    /// Whether every row that gets logits takes their raw argmax (greedy, no
-    /// penalties, no logprobs, no grammar): then the step asks for ids only.
-    fn ids_only(&self, rows: &[StepRow]) -> bool {
-        rows.iter().filter(|r| r.completes).all(|r| {
-            self.requests
-                .get(&r.id)
-                .is_none_or(|s| s.logprobs.is_none() && s.sampler.argmax_only() && !s.constrained)
-        })
-    }
-
-    /// Takes the grammar state of every constrained sequence that samples this
-    /// step, with the draft its masks follow.
-    fn take_constraints(&mut self, rows: &[StepRow], drafts: &StepDrafts) -> Vec<MaskJob> {
-        let mut jobs = Vec::new();
-        for r in rows.iter().filter(|r| r.completes) {
-            let Some(state) = self.requests.get_mut(&r.id) else {
-                continue;
-            };
-            let Some(constraint) = state.constraint.take() else {
-                continue;
-            };
-            let draft = match drafts.row_of(r.id).filter(|_| r.slots > 0) {
-                Some(b) => drafts.draft(b).to_vec(),
-                None => Vec::new(),
-            };
-            jobs.push(MaskJob {
-                id: r.id,
-                constraint,
-                draft,
-                result: Ok(()),
-            });
-        }
-        jobs
-    }
-
-    /// Puts the grammar states back; a sequence whose masks could not be computed
-    /// fails alone (as does every constrained one if the mask thread died).
-    fn return_constraints(&mut self, rows: &[StepRow], jobs: Vec<MaskJob>, shared: &Weak<Shared>) {
-        for job in jobs {
-            match job.result {
-                Ok(()) => {
-                    if let Some(state) = self.requests.get_mut(&job.id) {
-                        state.constraint = Some(job.constraint);
-                    }
-                }
-                Err(msg) => self.fail(job.id, format!("structured output: {msg}"), shared),
-            }
-        }
-        for r in rows.iter().filter(|r| r.completes) {
-            let lost = self
-                .requests
-                .get(&r.id)
-                .is_some_and(|s| s.constrained && s.constraint.is_none());
-            if lost {
-                self.fail(
-                    r.id,
-                    "structured output: the grammar state was lost".into(),
-                    shared,
-                );
-            }
-        }
-    }
-
-    /// Runs the step. With `ids_only` only the rows' argmax ids come back (taken
-    /// on the device where it can); otherwise, or when the runner has no such
-    /// path, whole rows.
-    fn run_model(
-        &mut self,
-        input: &StepInput,
-        rows: &[StepRow],
-        ids_only: bool,
-    ) -> Result<StepOutput, String> {
-        let t0 = Instant::now();
-        let result = if ids_only && !input.logit_rows.is_empty() {
-            match self.runner.forward_greedy(input) {
-                Ok(Some(ids)) => Ok(StepOutput::Ids(ids)),
-                Ok(None) => self.runner.forward(input).map(StepOutput::Logits),
-                Err(e) => Err(e),
-            }
-        } else {
-            self.runner.forward(input).map(StepOutput::Logits)
-        };
-        let out = result.map_err(|e| {
-            tracing::error!("forward step failed: {e:#}");
-            format!("model step failed: {e:#}")
-        })?;
-        let secs = t0.elapsed().as_secs_f64();
-        self.spec.observe_step(rows.len(), input.tokens.len(), secs);
-        self.metrics.steps += 1;
-        self.metrics.step_model_seconds += secs;
-        out.check_shape(input.logit_rows.len(), self.vocab)?;
-        Ok(out)
     }
 
     /// Verifies a sequence's drafts (or samples its next token), records the
@@ -575,94 +468,4 @@ impl EngineCore {
         });
         finish
     }
-
-    fn fail(&mut self, id: u64, message: String, shared: &Weak<Shared>) {
-        if let Some(r) = self.requests.get(&id) {
-            let _ = r.events.send(EngineEvent::Error {
-                message: message.clone(),
-            });
-        }
-        self.finish(id, FinishReason::Error, shared);
-    }
-
-    /// Ends a request: frees its KV blocks and drafter state at once.
-    fn finish(&mut self, id: u64, reason: FinishReason, shared: &Weak<Shared>) {
-        let seq = self.sched.remove(id);
-        let Some(mut r) = self.requests.remove(&id) else {
-            return;
-        };
-        if !r.admitted {
-            if let Some(sh) = shared.upgrade() {
-                sh.pending.fetch_sub(1, Ordering::AcqRel);
-            }
-        }
-        let completed = matches!(reason, FinishReason::Stop | FinishReason::Length);
-        self.spec.proposer().finish(id, completed);
-        if let Some(seq) = seq {
-            r.usage.cached_tokens = seq.cached_prompt_tokens as u32;
-            if let (true, Some(t)) = (completed, self.trace.as_mut()) {
-                let (prompt, output) = seq.tokens.split_at(seq.prompt_len);
-                let why = if reason == FinishReason::Stop {
-                    "stop"
-                } else {
-                    "length"
-                };
-                t.record(r.workload.as_deref(), &r.request_id, prompt, output, why);
-            }
-        }
-        self.metrics.count_finish(reason);
-        let now = Instant::now();
-        self.metrics.e2e.observe((now - r.arrival).as_secs_f64());
-        if let Some(first) = r.first_token_at {
-            if r.usage.completion_tokens > 1 {
-                let tpot = (now - first).as_secs_f64() / (r.usage.completion_tokens - 1) as f64;
-                self.metrics.tpot.observe(tpot);
-            }
-        }
-        tracing::debug!(
-            "request {} ({}) finished: {:?}, {} tokens",
-            id,
-            r.request_id,
-            reason,
-            r.usage.completion_tokens
-        );
-        if reason != FinishReason::Error {
-            let _ = r.events.send(EngineEvent::Finished {
-                reason,
-                usage: r.usage,
-            });
-        }
-    }
-
-    fn publish(&mut self, shared: &Weak<Shared>) {
-        let Some(sh) = shared.upgrade() else { return };
-        self.metrics.running = self.sched.num_running();
-        self.metrics.waiting = self.sched.num_waiting();
-        self.metrics.kv_blocks_used = self.sched.blocks.num_used_blocks();
-        self.metrics.preemptions = self.sched.num_preemptions();
-        let st = self.sched.blocks.stats();
-        self.metrics.prefix_cache_queried_tokens = st.queried_tokens;
-        self.metrics.prefix_cache_hit_tokens = st.hit_tokens;
-        if let Ok(mut m) = sh.metrics.lock() {
-            m.clone_from(&self.metrics);
-        };
-    }
-}
-
-/// One constrained sequence's mask work for a step.
-struct MaskJob {
-    id: u64,
-    constraint: Constraint,
-    draft: Vec<u32>,
-    result: Result<(), String>,
-}
-
-fn prepare_masks(mut jobs: Vec<MaskJob>) -> Vec<MaskJob> {
-    for job in &mut jobs {
-        job.result = job
-            .constraint
-            .prepare(&job.draft)
-            .map_err(|e| format!("{e:#}"));
-    }
-    jobs
 }

@@ -1,0 +1,94 @@
+//! The engine loop's side of structured output: a step takes the grammar state of every
+//! constrained sequence it samples, computes the masks along the drafts beside the forward
+//! pass (`prepare_masks` on a scoped thread), and puts the states back.
+
+use std::sync::Weak;
+
+use super::EngineCore;
+use crate::channel::Shared;
+use crate::constraint::Constraint;
+use crate::spec_decode::StepDrafts;
+use crate::step_input::StepRow;
+
+impl EngineCore {
+    /// Takes the grammar state of every constrained sequence that samples this
+    /// step, with the draft its masks follow.
+    pub(super) fn take_constraints(
+        &mut self,
+        rows: &[StepRow],
+        drafts: &StepDrafts,
+    ) -> Vec<MaskJob> {
+        let mut jobs = Vec::new();
+        for r in rows.iter().filter(|r| r.completes) {
+            let Some(state) = self.requests.get_mut(&r.id) else {
+                continue;
+            };
+            let Some(constraint) = state.constraint.take() else {
+                continue;
+            };
+            let draft = match drafts.row_of(r.id).filter(|_| r.slots > 0) {
+                Some(b) => drafts.draft(b).to_vec(),
+                None => Vec::new(),
+            };
+            jobs.push(MaskJob {
+                id: r.id,
+                constraint,
+                draft,
+                result: Ok(()),
+            });
+        }
+        jobs
+    }
+
+    /// Puts the grammar states back; a sequence whose masks could not be computed
+    /// fails alone (as does every constrained one if the mask thread died).
+    pub(super) fn return_constraints(
+        &mut self,
+        rows: &[StepRow],
+        jobs: Vec<MaskJob>,
+        shared: &Weak<Shared>,
+    ) {
+        for job in jobs {
+            match job.result {
+                Ok(()) => {
+                    if let Some(state) = self.requests.get_mut(&job.id) {
+                        state.constraint = Some(job.constraint);
+                    }
+                }
+                Err(msg) => self.fail(job.id, format!("structured output: {msg}"), shared),
+            }
+        }
+        for r in rows.iter().filter(|r| r.completes) {
+            let lost = self
+                .requests
+                .get(&r.id)
+                .is_some_and(|s| s.constrained && s.constraint.is_none());
+            if lost {
+                self.fail(
+                    r.id,
+                    "structured output: the grammar state was lost".into(),
+                    shared,
+                );
+            }
+        }
+    }
+
+    /// Computes every job's masks along its draft (on the mask thread).
+    pub(super) fn prepare_masks(mut jobs: Vec<MaskJob>) -> Vec<MaskJob> {
+        for job in &mut jobs {
+            job.result = job
+                .constraint
+                .prepare(&job.draft)
+                .map_err(|e| format!("{e:#}"));
+        }
+        jobs
+    }
+}
+
+/// One constrained sequence's mask work for a step.
+pub(super) struct MaskJob {
+    id: u64,
+    constraint: Constraint,
+    draft: Vec<u32>,
+    result: Result<(), String>,
+}
