@@ -9,6 +9,7 @@ pub mod config;
 mod constraint;
 mod core;
 mod handle;
+mod least_squares;
 pub mod metrics;
 mod request;
 pub mod sampling;

@@ -18,6 +18,7 @@
 //! data; the first chunk is [`FIRST_CHUNK_TOKENS`]); and `max_num_batched_tokens`
 //! stays the hard cap of the whole step. Without a target the budget is the cap.
 
+use crate::least_squares::nonnegative_fit;
 use std::collections::VecDeque;
 use std::time::Duration;
 
@@ -171,95 +172,16 @@ impl StepBudgeter {
     }
 }
 
-/// Non-negative least squares of seconds over (1, tokens, attended): the normal
-/// equations, dropping a term that comes out negative (noise: no cost is negative)
-/// and refitting without it. None when the samples cannot determine a fit.
+/// Non-negative least squares of seconds over (1, tokens, attended). None when the
+/// samples cannot determine a fit.
 fn fit(samples: &VecDeque<(StepWork, f64)>) -> Option<[f64; 3]> {
-    let feats = |w: &StepWork| [1.0, w.tokens as f64, w.attended];
-    // Too few steps for three terms: start with the fixed and per-token ones.
-    let mut active = [true, true, samples.len() >= 3];
-    for _ in 0..3 {
-        let idx: Vec<usize> = (0..3).filter(|&i| active[i]).collect();
-        let n = idx.len();
-        if n == 0 || samples.len() < n {
-            return None;
-        }
-        // Scale each feature to its largest magnitude so the system is well conditioned.
-        let mut scale = [0.0f64; 3];
-        for (w, _) in samples {
-            for (s, f) in scale.iter_mut().zip(feats(w)) {
-                *s = s.max(f.abs());
-            }
-        }
-        if idx.iter().any(|&i| scale[i] == 0.0) {
-            // A feature that is zero everywhere cannot be fitted: drop it.
-            for &i in &idx {
-                if scale[i] == 0.0 {
-                    active[i] = false;
-                }
-            }
-            continue;
-        }
-        let mut ata = vec![vec![0.0; n]; n];
-        let mut atb = vec![0.0; n];
-        for (w, secs) in samples {
-            let f = feats(w);
-            for (r, &i) in idx.iter().enumerate() {
-                let fi = f[i] / scale[i];
-                atb[r] += fi * secs;
-                for (c, &j) in idx.iter().enumerate() {
-                    ata[r][c] += fi * f[j] / scale[j];
-                }
-            }
-        }
-        // A little ridge keeps the system solvable when features move together
-        // (a long prefill alone: tokens and attended grow in step).
-        let ridge = 1e-6 * (0..n).map(|i| ata[i][i]).fold(0.0f64, f64::max).max(1e-30);
-        for (i, row) in ata.iter_mut().enumerate() {
-            row[i] += ridge;
-        }
-        let x = solve(ata, atb)?;
-        let mut coef = [0.0; 3];
-        let mut ok = true;
-        for (r, &i) in idx.iter().enumerate() {
-            coef[i] = x[r] / scale[i];
-            if x[r] < 0.0 {
-                active[i] = false;
-                ok = false;
-            }
-        }
-        if ok {
-            return Some(coef);
-        }
-    }
-    None
-}
-
-/// Gaussian elimination with partial pivoting.
-fn solve(mut a: Vec<Vec<f64>>, mut b: Vec<f64>) -> Option<Vec<f64>> {
-    let n = b.len();
-    for col in 0..n {
-        let piv = (col..n).max_by(|&i, &j| a[i][col].abs().total_cmp(&a[j][col].abs()))?;
-        if a[piv][col].abs() < 1e-15 {
-            return None;
-        }
-        a.swap(col, piv);
-        b.swap(col, piv);
-        for r in col + 1..n {
-            let f = a[r][col] / a[col][col];
-            let pivot_row = a[col].clone();
-            for (x, p) in a[r].iter_mut().zip(&pivot_row).skip(col) {
-                *x -= f * p;
-            }
-            b[r] -= f * b[col];
-        }
-    }
-    let mut x = vec![0.0; n];
-    for r in (0..n).rev() {
-        let s: f64 = (r + 1..n).map(|c| a[r][c] * x[c]).sum();
-        x[r] = (b[r] - s) / a[r][r];
-    }
-    Some(x)
+    let rows: Vec<([f64; 3], f64)> = samples
+        .iter()
+        .map(|(w, secs)| ([1.0, w.tokens as f64, w.attended], *secs))
+        .collect();
+    // Too few steps for three terms: start with the fixed and per-token ones. The ridge
+    // keeps a long prefill alone solvable (tokens and attended pairs grow in step).
+    nonnegative_fit(&rows, [true, true, samples.len() >= 3], 1e-6)
 }
 
 #[cfg(test)]

@@ -2,6 +2,7 @@
 //! sequences B and query rows T, `t = a + b * B + c * T`, fitted by least squares to
 //! steps timed at start-up on the actual runner and refitted as real steps run.
 
+use crate::least_squares::nonnegative_fit;
 use std::collections::VecDeque;
 
 #[derive(Debug, Clone)]
@@ -77,76 +78,12 @@ impl StepCostModel {
     }
 }
 
-/// Non-negative least squares over (1, B, T) by solving the normal equations and
-/// dropping terms that come out negative (a negative cost term is noise).
+/// Non-negative least squares over (1, B, T): a negative cost term is noise. The whisper of
+/// ridge keeps the system solvable when a feature is constant (every online step had the
+/// same batch size).
 fn least_squares(pts: &[(f64, f64, f64)]) -> Option<[f64; 3]> {
-    let feats = |p: &(f64, f64, f64)| [1.0, p.0, p.1];
-    let mut active = [true; 3];
-    for _ in 0..3 {
-        let idx: Vec<usize> = (0..3).filter(|&i| active[i]).collect();
-        let n = idx.len();
-        if n == 0 || pts.len() < n {
-            return None;
-        }
-        let mut ata = vec![vec![0.0; n]; n];
-        let mut atb = vec![0.0; n];
-        for p in pts {
-            let f = feats(p);
-            for (r, &i) in idx.iter().enumerate() {
-                atb[r] += f[i] * p.2;
-                for (c, &j) in idx.iter().enumerate() {
-                    ata[r][c] += f[i] * f[j];
-                }
-            }
-        }
-        // A whisper of ridge keeps the system solvable when a feature is constant
-        // (e.g. every online step had the same batch size).
-        let scale = (0..n).map(|i| ata[i][i]).fold(0.0f64, f64::max).max(1e-30);
-        for (i, row) in ata.iter_mut().enumerate() {
-            row[i] += 1e-9 * scale;
-        }
-        let x = solve(ata, atb)?;
-        let mut coef = [0.0; 3];
-        let mut ok = true;
-        for (r, &i) in idx.iter().enumerate() {
-            coef[i] = x[r];
-            if x[r] < 0.0 {
-                active[i] = false;
-                ok = false;
-            }
-        }
-        if ok {
-            return Some(coef);
-        }
-    }
-    None
-}
-
-/// Gaussian elimination with partial pivoting.
-fn solve(mut a: Vec<Vec<f64>>, mut b: Vec<f64>) -> Option<Vec<f64>> {
-    let n = b.len();
-    for col in 0..n {
-        let piv = (col..n).max_by(|&i, &j| a[i][col].abs().total_cmp(&a[j][col].abs()))?;
-        if a[piv][col].abs() < 1e-12 {
-            return None;
-        }
-        a.swap(col, piv);
-        b.swap(col, piv);
-        for r in col + 1..n {
-            let f = a[r][col] / a[col][col];
-            let pivot_row = a[col].clone();
-            for (x, p) in a[r].iter_mut().zip(&pivot_row).skip(col) {
-                *x -= f * p;
-            }
-            b[r] -= f * b[col];
-        }
-    }
-    let mut x = vec![0.0; n];
-    for r in (0..n).rev() {
-        let s: f64 = (r + 1..n).map(|c| a[r][c] * x[c]).sum();
-        x[r] = (b[r] - s) / a[r][r];
-    }
-    Some(x)
+    let rows: Vec<([f64; 3], f64)> = pts.iter().map(|p| ([1.0, p.0, p.1], p.2)).collect();
+    nonnegative_fit(&rows, [true; 3], 1e-9)
 }
 
 #[cfg(test)]
