@@ -46,6 +46,21 @@ ARENA_HARD = [
     ("b7f0c1a2e3d4456789abcdef00000006", "coding", "Rust Programming", "In Rust, what is the difference between String and &str, and when should a function take each?"),
 ]
 
+# Longer than the gate tests' 96-token prompt cut (they check that cutting happens); only in the
+# corpus file, second record, so the trace prompts stay as they were made.
+ARENA_HARD_LONG = (
+    "b7f0c1a2e3d4456789abcdef00000007",
+    "coding",
+    "System Design",
+    "I run a small web shop on one server: a Python web application, a PostgreSQL database and a "
+    "nightly job that imports the supplier's price list from a CSV file of about two hundred thousand "
+    "rows. Since last month the import takes more than three hours, the site becomes slow while it "
+    "runs, and twice the job failed halfway and left half of the prices updated. Customers noticed "
+    "wrong prices. Explain step by step how you would redesign the import so that it is fast, does not "
+    "slow the site down, and never leaves the prices half updated. Include the SQL you would use, how "
+    "you would test it, and what you would monitor afterwards.",
+)
+
 # Only in the trace (the loader reads these two corpora from PyPI).
 HUMANEVAL = [
     "def running_maximum(values: list[int]) -> list[int]:\n    \"\"\" Return a list where element i is the largest of values[0..=i].\n    >>> running_maximum([3, 1, 4, 1, 5])\n    [3, 3, 4, 4, 5]\n    \"\"\"\n",
@@ -83,7 +98,10 @@ def main():
         json.dump([{"user": u} for u in WILDCHAT], f, ensure_ascii=False, indent=1)
     write_jsonl(
         corpora / "arena_hard_v0.1_500.jsonl",
-        [{"uid": u, "category": c, "cluster": k, "prompt": p} for u, c, k, p in ARENA_HARD],
+        [
+            {"uid": u, "category": c, "cluster": k, "prompt": p}
+            for u, c, k, p in ARENA_HARD[:1] + [ARENA_HARD_LONG] + ARENA_HARD[1:]
+        ],
     )
     traces = ROOT / "traces"
     traces.mkdir(parents=True, exist_ok=True)

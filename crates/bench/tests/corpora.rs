@@ -23,7 +23,7 @@ fn corpus_fixtures_load_with_their_record_counts() {
         (Corpus::Swebench, 5),
         (Corpus::Mbpp, 6),
         (Corpus::Wildchat, 5),
-        (Corpus::Lmsys, 6),
+        (Corpus::Lmsys, 7),
     ] {
         let loaded = src.load(corpus, None, 0).unwrap();
         assert_eq!(loaded.records, records, "{corpus}");
