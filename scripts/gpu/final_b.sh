@@ -80,6 +80,13 @@ PY
 }
 hostsplit hostsplit-nospec | tee -a "$B/hostsplit.txt"
 
+# What a grammar-constrained step costs on CUDA (issue 20): json_schema vs plain, c=1 and 32.
+$PIN $W serve --device cuda --port 8201 --kv-cache-mib 4096 > "$B/structured.serve.log" 2>&1 &
+spid=$!
+for _ in $(seq 120); do curl -sf http://127.0.0.1:8201/v1/models > /dev/null 2>&1 && break; sleep 1; done
+timeout 150 python3 scripts/gpu/structured_cost.py http://127.0.0.1:8201 "$B/structured.json" 1 32 2>&1 | tee "$B/structured.txt"
+kill $spid; sleep 2; kill -9 $spid 2>/dev/null
+
 # The peer, through the same client and prompts.
 for _ in $(seq 60); do [ -f /tmp/lcpp/build.rc ] && break; sleep 5; done
 echo "llama.cpp build: $(cat /tmp/lcpp/build.rc 2>/dev/null || echo 'not finished')"
