@@ -107,7 +107,14 @@ fn one(
     let max_t = 8;
     // The token table first: the backend sizes its counters by the tallest matrix.
     let table: Vec<f32> = (0..max_t * k)
-        .map(|i| noise(i + 7_777_777) * if (i % k) % 97 == 0 { 20.0 } else { 1.0 })
+        .map(|i| {
+            noise(i + 7_777_777)
+                * if (i % k).is_multiple_of(97) {
+                    20.0
+                } else {
+                    1.0
+                }
+        })
         .collect();
     let tm = b.upload_matrix(HostMatrix {
         rows: max_t,
