@@ -129,6 +129,7 @@ impl CudaBackend {
         a.splits = splits as i32;
         a.chunks_per_split = per as i32;
         self.launch_args(f, (groups as u32, splits as u32, 1), 128, &a, "gemv");
+        self.gemv_launches += 1;
         // The next kernel waits for this one before it touches the arena (PDL included).
         drop(part);
     }

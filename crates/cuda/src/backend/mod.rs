@@ -92,6 +92,8 @@ pub struct CudaBackend {
     /// allocation with the KV pool; each launch leaves them zero) and how many there are.
     gemv_counters: Option<DeviceBuffer>,
     gemv_counter_words: usize,
+    /// gemv kernels launched so far (checks tell the gemv path from a silent fallback).
+    gemv_launches: u64,
     /// Split partials and counters of the tensor-core attention kernel.
     mma_ws: Option<crate::params::MmaWorkspace>,
     /// Set on a rank of a tensor-parallel group (`join_group`, tensor_parallel.rs), with
@@ -161,6 +163,7 @@ impl CudaBackend {
             sm_count,
             gemv_counters: None,
             gemv_counter_words: 0,
+            gemv_launches: 0,
             mma_ws: None,
             group: None,
             row_maxima: None,
@@ -180,6 +183,11 @@ impl CudaBackend {
             self.graphs.clear();
         }
         self.opts.small_linear_max_t = t;
+    }
+
+    /// gemv kernels launched so far (eager launches and captures, not graph replays).
+    pub fn gemv_launches(&self) -> u64 {
+        self.gemv_launches
     }
 
     /// Programmatic dependent launch on or off for steps run from now on (captured graphs

@@ -159,6 +159,7 @@ fn one(
         let mut result = vec![];
         for (i, max) in [8usize, 0].into_iter().enumerate() {
             b.set_small_linear_max_t(max);
+            let launched = b.gemv_launches();
             for _ in 0..3 {
                 drop(b.linear(&xb, &wm, None));
             }
@@ -173,6 +174,12 @@ fn one(
             let y = b.linear(&xb, &wm, None);
             let yh = b.to_host(&y);
             times[i] = t0.elapsed().as_secs_f64() / calls as f64;
+            // The gemv run must have launched gemv kernels, the other none.
+            let took = b.gemv_launches() > launched;
+            if took != (max > 0) {
+                ok = false;
+                println!("| {model} | {name} | {n} × {k} | {fmt} | {t} | gemv path taken: {took} with max T {max} (FAIL) |");
+            }
             if i == 0 {
                 result = yh;
             }
