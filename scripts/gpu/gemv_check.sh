@@ -47,16 +47,16 @@ run() { # LIMIT TAG ARGS...: one gpu_check, its RESULT line and any failure line
 }
 
 export WRING_CUDA_SMALL_LINEAR_MAX_T=8
-run 60 qgemm qgemm
-run 100 graphs-135m graphs dummy &
-run 100 graphs-gguf graphs dummy-gguf &
-run 100 cpu-135m cpu-compare dummy-gguf &
-run 100 graphs-8b graphs dummy-8b &
+run 45 qgemm qgemm
+run 90 graphs-135m graphs dummy &
+run 90 graphs-gguf graphs dummy-gguf &
+run 90 cpu-135m cpu-compare dummy-gguf &
+run 90 graphs-8b graphs dummy-8b &
 wait
 echo "checks done at $(( $(date +%s) - start )) s" | tee -a "$G/summary.md"
 run 60 gemv gemv "$G"
 unset WRING_CUDA_SMALL_LINEAR_MAX_T
-STEPS_VARIANTS=default,gemv STEPS_SHAPES=${STEPS_SHAPES:-1x1,1x5,1x7,2x1,8x1} run 90 steps steps "$G"
+STEPS_VARIANTS=default,gemv STEPS_SHAPES=${STEPS_SHAPES:-1x1,1x5,1x7,2x1,8x1} run 80 steps steps "$G"
 echo "all done at $(( $(date +%s) - start )) s" | tee -a "$G/summary.md"
 {
     echo
