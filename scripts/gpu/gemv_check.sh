@@ -51,7 +51,7 @@ run 45 qgemm qgemm
 run 90 graphs-135m graphs dummy &
 run 90 graphs-gguf graphs dummy-gguf &
 run 90 cpu-135m cpu-compare dummy-gguf &
-run 90 graphs-8b graphs dummy-8b &
+run 120 graphs-8b graphs dummy-8b &
 wait
 echo "checks done at $(( $(date +%s) - start )) s" | tee -a "$G/summary.md"
 run 60 gemv gemv "$G"
