@@ -10,18 +10,7 @@
 // int4 f32 scale and f32 zero per (row, group); nvfp4 the E4M3 byte per (row, block) and
 // one f32 per row (the tensor's global scale, per row so fused matrices can stack).
 
-// ---- small float formats (same values as crates/backend/src/quant/fp.rs) ----
-
-// E4M3 byte -> f32 (finite codes): exponent and mantissa bits placed in an f32 are the
-// value times 2^-120; the power-of-two product is exact (subnormals included).
-__device__ __forceinline__ float e4m3_to_f32(u32 b) {
-    return __uint_as_float(((b & 0x7Fu) << 20) | ((b & 0x80u) << 24)) * __uint_as_float((127u + 120u) << 23);
-}
-
-// E2M1 code (low 4 bits) -> f32, the same trick with bias 1 (times 2^126).
-__device__ __forceinline__ float e2m1_to_f32(u32 c) {
-    return __uint_as_float(((c & 7u) << 22) | ((c & 8u) << 28)) * __uint_as_float((127u + 126u) << 23);
-}
+// ---- small float formats (decoding: fp_formats.cuh) ----
 
 // f32 -> E4M3, round to nearest even, saturating at +-448 (the CPU encoder's rule).
 __device__ __forceinline__ u32 f32_to_e4m3(float x) {

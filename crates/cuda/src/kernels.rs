@@ -1,6 +1,7 @@
 //! Kernel sources (crates/cuda/kernels/*.cu), compiled to PTX by NVRTC at run time and
 //! cached on disk under `$WRING_HOME/kernels`, keyed by a hash of source and target.
 
+use crate::params::{GemvEpilogue, GemvFormat, GEMV_BUCKETS};
 use anyhow::{anyhow, Context, Result};
 use cudarc::driver::{result, sys};
 use cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions};
@@ -31,10 +32,19 @@ pub const SOURCES: &[(&str, &str)] = &[
         ),
     ),
     ("sampling.cu", include_str!("../kernels/sampling.cu")),
-    ("quant_gemm.cu", include_str!("../kernels/quant_gemm.cu")),
     (
-        "linear_small.cu",
-        include_str!("../kernels/linear_small.cu"),
+        "quant_gemm.cu",
+        concat!(
+            include_str!("../kernels/fp_formats.cuh"),
+            include_str!("../kernels/quant_gemm.cu")
+        ),
+    ),
+    (
+        "gemv.cu",
+        concat!(
+            include_str!("../kernels/fp_formats.cuh"),
+            include_str!("../kernels/gemv.cu")
+        ),
     ),
     (
         "tensor_parallel.cu",
@@ -130,8 +140,8 @@ pub struct Kernels {
     pub paged_attention: sys::CUfunction,
     pub paged_attention_split: sys::CUfunction,
     pub attention_combine: sys::CUfunction,
-    /// `linear_small_{store,silu,qkv}_n{1..4}`: [epilogue][token tiles - 1].
-    linear_small: [[sys::CUfunction; 4]; 3],
+    /// `gemv_{format}_{epilogue}_t{1,2,4,8}`: [format][epilogue][token bucket].
+    gemv: [[[sys::CUfunction; 4]; 3]; 4],
     /// `attention_mma_d{head_dim}_n{row tiles}`, keyed by (head_dim, row tiles).
     attention_mma: Vec<((usize, usize), sys::CUfunction)>,
     pub argmax_rows: sys::CUfunction,
@@ -198,26 +208,18 @@ impl Kernels {
             kv_store: get("kv_store")?,
             paged_attention: get("paged_attention")?,
             paged_attention_split: get("paged_attention_split")?,
-            linear_small: [
-                [
-                    get("linear_small_store_n1")?,
-                    get("linear_small_store_n2")?,
-                    get("linear_small_store_n3")?,
-                    get("linear_small_store_n4")?,
-                ],
-                [
-                    get("linear_small_silu_n1")?,
-                    get("linear_small_silu_n2")?,
-                    get("linear_small_silu_n3")?,
-                    get("linear_small_silu_n4")?,
-                ],
-                [
-                    get("linear_small_qkv_n1")?,
-                    get("linear_small_qkv_n2")?,
-                    get("linear_small_qkv_n3")?,
-                    get("linear_small_qkv_n4")?,
-                ],
-            ],
+            gemv: {
+                let mut f = [[[std::ptr::null_mut(); 4]; 3]; 4];
+                for (fi, fmt) in GemvFormat::ALL.iter().enumerate() {
+                    for (ei, epi) in GemvEpilogue::ALL.iter().enumerate() {
+                        for (ti, tb) in GEMV_BUCKETS.iter().enumerate() {
+                            f[fi][ei][ti] =
+                                get(&format!("gemv_{}_{}_t{tb}", fmt.name(), epi.name()))?;
+                        }
+                    }
+                }
+                f
+            },
             attention_mma: crate::params::MMA_ROW_TILES
                 .iter()
                 .flat_map(|&(d, tiles)| tiles.iter().map(move |&nt| (d, nt)))
@@ -249,19 +251,16 @@ impl Kernels {
 }
 
 impl Kernels {
-    /// The small-step linear with `epilogue` for `tiles` tiles of 8 tokens (1 to 4).
-    pub(crate) fn linear_small(
+    /// The weight-streaming linear for `format` and `epilogue` whose token bucket holds
+    /// `t` tokens (1 to 8).
+    pub(crate) fn gemv(
         &self,
-        epilogue: crate::params::SmallEpilogue,
-        tiles: usize,
+        format: GemvFormat,
+        epilogue: GemvEpilogue,
+        t: usize,
     ) -> Option<sys::CUfunction> {
-        use crate::params::SmallEpilogue::*;
-        let e = match epilogue {
-            Store => 0,
-            Silu => 1,
-            Qkv => 2,
-        };
-        self.linear_small[e].get(tiles.checked_sub(1)?).copied()
+        let b = GEMV_BUCKETS.iter().position(|&b| t >= 1 && t <= b)?;
+        Some(self.gemv[format as usize][epilogue as usize][b])
     }
 
     /// The tensor-core attention kernel for `head_dim` with `row_tiles` tiles of 8 rows.
@@ -308,6 +307,19 @@ mod tests {
     fn finds_kernel_names_including_launch_bounds() {
         let src = "extern \"C\" __global__ void a(int x) {}\nextern \"C\" __global__ void __launch_bounds__(128)\nb(int y) {}";
         assert_eq!(entry_names(src), ["a", "b"]);
+    }
+
+    #[test]
+    fn every_gemv_build_is_defined() {
+        let names: Vec<String> = SOURCES.iter().flat_map(|(_, s)| entry_names(s)).collect();
+        for fmt in GemvFormat::ALL {
+            for epi in GemvEpilogue::ALL {
+                for tb in GEMV_BUCKETS {
+                    let want = format!("gemv_{}_{}_t{tb}", fmt.name(), epi.name());
+                    assert!(names.contains(&want), "{want} is not defined in any source");
+                }
+            }
+        }
     }
 
     #[test]

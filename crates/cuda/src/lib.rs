@@ -27,7 +27,7 @@ pub use backend::{measure_copy_bandwidth, CudaBackend, CudaMatrix, CudaTensor, C
 pub use blas::GemmTuneReport;
 pub use graphs::GraphKey;
 pub use loader::{ensure_cuda_libraries, ensure_nvrtc};
-pub use options::{AttentionKernel, CudaOptions, GraphMode};
+pub use options::{AttentionKernel, CudaOptions, GraphMode, DEFAULT_SMALL_LINEAR_MAX_T};
 
 /// CUDA devices present (0 when the driver is missing or sees none).
 pub fn device_count() -> anyhow::Result<usize> {

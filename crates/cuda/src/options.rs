@@ -28,6 +28,10 @@ pub enum AttentionKernel {
     Reference,
 }
 
+/// The default of `WRING_CUDA_SMALL_LINEAR_MAX_T`: off until an H200 run shows the gemv
+/// path faster than cuBLAS (then 8).
+pub const DEFAULT_SMALL_LINEAR_MAX_T: usize = 0;
+
 #[derive(Debug, Clone)]
 pub struct CudaOptions {
     pub graphs: GraphMode,
@@ -39,10 +43,11 @@ pub struct CudaOptions {
     pub max_tokens: usize,
     /// The attention kernel (`WRING_CUDA_ATTENTION` = mma | split | reference).
     pub attention: AttentionKernel,
-    /// Steps of at most this many tokens (≤ 32) run bf16 linears through the fused
-    /// small-step kernels (kernels/linear_small.cu: RoPE + K/V store and SiLU·mul in the
-    /// GEMM's launch) instead of cuBLAS (`WRING_CUDA_SMALL_LINEAR_MAX_T`, 0 = off, the
-    /// default: slower than cuBLAS on the H200 so far, BENCHMARKS "Small-step linears").
+    /// Steps of at most this many tokens (capped at 8, the largest gemv token bucket) run
+    /// every linear, bf16 or quantized, through the weight-streaming kernels of
+    /// kernels/gemv.cu (RoPE + K/V store and SiLU·mul in the GEMV's launch) instead of
+    /// cuBLAS and the quantized GEMMs (`WRING_CUDA_SMALL_LINEAR_MAX_T`, 0 = off; default
+    /// [`DEFAULT_SMALL_LINEAR_MAX_T`]).
     pub small_linear_max_t: usize,
     /// Launch wring's kernels with programmatic dependent launch (sm_90+): each may start
     /// while the previous kernel drains (`WRING_CUDA_PDL` = on | off).
@@ -84,7 +89,7 @@ impl Default for CudaOptions {
             max_tokens: 8192,
             attention: AttentionKernel::Mma,
             pdl: true,
-            small_linear_max_t: 0,
+            small_linear_max_t: DEFAULT_SMALL_LINEAR_MAX_T,
             fused: true,
             fused_kv_store: true,
             weights: None,

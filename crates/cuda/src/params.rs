@@ -34,15 +34,23 @@ pub(crate) struct AttnArgs {
 pub(crate) const MMA_ROW_TILES: [(usize, &[usize]); 2] =
     [(64, &[1, 2, 3, 4, 6]), (128, &[1, 2, 3])];
 
-/// The parameter struct of kernels/linear_small.cu, field for field.
+/// The parameter struct of kernels/gemv.cu, field for field.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct SmallLinArgs {
+pub(crate) struct GemvArgs {
     pub w: u64,
+    pub scale: u64,
+    pub zero: u64,
+    pub bscale: u64,
+    pub smooth: u64,
     pub x: u64,
+    pub part: u64,
+    pub counters: u64,
     pub y: u64,
     pub h: u64,
     pub q: u64,
+    pub k_out: u64,
+    pub v_out: u64,
     pub k_pool: u64,
     pub v_pool: u64,
     pub positions: u64,
@@ -53,6 +61,9 @@ pub(crate) struct SmallLinArgs {
     pub t: i32,
     pub k: i32,
     pub rows: i32,
+    pub splits: i32,
+    pub chunks_per_split: i32,
+    pub group: i32,
     pub n_heads: i32,
     pub n_kv_heads: i32,
     pub head_dim: i32,
@@ -60,15 +71,84 @@ pub(crate) struct SmallLinArgs {
     pub block_size: i32,
 }
 
-/// What follows the small-step GEMM inside its launch.
+/// Token buckets the gemv kernels are built for (`_t1` .. `_t8`): a step of T tokens runs
+/// the smallest that holds it.
+pub(crate) const GEMV_BUCKETS: [usize; 4] = [1, 2, 4, 8];
+
+/// What follows the weight-streaming GEMV inside its launch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum SmallEpilogue {
+pub(crate) enum GemvEpilogue {
     /// f32 rows out.
-    Store,
+    Store = 0,
     /// silu(gate) * up of the stacked gate|up rows, bf16 out.
-    Silu,
-    /// RoPE, q as f32 rows, k and v into the KV pool.
-    Qkv,
+    Silu = 1,
+    /// RoPE, q as f32 rows, k and v into the KV pool (or f32 rows).
+    Qkv = 2,
+}
+
+impl GemvEpilogue {
+    pub const ALL: [GemvEpilogue; 3] = [Self::Store, Self::Silu, Self::Qkv];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Store => "store",
+            Self::Silu => "silu",
+            Self::Qkv => "qkv",
+        }
+    }
+}
+
+/// The weight format a gemv kernel streams.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum GemvFormat {
+    Bf16 = 0,
+    Fp8 = 1,
+    Int4 = 2,
+    Nvfp4 = 3,
+}
+
+impl GemvFormat {
+    pub const ALL: [GemvFormat; 4] = [Self::Bf16, Self::Fp8, Self::Int4, Self::Nvfp4];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Bf16 => "bf16",
+            Self::Fp8 => "fp8",
+            Self::Int4 => "int4",
+            Self::Nvfp4 => "nvfp4",
+        }
+    }
+
+    /// Columns one lane's 16-byte load holds; a chunk (4 lanes of a row) is 4× that.
+    pub fn lane_cols(self) -> usize {
+        match self {
+            Self::Bf16 => 8,
+            Self::Fp8 => 16,
+            Self::Int4 | Self::Nvfp4 => 32,
+        }
+    }
+}
+
+/// Columns of K one gemv block stages in shared memory (GV_KR_MAX in kernels/gemv.cu).
+pub(crate) const GEMV_KR_MAX: usize = 2048;
+
+/// (splits, chunks per split) of a gemv launch over `groups` row groups (blocks of 4 tiles
+/// of 16 rows) and `k` columns in chunks of `chunk_cols`: enough blocks to cover every SM
+/// about 4 times, at least 2 chunks per warp (so the split reduction stays small against
+/// the stream), and a block's K range within the staged maximum. A function of the matrix
+/// shape and the GPU only, never of the tokens: a row's bits do not depend on the batch.
+pub(crate) fn gemv_splits(
+    groups: usize,
+    k: usize,
+    chunk_cols: usize,
+    sm_count: usize,
+) -> (usize, usize) {
+    let chunks = k.div_ceil(chunk_cols).max(1);
+    let min_for_smem = chunks.div_ceil(GEMV_KR_MAX / chunk_cols);
+    let want = (4 * sm_count).div_ceil(groups.max(1));
+    let splits = want.min((chunks / 2).max(1)).max(min_for_smem).max(1);
+    let per = chunks.div_ceil(splits);
+    (chunks.div_ceil(per), per)
 }
 
 /// Partials and counters of `attention_mma`, sized for one model shape.
@@ -92,10 +172,37 @@ mod tests {
     }
 
     #[test]
-    fn small_linear_args_match_the_kernels_struct() {
-        // 12 pointers, 8 ints (kernels/linear_small.cu SmallLinArgs).
-        assert_eq!(std::mem::size_of::<SmallLinArgs>(), 12 * 8 + 8 * 4);
-        assert_eq!(std::mem::offset_of!(SmallLinArgs, t), 96);
-        assert_eq!(std::mem::offset_of!(SmallLinArgs, block_size), 124);
+    fn gemv_args_match_the_kernels_struct() {
+        // 20 pointers, 11 ints (kernels/gemv.cu GemvArgs), padded to 8 bytes.
+        assert_eq!(std::mem::size_of::<GemvArgs>(), 20 * 8 + 11 * 4 + 4);
+        assert_eq!(std::mem::offset_of!(GemvArgs, t), 160);
+        assert_eq!(std::mem::offset_of!(GemvArgs, block_size), 200);
+    }
+
+    #[test]
+    fn gemv_splits_cover_k_and_fill_the_gpu() {
+        // (groups, k, chunk columns) of SmolLM2-135M and Llama-3.1-8B at bf16 and int4.
+        let cases = [
+            (15, 576, 32, (9, 2)),     // 135M q|k|v: 15 heads
+            (9, 576, 32, (9, 2)),      // 135M o
+            (48, 576, 32, (9, 2)),     // 135M gate|up
+            (9, 1536, 32, (24, 2)),    // 135M down
+            (768, 576, 32, (1, 18)),   // 135M lm head
+            (96, 4096, 32, (6, 22)),   // 8B q|k|v
+            (448, 4096, 32, (2, 64)),  // 8B gate|up
+            (64, 14336, 32, (9, 50)),  // 8B down
+            (2004, 4096, 32, (2, 64)), // 8B lm head: the staged range caps a block's K
+            (9, 576, 128, (2, 3)),     // 135M o, int4: 4.5 chunks
+        ];
+        for (groups, k, cw, want) in cases {
+            let (s, per) = gemv_splits(groups, k, cw, 132);
+            assert_eq!((s, per), want, "groups {groups} k {k} cw {cw}");
+            let chunks = k.div_ceil(cw);
+            assert!(
+                s * per >= chunks && (s - 1) * per < chunks,
+                "every split non-empty"
+            );
+            assert!(per * cw <= GEMV_KR_MAX);
+        }
     }
 }

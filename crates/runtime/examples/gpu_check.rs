@@ -12,6 +12,8 @@
 //!   (fp8, int4, nvfp4; quantised at load) versus the same scheme on the CPU backend, and
 //!   greedy agreement with bf16.
 //! `gpu_check qgemm` — one GEMM per weight scheme and token count vs a host reference.
+//! `gpu_check gemv [OUT_DIR]` — the gemv kernels alone on the 135M and 8B shapes, every
+//!   weight format and token bucket: vs a host reference, and timed against cuBLAS.
 //! `gpu_check steps OUT_DIR` — graph step times of decode and verify shapes per attention
 //!   kernel vs the HBM roofline; writes steps.json and latency.json.
 //! `gpu_check attention` — every attention kernel vs a float64 host reference, and the
@@ -30,6 +32,8 @@ use wring_model::{ModelConfig, ModelRunner};
 
 #[path = "support/attention.rs"]
 mod attention;
+#[path = "support/gemv.rs"]
+mod gemv;
 #[path = "support/quant.rs"]
 mod quant;
 #[path = "support/steps.rs"]
@@ -50,6 +54,7 @@ fn main() -> Result<()> {
         "quant" => quant::check(arg(&args, 2)?, args.get(3).map(String::as_str)),
         "quant-bench" => quant::bench(),
         "qgemm" => quant::gemm_check(),
+        "gemv" => gemv::run(args.get(2).map(String::as_str)),
         "attention" => attention::check(),
         "steps" => steps::run(arg(&args, 2)?),
         "tp" => tp::run(&args[1..]),
@@ -59,7 +64,7 @@ fn main() -> Result<()> {
             arg(&args, 4)?.parse()?,
             arg(&args, 5)?.parse()?,
         ),
-        _ => bail!("usage: gpu_check golden MODEL GOLDEN | graphs MODEL | bench MODEL | cpu-compare MODEL | quant MODEL [GOLDEN] | quant-bench | qgemm | attention | steps OUT_DIR | tp ... | profile MODEL BATCH Q CTX (MODEL: a .gguf, dummy or dummy-8b)"),
+        _ => bail!("usage: gpu_check golden MODEL GOLDEN | graphs MODEL | bench MODEL | cpu-compare MODEL | quant MODEL [GOLDEN] | quant-bench | qgemm | gemv [OUT_DIR] | attention | steps OUT_DIR | tp ... | profile MODEL BATCH Q CTX (MODEL: a .gguf, dummy or dummy-8b)"),
     }
 }
 
@@ -335,6 +340,24 @@ fn graphs(model: &str) -> Result<()> {
             *c += q;
         }
     }
+    // Batch 1, steps of 1 to 7 tokens (the gemv path when it is on).
+    for q in [1usize, 2, 5, 7] {
+        let new = vec![(0..q).map(|j| (520 + j) as u32).collect::<Vec<u32>>()];
+        let s = step(&new, &ctx[..1], &tabs[..1]);
+        r.backend_mut().set_graph_mode(GraphMode::PadOnly);
+        let eager = r.forward(&s)?.data;
+        r.backend_mut().set_graph_mode(GraphMode::On);
+        let runs: Vec<Vec<f32>> = (0..4)
+            .map(|_| r.forward(&s).map(|l| l.data))
+            .collect::<Result<_>>()?;
+        let ok = runs.iter().all(|x| same(x, &eager));
+        all_same &= ok;
+        println!(
+            "| batch 1 × q {q} | {} |",
+            if ok { "identical" } else { "DIFFERENT" }
+        );
+        ctx[0] += q;
+    }
     let (captured, replays, failed) = r.backend().graph_stats();
     println!("\nGraphs captured {captured}, replays {replays}, failed captures {failed}.");
 
@@ -423,14 +446,14 @@ fn graphs(model: &str) -> Result<()> {
     }
     // The small-step linears (fused RoPE/K-V store, SiLU) vs cuBLAS + separate kernels:
     // another summation order, so within a tolerance and by argmax.
-    for q in [1usize, 2, 4] {
-        let new: Vec<Vec<u32>> = (0..batch)
+    for (b, q) in [(batch, 1usize), (1, 1), (1, 2), (1, 3), (1, 5), (1, 8)] {
+        let new: Vec<Vec<u32>> = (0..b)
             .map(|i| (0..q).map(|j| (650 + 5 * i + j) as u32).collect())
             .collect();
-        let s = step(&new, &ctx, &tabs);
+        let s = step(&new, &ctx[..b], &tabs[..b]);
         r.backend_mut().set_small_linear_max_t(0);
         let cublas = r.forward(&s)?;
-        r.backend_mut().set_small_linear_max_t(32);
+        r.backend_mut().set_small_linear_max_t(8);
         let small = r.forward(&s)?;
         r.backend_mut()
             .set_small_linear_max_t(env.small_linear_max_t);
@@ -455,15 +478,48 @@ fn graphs(model: &str) -> Result<()> {
         let ok = d.is_finite() && d <= 2e-2 * scale.max(1.0) && agree * 100 >= rows * 95;
         all_same &= ok;
         println!(
-            "\nSmall-step linears vs cuBLAS, {batch} × {q} tokens: max |Δ logit| {d:.4} (max |logit| {scale:.1}), argmax {agree}/{rows}: {}",
+            "\nGemv linears vs cuBLAS, {b} × {q} tokens: max |Δ logit| {d:.4} (max |logit| {scale:.1}), argmax {agree}/{rows}: {}",
             if ok { "ok" } else { "DIFFERENT" }
         );
     }
     r.backend_mut().set_graph_mode(GraphMode::On);
 
-    // Greedy decode vs speculative verify (oracle drafts with one wrong token in three
-    // drafts): does the verify path emit exactly the plain greedy tokens?
-    let gen = 48;
+    // Greedy decode vs speculative verify at the batch above (steps of 8+ tokens) and at
+    // batch 1 (verify steps of 5 and 7 tokens: the gemv path when it is on).
+    for (b, ks) in [(batch, [4usize, 12]), (1, [4, 6])] {
+        let results = spec_check(&mut r, b, &ks)?;
+        println!("\n| batch | verify K | token match vs plain greedy | identical sequences |");
+        println!("|---|---|---|---|");
+        let gen = SPEC_GEN;
+        for (k, pos, seqs) in &results {
+            // Within one linear path a row's bits do not depend on the step's shape (the gemv
+            // kernels and the attention kernel), so verify must reproduce plain decode.
+            if b == 1 && env.small_linear_max_t >= 8 {
+                all_same &= *seqs == b;
+            }
+            println!(
+                "| {b} | {k} | {pos}/{} ({:.1} %) | {seqs}/{b} |",
+                gen * b,
+                100.0 * *pos as f64 / (gen * b) as f64
+            );
+        }
+    }
+    println!(
+        "\nRESULT graphs: {}",
+        if all_same { "PASS" } else { "FAIL" }
+    );
+    Ok(())
+}
+
+/// Tokens each sequence generates in `spec_check`.
+const SPEC_GEN: usize = 48;
+
+/// Greedy decode vs speculative verify (oracle drafts with one wrong token in three
+/// drafts) for `batch` sequences: does the verify path emit exactly the plain greedy
+/// tokens? (K, matching tokens, identical sequences) per K.
+fn spec_check(r: &mut Runner, batch: usize, ks: &[usize]) -> Result<Vec<(usize, usize, usize)>> {
+    let gen = SPEC_GEN;
+    let ps = prompts(batch);
     let (mut plain, mut ctx_p) = (
         vec![vec![]; batch],
         ps.iter().map(Vec::len).collect::<Vec<_>>(),
@@ -491,7 +547,7 @@ fn graphs(model: &str) -> Result<()> {
         }
     }
     let mut results = vec![];
-    for k in [4usize, 12] {
+    for &k in ks {
         let tabs3: Vec<Vec<u32>> = tabs2
             .iter()
             .map(|t| t.iter().map(|b| b + 200).collect())
@@ -550,20 +606,7 @@ fn graphs(model: &str) -> Result<()> {
             .count();
         results.push((k, pos, seqs));
     }
-    println!("\n| verify K | token match vs plain greedy | identical sequences |");
-    println!("|---|---|---|");
-    for (k, pos, seqs) in &results {
-        println!(
-            "| {k} | {pos}/{} ({:.1} %) | {seqs}/{batch} |",
-            gen * batch,
-            100.0 * *pos as f64 / (gen * batch) as f64
-        );
-    }
-    println!(
-        "\nRESULT graphs: {}",
-        if all_same { "PASS" } else { "FAIL" }
-    );
-    Ok(())
+    Ok(results)
 }
 
 fn median(mut v: Vec<f64>) -> f64 {

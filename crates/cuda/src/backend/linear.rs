@@ -1,57 +1,149 @@
-//! Linears over bf16 weights: cuBLAS, or for steps of at most `small_linear_max_t` tokens the
-//! fused tensor-core kernels of kernels/linear_small.cu (the work after the GEMM — RoPE and
-//! the K/V store, SiLU·mul — in the same launch); quantized weights go to `qlinear`.
+//! Linears: cuBLAS for bf16 weights, `qlinear` for quantized ones, and for steps of at most
+//! `GEMV_MAX_T` tokens (and `small_linear_max_t`) the weight-streaming kernels of
+//! kernels/gemv.cu for every format, with the work after the GEMM (RoPE and the K/V store,
+//! SiLU·mul) in the same launch.
 
 use super::tensor::{CudaMatrix, CudaTensor, CudaVector, DType, Weights};
 use super::CudaBackend;
 use crate::device::Arg;
 use crate::gemm::Gemm;
-use crate::params::{SmallEpilogue, SmallLinArgs};
+use crate::params::{gemv_splits, GemvArgs, GemvEpilogue, GemvFormat, GEMV_BUCKETS};
 use anyhow::anyhow;
 use wring_backend::{AttnShape, RopeSpec};
 
-/// Tokens one n-tile of the small-step kernels holds; they are built for 1 to 4 tiles.
-const SMALL_TILE_TOKENS: usize = 8;
-const SMALL_MAX_TILES: usize = 4;
+/// Most tokens a step may carry to take the gemv kernels (their largest token bucket).
+pub(crate) const GEMV_MAX_T: usize = GEMV_BUCKETS[GEMV_BUCKETS.len() - 1];
 
 impl CudaBackend {
-    /// The bf16 weight buffer of `w` when the small-step kernels can run `x · wᵀ` with
-    /// `epilogue` (bf16 weights, few enough tokens, shapes the kernels tile).
-    fn small_linear_weights(
+    /// The gemv arguments that describe `w` (format and weight pointers) when the gemv
+    /// kernels can run `x · wᵀ` with `epilogue`: few enough tokens, shapes they tile, and
+    /// the counters allocated. The caller fills in the outputs.
+    fn gemv_args(
         &self,
         x: &CudaTensor,
         w: &CudaMatrix,
-        epilogue: SmallEpilogue,
-    ) -> Option<u64> {
-        let Weights::Bf16(buf) = &w.w else {
+        epilogue: GemvEpilogue,
+        head_dim: usize,
+    ) -> Option<(GemvFormat, GemvArgs)> {
+        let max_t = self.opts.small_linear_max_t.min(GEMV_MAX_T);
+        if x.rows == 0 || x.rows > max_t || x.dtype != DType::Bf16 {
             return None;
+        }
+        if !w.cols.is_multiple_of(32) || !w.rows.is_multiple_of(16) || x.cols != w.cols {
+            return None;
+        }
+        let opt = |s: &Option<crate::device::DeviceBuffer>| s.as_ref().map_or(0, |b| b.ptr());
+        let mut a = GemvArgs {
+            x: x.ptr,
+            t: x.rows as i32,
+            k: w.cols as i32,
+            rows: w.rows as i32,
+            ..Default::default()
         };
-        let rows_ok = match epilogue {
-            SmallEpilogue::Store => w.rows.is_multiple_of(32),
-            SmallEpilogue::Silu => w.rows.is_multiple_of(32),
-            SmallEpilogue::Qkv => true,
+        let format = match &w.w {
+            Weights::Bf16(buf) => {
+                a.w = buf.ptr();
+                GemvFormat::Bf16
+            }
+            Weights::Fp8 { q, scale } => {
+                a.w = q.ptr();
+                a.scale = scale.ptr();
+                GemvFormat::Fp8
+            }
+            Weights::Int4 {
+                q,
+                scale,
+                zero,
+                group,
+                smooth,
+                ..
+            } => {
+                // A lane's 32 columns must share one group.
+                if !group.is_multiple_of(32) {
+                    return None;
+                }
+                a.w = q.ptr();
+                a.scale = scale.ptr();
+                a.zero = zero.ptr();
+                a.smooth = opt(smooth);
+                a.group = *group as i32;
+                GemvFormat::Int4
+            }
+            Weights::Nvfp4 {
+                q,
+                block_scale,
+                row_scale,
+                smooth,
+                ..
+            } => {
+                a.w = q.ptr();
+                a.scale = row_scale.ptr();
+                a.bscale = block_scale.ptr();
+                a.smooth = opt(smooth);
+                GemvFormat::Nvfp4
+            }
         };
-        (x.rows >= 1
-            && x.rows
-                <= self
-                    .opts
-                    .small_linear_max_t
-                    .min(SMALL_MAX_TILES * SMALL_TILE_TOKENS)
-            && w.cols.is_multiple_of(32)
-            && rows_ok)
-            .then(|| buf.ptr())
+        let groups = Self::gemv_groups(w.rows, epilogue, head_dim)?;
+        (groups <= self.gemv_counter_words).then_some((format, a))
     }
 
-    /// Launches the small-step kernel for `args` (x, w, t, k, rows and the epilogue's
-    /// outputs filled in by the caller).
-    fn small_linear(&mut self, epilogue: SmallEpilogue, args: &SmallLinArgs, blocks: usize) {
-        let tiles = (args.t as usize).div_ceil(SMALL_TILE_TOKENS);
-        let f = self.kernels.linear_small(epilogue, tiles);
-        let Some(f) = f else {
-            self.fail(anyhow!("linear_small has no build for {tiles} token tiles"));
+    /// Row groups (blocks of 4 tiles of 16 rows) of a gemv launch; None when the
+    /// epilogue cannot tile `rows` (gate|up halves of 32-row multiples, whole 64-row
+    /// halves of heads).
+    fn gemv_groups(rows: usize, epilogue: GemvEpilogue, head_dim: usize) -> Option<usize> {
+        match epilogue {
+            GemvEpilogue::Store => Some(rows.div_ceil(64)),
+            GemvEpilogue::Silu => (rows / 2).is_multiple_of(32).then_some(rows / 64),
+            GemvEpilogue::Qkv => {
+                (head_dim > 0 && head_dim.is_multiple_of(64) && rows.is_multiple_of(head_dim))
+                    .then_some(rows / 64)
+            }
+        }
+    }
+
+    /// Launches the gemv kernel over `groups` row groups, with the split partials (when K
+    /// is split) in a workspace from the arena.
+    fn gemv_launch(
+        &mut self,
+        format: GemvFormat,
+        epilogue: GemvEpilogue,
+        mut a: GemvArgs,
+        groups: usize,
+    ) {
+        let (t, rows, k) = (a.t as usize, a.rows as usize, a.k as usize);
+        let Some(f) = self.kernels.gemv(format, epilogue, t) else {
+            self.fail(anyhow!("gemv has no build for {t} tokens"));
             return;
         };
-        self.launch_args(f, (blocks as u32, 1, 1), 128, args, "linear_small");
+        let (splits, per) = gemv_splits(groups, k, 4 * format.lane_cols(), self.sm_count);
+        let part = if splits > 1 {
+            self.alloc(splits * t, rows, DType::F32, splits * t)
+        } else {
+            CudaTensor::empty()
+        };
+        if !self.ok() {
+            return;
+        }
+        a.part = part.ptr;
+        a.counters = self.gemv_counters.as_ref().map_or(0, |b| b.ptr());
+        a.splits = splits as i32;
+        a.chunks_per_split = per as i32;
+        self.launch_args(f, (groups as u32, splits as u32, 1), 128, &a, "gemv");
+        self.gemv_launches += 1;
+        // The next kernel waits for this one before it touches the arena (PDL included).
+        drop(part);
+    }
+
+    /// `x · wᵀ` as f32 rows through the gemv kernels, when they take this step.
+    fn gemv_store(&mut self, x: &CudaTensor, w: &CudaMatrix) -> Option<CudaTensor> {
+        let (format, mut a) = self.gemv_args(x, w, GemvEpilogue::Store, 0)?;
+        let out = self.alloc(x.rows, w.rows, DType::F32, x.valid_rows);
+        if !self.ok() {
+            return Some(out);
+        }
+        a.y = out.ptr;
+        self.gemv_launch(format, GemvEpilogue::Store, a, w.rows.div_ceil(64));
+        Some(out)
     }
 
     pub(super) fn linear_op(
@@ -71,27 +163,9 @@ impl CudaBackend {
             ));
             return CudaTensor::empty();
         }
-        let small = bias
-            .is_none()
-            .then(|| self.small_linear_weights(x, w, SmallEpilogue::Store))
-            .flatten();
         let out = match &w.w {
-            Weights::Bf16(_) if small.is_some() => {
-                let out = self.alloc(x.rows, w.rows, DType::F32, x.valid_rows);
-                if !self.ok() {
-                    return out;
-                }
-                let args = SmallLinArgs {
-                    w: small.unwrap_or_default(),
-                    x: x.ptr,
-                    y: out.ptr,
-                    t: x.rows as i32,
-                    k: w.cols as i32,
-                    rows: w.rows as i32,
-                    ..Default::default()
-                };
-                self.small_linear(SmallEpilogue::Store, &args, w.rows / 32);
-                out
+            _ if self.gemv_args(x, w, GemvEpilogue::Store, 0).is_some() => {
+                self.gemv_store(x, w).unwrap_or_else(CudaTensor::empty)
             }
             Weights::Bf16(buf) => {
                 let out = self.alloc(x.rows, w.rows, DType::F32, x.valid_rows);
@@ -181,40 +255,31 @@ impl CudaBackend {
             }
             None => (0, 0, 0),
         };
-        let small = self
-            .small_linear_weights(x, w, SmallEpilogue::Qkv)
-            .filter(|_| k_pool != 0 && shape.head_dim.is_multiple_of(32));
+        let gemv = self.gemv_args(x, w, GemvEpilogue::Qkv, shape.head_dim);
         let q = self.alloc(x.rows, qd, DType::F32, x.valid_rows);
         let k = self.alloc(x.rows, kvd, DType::F32, x.valid_rows);
         let v = self.alloc(x.rows, kvd, DType::F32, x.valid_rows);
         if !self.ok() {
             return empty();
         }
-        if let Some(wptr) = small {
-            let args = SmallLinArgs {
-                w: wptr,
-                x: x.ptr,
-                q: q.ptr,
-                k_pool,
-                v_pool,
-                positions: self.meta_ptr(self.layout.off_positions),
-                token_seq: self.meta_ptr(self.layout.off_token_seq),
-                seq_bt_off: self.meta_ptr(self.layout.off_seq_bt_off),
-                block_tables: self.meta_ptr(self.layout.off_block_tables),
-                inv_freq: freqs,
-                t: x.rows as i32,
-                k: w.cols as i32,
-                rows: w.rows as i32,
-                n_heads: shape.n_heads as i32,
-                n_kv_heads: shape.n_kv_heads as i32,
-                head_dim: shape.head_dim as i32,
-                interleaved: rope.interleaved as i32,
-                block_size: block_size as i32,
-                ..Default::default()
-            };
-            let blocks = (shape.n_heads + 2 * shape.n_kv_heads) * (shape.head_dim / 32);
-            self.small_linear(SmallEpilogue::Qkv, &args, blocks);
-            self.kv_stored = Some(layer);
+        if let Some((format, mut a)) = gemv {
+            a.q = q.ptr;
+            a.k_out = k.ptr;
+            a.v_out = v.ptr;
+            a.k_pool = k_pool;
+            a.v_pool = v_pool;
+            a.positions = self.meta_ptr(self.layout.off_positions);
+            a.token_seq = self.meta_ptr(self.layout.off_token_seq);
+            a.seq_bt_off = self.meta_ptr(self.layout.off_seq_bt_off);
+            a.block_tables = self.meta_ptr(self.layout.off_block_tables);
+            a.inv_freq = freqs;
+            a.n_heads = shape.n_heads as i32;
+            a.n_kv_heads = shape.n_kv_heads as i32;
+            a.head_dim = shape.head_dim as i32;
+            a.interleaved = rope.interleaved as i32;
+            a.block_size = block_size as i32;
+            self.gemv_launch(format, GemvEpilogue::Qkv, a, w.rows / 64);
+            self.kv_stored = (k_pool != 0).then_some(layer);
             return (q, k, v);
         }
         let fused = self.linear_op(x, w, None);
@@ -260,22 +325,13 @@ impl CudaBackend {
             ));
             return CudaTensor::empty();
         }
-        if let Some(wptr) = self.small_linear_weights(x, w, SmallEpilogue::Silu) {
-            let n = w.rows / 2;
-            let out = self.alloc(x.rows, n, DType::Bf16, x.valid_rows);
+        if let Some((format, mut a)) = self.gemv_args(x, w, GemvEpilogue::Silu, 0) {
+            let out = self.alloc(x.rows, w.rows / 2, DType::Bf16, x.valid_rows);
             if !self.ok() {
                 return out;
             }
-            let args = SmallLinArgs {
-                w: wptr,
-                x: x.ptr,
-                h: out.ptr,
-                t: x.rows as i32,
-                k: w.cols as i32,
-                rows: w.rows as i32,
-                ..Default::default()
-            };
-            self.small_linear(SmallEpilogue::Silu, &args, n / 16);
+            a.h = out.ptr;
+            self.gemv_launch(format, GemvEpilogue::Silu, a, w.rows / 64);
             return out;
         }
         let gu = self.linear_op(x, w, None);

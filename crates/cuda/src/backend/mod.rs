@@ -88,6 +88,12 @@ pub struct CudaBackend {
     weight_bytes: usize,
     /// Streaming multiprocessors (sizes grids that must fill the GPU).
     sm_count: usize,
+    /// Arrival counters of the gemv kernels' split reduction (one per row group, zeroed at
+    /// allocation with the KV pool; each launch leaves them zero) and how many there are.
+    gemv_counters: Option<DeviceBuffer>,
+    gemv_counter_words: usize,
+    /// gemv kernels launched so far (checks tell the gemv path from a silent fallback).
+    gemv_launches: u64,
     /// Split partials and counters of the tensor-core attention kernel.
     mma_ws: Option<crate::params::MmaWorkspace>,
     /// Set on a rank of a tensor-parallel group (`join_group`, tensor_parallel.rs), with
@@ -155,6 +161,9 @@ impl CudaBackend {
             scratch_bytes: 0,
             weight_bytes: 0,
             sm_count,
+            gemv_counters: None,
+            gemv_counter_words: 0,
+            gemv_launches: 0,
             mma_ws: None,
             group: None,
             row_maxima: None,
@@ -165,14 +174,20 @@ impl CudaBackend {
         &self.opts
     }
 
-    /// The small-step linear kernels for steps of at most `t` tokens (0: cuBLAS always);
-    /// captured graphs are dropped and captured again.
+    /// The weight-streaming gemv kernels for steps of at most `t` tokens (capped at 8; 0:
+    /// cuBLAS and the quantized GEMMs always); captured graphs are dropped and captured
+    /// again.
     pub fn set_small_linear_max_t(&mut self, t: usize) {
         let t = t.min(32);
         if self.opts.small_linear_max_t != t {
             self.graphs.clear();
         }
         self.opts.small_linear_max_t = t;
+    }
+
+    /// gemv kernels launched so far (eager launches and captures, not graph replays).
+    pub fn gemv_launches(&self) -> u64 {
+        self.gemv_launches
     }
 
     /// Programmatic dependent launch on or off for steps run from now on (captured graphs
@@ -529,6 +544,14 @@ impl Backend for CudaBackend {
             capacity,
         });
         self.ids = Some(DeviceBuffer::alloc(4 * self.opts.max_tokens, "token ids")?);
+        if self.gemv_counters.is_none() {
+            // One per row group (64 rows) of the tallest matrix uploaded so far.
+            let words = self.vocab.max(self.widest).div_ceil(64) + 64;
+            let buf = DeviceBuffer::alloc(4 * words, "gemv counters")?;
+            buf.zero(4 * words)?;
+            self.gemv_counters = Some(buf);
+            self.gemv_counter_words = words;
+        }
         self.alloc_arena()
     }
 

@@ -1,9 +1,10 @@
 //! `gpu_check steps OUT_DIR`: graph-replay step times of the shapes bestKpad makes, against
 //! the HBM roofline measured in the same call, for the 135M model's shape and dummy
 //! llama-3.1-8b, for each configuration in `STEPS_VARIANTS` (default: `default` = this
-//! build's defaults, `small` = the fused small-step linears for steps of <= 32 tokens,
+//! build's defaults, `gemv` = the weight-streaming gemv kernels for steps of <= 8 tokens,
 //! `nosmall` = cuBLAS for every step, `nopdl` = no programmatic dependent launch, `before` =
 //! the previous defaults: split-KV attention, cuBLAS, no PDL).
+//! `STEPS_SHAPES=1x1,8x1` restricts the batch × q shapes.
 //! Writes `OUT_DIR/steps.json` (issue 14: decode at batch 1/8/32, verify 32 × (1 + K),
 //! K ∈ {4, 6, 8, 12}) and `OUT_DIR/latency.json` (issue 15: decode at batch 1 and 8 with
 //! the kernels a replayed step launches).
@@ -33,7 +34,7 @@ fn variant(name: &str) -> Result<(AttentionKernel, usize, bool)> {
     let d = CudaOptions::from_env()?;
     Ok(match name {
         "default" => (d.attention, d.small_linear_max_t, d.pdl),
-        "small" => (d.attention, 32, d.pdl),
+        "gemv" | "small" => (d.attention, 8, d.pdl),
         "nosmall" => (d.attention, 0, d.pdl),
         "nopdl" => (d.attention, d.small_linear_max_t, false),
         "before" => (AttentionKernel::Split, 0, false),
@@ -43,13 +44,33 @@ fn variant(name: &str) -> Result<(AttentionKernel, usize, bool)> {
 
 pub fn run(out_dir: &str) -> Result<()> {
     let variants: Vec<String> = std::env::var("STEPS_VARIANTS")
-        .unwrap_or_else(|_| "default,small,nopdl,before".into())
+        .unwrap_or_else(|_| "default,gemv,nopdl,before".into())
         .split(',')
         .map(|v| v.trim().to_string())
         .collect();
     for v in &variants {
         variant(v)?;
     }
+    // `STEPS_SHAPES=1x1,1x5,8x1` times only those batch × q shapes.
+    let shapes: Vec<(usize, usize)> = match std::env::var("STEPS_SHAPES") {
+        Ok(v) if !v.trim().is_empty() => v
+            .split(',')
+            .map(|p| {
+                let (b, q) = p.trim().split_once('x').context("STEPS_SHAPES: BxQ")?;
+                Ok((b.parse()?, q.parse()?))
+            })
+            .collect::<Result<_>>()?,
+        _ => vec![
+            (1, 1),
+            (1, 5),
+            (8, 1),
+            (32, 1),
+            (32, 5),
+            (32, 7),
+            (32, 9),
+            (32, 13),
+        ],
+    };
     let bw = wring_cuda::measure_copy_bandwidth(2 << 30)?;
     println!(
         "## Step times (graph replay)\n\nDevice-to-device copy: {:.0} GB/s (bytes read + written).\n",
@@ -84,7 +105,7 @@ pub fn run(out_dir: &str) -> Result<()> {
             r.backend_mut().set_pdl(pdl);
             r.backend_mut().set_graph_mode(GraphMode::On);
             let mut decode_ms = std::collections::HashMap::new();
-            for (batch, q) in [(1, 1), (8, 1), (32, 1), (32, 5), (32, 7), (32, 9), (32, 13)] {
+            for &(batch, q) in &shapes {
                 let steps_n = 12;
                 let t = time_steps(&mut r, batch, q, ctx, steps_n)?;
                 let roof = roofline_bytes(&cfg, batch, ctx + steps_n * q / 2) / bw;
