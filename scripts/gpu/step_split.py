@@ -1,0 +1,30 @@
+#!/usr/bin/env python3
+"""Model vs host time per engine step between two /metrics scrapes (labels ignored).
+step_split.py LABEL BEFORE_TEXT AFTER_TEXT BENCH_LOG"""
+import re
+import sys
+
+
+def parse(text):
+    out = {}
+    for line in text.splitlines():
+        m = re.match(r'^(wring:engine_step\w*)(\{[^}]*\})?\s+([0-9.eE+-]+)', line)
+        if m:
+            out[m.group(1)] = out.get(m.group(1), 0.0) + float(m.group(3))
+    return out
+
+
+label, a, b = sys.argv[1], parse(sys.argv[2]), parse(sys.argv[3])
+d = {k: b[k] - a.get(k, 0.0) for k in b}
+steps = d.get("wring:engine_steps_total", 0)
+tput = ""
+try:
+    rows = [l for l in open(sys.argv[4]) if l.startswith("mix")]
+    tput = rows[-1].split()[2] + " tok/s" if rows else ""
+except OSError:
+    pass
+if steps:
+    print(f"{label}: {int(steps)} steps, model {1e3 * d['wring:engine_step_model_seconds_total'] / steps:.3f} ms/step, "
+          f"host {1e3 * d['wring:engine_step_host_seconds_total'] / steps:.3f} ms/step, {tput}")
+else:
+    print(f"{label}: no step counters ({sorted(b)[:3]})")
