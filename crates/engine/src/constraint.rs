@@ -7,12 +7,11 @@
 //! there like any mismatch) — while the model runs (`core.rs` runs it on a scoped
 //! thread beside the forward). `masked_rows` then sets the forbidden logits of
 //! those rows to -inf before the verifier (or the plain sampler) and the logprobs
-//! see them, and `advance` moves the matcher over what was emitted. Requests
+//! see them (`EngineCore::mask_logits` applies them in place), and `advance` moves the matcher over what was emitted. Requests
 //! without a grammar never reach this file.
 
 use anyhow::Context;
 use wring_grammar::{GrammarMatcher, TokenMask};
-use wring_model::runner::Logits;
 
 pub(crate) struct Constraint {
     matcher: GrammarMatcher,
@@ -56,18 +55,12 @@ impl Constraint {
         Ok(())
     }
 
-    /// The sequence's `rows` logit rows (from `first_row` of the step's output)
-    /// with forbidden tokens at -inf. Rows past the masked positions are copied as
-    /// they are: verification stops before them (the draft token at the last
-    /// masked position is forbidden, or that position is the bonus).
-    pub fn masked_rows(&self, logits: &Logits, first_row: usize, rows: usize) -> Logits {
-        let vocab = logits.vocab;
-        let start = first_row * vocab;
-        let mut data = logits.data[start..start + rows * vocab].to_vec();
-        for (mask, row) in self.masks.iter().zip(data.chunks_mut(vocab)) {
-            mask.apply(row);
-        }
-        Logits { rows, vocab, data }
+    /// This step's masks: `masks()[j]` for the sequence's query position j. Rows
+    /// past them are left as they are: verification stops before them (the draft
+    /// token at the last masked position is forbidden, or that position is the
+    /// bonus).
+    pub fn masks(&self) -> &[TokenMask] {
+        &self.masks
     }
 
     /// Advances the matcher over emitted tokens. Some(n) when the grammar ended

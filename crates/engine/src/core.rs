@@ -20,9 +20,7 @@ use crate::request::{Appended, RequestState};
 use crate::sampling::token_logprobs;
 use crate::scheduler::{PrefillDemand, Scheduler, SchedulerLimits, TokenBudget};
 use crate::sequence::Sequence;
-use crate::spec_decode::{
-    verify, DraftAsk, SpecDecoder, StepBudget, StepDrafts, StepOutput, TargetRows,
-};
+use crate::spec_decode::{verify, DraftAsk, SpecDecoder, StepBudget, StepDrafts, StepOutput};
 use crate::step_budget::{StepBudgeter, StepWork};
 use crate::step_input::{self, StepRow};
 
@@ -313,7 +311,7 @@ impl EngineCore {
             })
         };
         self.return_constraints(&rows, jobs, shared);
-        let out = match out {
+        let mut out = match out {
             Ok(out) => out,
             Err(msg) => {
                 for r in &rows {
@@ -322,6 +320,7 @@ impl EngineCore {
                 return true;
             }
         };
+        self.mask_logits(&rows, &mut out);
         for r in rows {
             if r.completes {
                 self.verify_and_emit(&r, &out, &drafts, shared);
@@ -365,18 +364,10 @@ impl EngineCore {
         let Some(state) = self.requests.get_mut(&r.id) else {
             return;
         };
-        // A constrained sequence sees its rows with the forbidden tokens at -inf:
-        // the verifier, the sampler and the logprobs all read the masked rows.
-        let masked;
+        // A constrained sequence's rows were masked in place (`mask_logits`): the
+        // verifier, the sampler and the logprobs all read the masked rows.
         let target = match (&state.constraint, out) {
-            (None, _) => out.target(r.first_logit),
-            (Some(c), StepOutput::Logits(logits)) => {
-                masked = c.masked_rows(logits, r.first_logit, 1 + r.slots);
-                TargetRows::Logits {
-                    logits: &masked,
-                    first_row: 0,
-                }
-            }
+            (None, _) | (Some(_), StepOutput::Logits(_)) => out.target(r.first_logit),
             (Some(_), StepOutput::Ids(_)) => {
                 let msg = "structured output: the step returned ids without logits".into();
                 return self.fail(r.id, msg, shared);
