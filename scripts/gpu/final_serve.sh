@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Serving measurements on the H200 (issues 14, 15, 20), second call of a pair: the first
+# call stages the model's first half and the binaries (final_stage.sh); this one carries
+# .dev/b (second half, corpora). Every core free (no peer build running):
+#   1. wring tune, concurrency 32, 128 prompts per corpus (steady state: finished streams
+#      are replaced, so the slowest stream of a single wave does not set the run's length),
+#      all seven corpora, no-spec and padded suffix K = 2/3/4/6/8;
+#   2. wring tune, concurrency 1, 8 prompts: no-spec, K = 4, adaptive;
+#   3. model vs host time per engine step (no-spec, K = 4; c = 1 and 32) from /metrics;
+#   4. a json_schema-constrained step's cost (structured_cost.py).
+# Flags from /tmp/wring-flags (written by the first call) apply to every server here.
+set -uo pipefail
+OUT=${OUT:-/tmp/wring-out}; R=$OUT/serve; mkdir -p "$R"
+. scripts/gpu/cuda_env.sh
+export WRING_HOME=/tmp/wring-home CUDA_VISIBLE_DEVICES=0
+model=$WRING_HOME/models/SmolLM2-135M-Instruct.Q4_1.gguf
+mkdir -p "$WRING_HOME/models"
+if [ ! -f "$model" ]; then
+    cat /tmp/wring-stage/model.part00 .dev/b/model.part01 > "$model" || exit 1
+    echo "$(cat .dev/b/model.sha256)  $model" | sha256sum -c - || { rm -f "$model"; exit 1; }
+fi
+[ -f /tmp/wring-flags ] && . /tmp/wring-flags
+env | grep WRING_CUDA | tee "$R/flags.txt"
+W=/tmp/wring; corp=$PWD/.dev/b/corpora
+tune() { # concurrency prompts configs
+    local dir=$R/tune-c$1 t0=$(date +%s) warm=$1
+    [ "$warm" -gt 8 ] && warm=8
+    $W tune --model "$model" --configs "$3" --corpus all --corpus-dir "$corp" --concurrency "$1" \
+        --max-tokens 256 --num-prompts "$2" --runs 1 --warmup "$warm" --max-prompt-chars 6000 \
+        --device "NVIDIA H200" --serve-arg=--device=cuda --startup-timeout-s 120 \
+        --request-timeout-s 120 --no-progress --out "$dir" > "$dir.log" 2>&1
+    echo "== tune c=$1 n=$2 rc=$? in $(( $(date +%s) - t0 )) s"
+    rm -rf "$dir/logs"
+    sed -n '/^| corpus/,/^$/p;/^| configuration/,/^$/p' "$dir/report.md"
+}
+tune 32 ${C32_PROMPTS:-128} ${C32_CONFIGS:-nospec,suffix-k2,suffix-k3,suffix-k4,suffix-k6,suffix-k8}
+tune 1 8 ${C1_CONFIGS:-nospec,suffix-k4,adaptive}
+for spec in "nospec" "suffix-k4 --speculative suffix --k-policy fixed:4 --pad"; do
+    set -- $spec; label=$1; shift
+    $W serve --device cuda --port 8200 --kv-cache-mib 4096 "$@" > "$R/$label.serve.log" 2>&1 &
+    pid=$!
+    for _ in $(seq 120); do curl -sf http://127.0.0.1:8200/v1/models > /dev/null 2>&1 && break; sleep 1; done
+    for n in 1 32; do
+        before=$(curl -s http://127.0.0.1:8200/metrics)
+        $W bench serve --base-url http://127.0.0.1:8200 --corpus mix --corpus-dir "$corp" --concurrency $n \
+            --num-prompts $((n == 1 ? 8 : 128)) --runs 1 --warmup 0 --max-tokens 256 --max-prompt-chars 6000 \
+            --device H200 --label "$label" --no-progress --result-json "$R/$label-c$n.json" > "$R/$label-c$n.log" 2>&1
+        after=$(curl -s http://127.0.0.1:8200/metrics)
+        python3 scripts/gpu/step_split.py "$label mix c=$n" "$before" "$after" "$R/$label-c$n.log"
+    done
+    kill $pid; sleep 2; kill -9 $pid 2>/dev/null
+done | tee "$R/hostsplit.txt"
+$W serve --device cuda --port 8201 --kv-cache-mib 4096 > "$R/structured.serve.log" 2>&1 &
+spid=$!
+for _ in $(seq 120); do curl -sf http://127.0.0.1:8201/v1/models > /dev/null 2>&1 && break; sleep 1; done
+timeout 150 python3 scripts/gpu/structured_cost.py http://127.0.0.1:8201 "$R/structured.json" 1 32 2>&1 | tee "$R/structured.txt"
+kill $spid; sleep 2; kill -9 $spid 2>/dev/null
+cd "$OUT" && tar -czf serve.tgz serve && rm -rf serve
