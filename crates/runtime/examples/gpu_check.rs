@@ -407,21 +407,11 @@ fn graphs(model: &str) -> Result<()> {
                 .fold((0f32, 0f32), |(d, m), (a, b)| {
                     (d.max((a - b).abs()), m.max(a.abs()))
                 });
-            let cols = per_head.vocab;
-            let rows = per_head.data.len() / cols.max(1);
-            let argmax = |x: &[f32], row: usize| {
-                let r = &x[row * cols..(row + 1) * cols];
-                (0..cols)
-                    .max_by(|&a, &b| r[a].total_cmp(&r[b]))
-                    .unwrap_or(0)
-            };
-            let agree = (0..rows)
-                .filter(|&i| argmax(&per_head.data, i) == argmax(&other.data, i))
-                .count();
-            let ok = d <= 2e-2 * scale.max(1.0) && agree * 100 >= rows * 95;
+            let (agree, rows) = argmax_agreement(&per_head.data, &other.data, per_head.vocab);
+            let ok = d <= 2e-2 * scale.max(1.0);
             all_same &= ok;
             println!(
-                "\n{label} vs per-head kernel, q {q}: max |Δ logit| {d:.4} (max |logit| {scale:.1}), argmax {agree}/{rows}: {}",
+                "\n{label} vs per-head kernel, q {q}: max |Δ logit| {d:.4} (max |logit| {scale:.1}), argmax {agree}/{rows} (near-ties may flip): {}",
                 if ok { "ok" } else { "DIFFERENT" }
             );
         }
@@ -464,21 +454,11 @@ fn graphs(model: &str) -> Result<()> {
             .fold((0f32, 0f32), |(d, m), (a, b)| {
                 (d.max((a - b).abs()), m.max(a.abs()))
             });
-        let cols = cublas.vocab;
-        let rows = cublas.data.len() / cols.max(1);
-        let am = |x: &[f32], row: usize| {
-            let r = &x[row * cols..(row + 1) * cols];
-            (0..cols)
-                .max_by(|&a, &b| r[a].total_cmp(&r[b]))
-                .unwrap_or(0)
-        };
-        let agree = (0..rows)
-            .filter(|&i| am(&cublas.data, i) == am(&small.data, i))
-            .count();
-        let ok = d.is_finite() && d <= 2e-2 * scale.max(1.0) && agree * 100 >= rows * 95;
+        let (agree, rows) = argmax_agreement(&cublas.data, &small.data, cublas.vocab);
+        let ok = d.is_finite() && d <= 2e-2 * scale.max(1.0);
         all_same &= ok;
         println!(
-            "\nGemv linears vs cuBLAS, {b} × {q} tokens: max |Δ logit| {d:.4} (max |logit| {scale:.1}), argmax {agree}/{rows}: {}",
+            "\nGemv linears vs cuBLAS, {b} × {q} tokens: max |Δ logit| {d:.4} (max |logit| {scale:.1}), argmax {agree}/{rows} (near-ties may flip): {}",
             if ok { "ok" } else { "DIFFERENT" }
         );
     }
@@ -785,4 +765,21 @@ fn print_gemm_tuning(reports: &[wring_cuda::GemmTuneReport], bw: f64) {
                 .map_or("cuBLAS".to_string(), |i| format!("Lt #{i}"))
         );
     }
+}
+
+/// Rows of two logit matrices whose argmax agrees, and the row count. Information only:
+/// a flip needs a top-2 margin within twice the largest logit difference, which the
+/// tolerance on that difference already bounds (dummy weights give many such near-ties).
+fn argmax_agreement(reference: &[f32], other: &[f32], cols: usize) -> (usize, usize) {
+    let rows = reference.len() / cols.max(1);
+    let argmax = |x: &[f32], row: usize| {
+        let r = &x[row * cols..(row + 1) * cols];
+        (0..cols)
+            .max_by(|&a, &b| r[a].total_cmp(&r[b]))
+            .unwrap_or(0)
+    };
+    let agree = (0..rows)
+        .filter(|&i| argmax(reference, i) == argmax(other, i))
+        .count();
+    (agree, rows)
 }
