@@ -7,7 +7,8 @@
 #      all seven corpora, no-spec and padded suffix K = 2/3/4/6/8;
 #   2. wring tune, concurrency 1, 8 prompts: no-spec, K = 4, adaptive;
 #   3. model vs host time per engine step (no-spec, K = 4; c = 1 and 32) from /metrics;
-#   4. a json_schema-constrained step's cost (structured_cost.py).
+#   4. a json_schema-constrained step's cost (structured_cost.py);
+#   5. fair steps on this machine's quiet CPU (issue 19 item 3; FAIR=0 skips).
 # Flags from /tmp/wring-flags (written by the first call) apply to every server here.
 set -uo pipefail
 OUT=${OUT:-/tmp/wring-out}; R=$OUT/serve; mkdir -p "$R"
@@ -55,4 +56,18 @@ spid=$!
 for _ in $(seq 120); do curl -sf http://127.0.0.1:8201/v1/models > /dev/null 2>&1 && break; sleep 1; done
 timeout 150 python3 scripts/gpu/structured_cost.py http://127.0.0.1:8201 "$R/structured.json" 1 32 2>&1 | tee "$R/structured.txt"
 kill $spid; sleep 2; kill -9 $spid 2>/dev/null
+# Issue 19 item 3 on a quiet CPU (this machine's, the GPU idle): fair steps with the default
+# CPU weights and step-time target, server on 2 pinned cores, client on 2 others; and the
+# old fixed budget for comparison.
+if [ "${FAIR:-1}" = 1 ]; then
+    for target in default 0; do
+        extra=""; [ "$target" = 0 ] && extra="--step-time-target-ms 0"
+        taskset -c 2,3 $W serve --device cpu --threads 2 --port 8011 $extra > "$R/fair-$target.serve.log" 2>&1 &
+        fpid=$!
+        for _ in $(seq 120); do curl -sf http://127.0.0.1:8011/v1/models > /dev/null 2>&1 && break; sleep 1; done
+        taskset -c 6,7 timeout 150 python3 scripts/fair_steps.py --url http://127.0.0.1:8011 --streams 3 \
+            --stream-tokens 300 --label "cpu-$target" 2>&1 | tee "$R/fair-$target.txt"
+        kill $fpid; sleep 2; kill -9 $fpid 2>/dev/null
+    done
+fi
 cd "$OUT" && tar -czf serve.tgz serve && rm -rf serve
