@@ -62,7 +62,7 @@ kill $spid; sleep 2; kill -9 $spid 2>/dev/null
 if [ "${FAIR:-1}" = 1 ]; then
     for target in default 0; do
         extra=""; [ "$target" = 0 ] && extra="--step-time-target-ms 0"
-        taskset -c 2,3 $W serve --device cpu --threads 2 --port 8011 $extra > "$R/fair-$target.serve.log" 2>&1 &
+        RAYON_NUM_THREADS=2 taskset -c 2,3 $W serve --device cpu --port 8011 $extra > "$R/fair-$target.serve.log" 2>&1 &
         fpid=$!
         for _ in $(seq 120); do curl -sf http://127.0.0.1:8011/v1/models > /dev/null 2>&1 && break; sleep 1; done
         taskset -c 6,7 timeout 150 python3 scripts/fair_steps.py --url http://127.0.0.1:8011 --streams 3 \
