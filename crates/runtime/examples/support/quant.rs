@@ -88,6 +88,9 @@ impl Backend for QuantCpu {
     fn argmax_rows(&mut self, logits: &T) -> Option<Vec<u32>> {
         self.inner.argmax_rows(logits)
     }
+    fn next_input_for(&mut self, w: &M) {
+        self.inner.next_input_for(w)
+    }
     fn finish_step(&mut self) -> Result<()> {
         self.inner.finish_step()
     }
