@@ -104,7 +104,6 @@ fn logits(m: LoadedModel, prompts: &[Vec<u32>]) -> Vec<Vec<f32>> {
                     block_table: (0..p.len().div_ceil(bs) as u32).collect(),
                 }],
                 logit_rows: vec![p.len() - 1],
-                ..Default::default()
             };
             r.forward(&step).unwrap().row(0).to_vec()
         })
