@@ -270,7 +270,7 @@ fn weight_formats_are_an_axis_and_only_gated_formats_are_recommended() {
     assert!(md.contains("reference (not gated)"), "{md}");
 
     // When nothing is allowed but a failed format, nothing is recommended.
-    let only_bad = vec![weighted("q4+nospec", None, &c(100.0), Some("FAIL: x"))];
+    let only_bad = [weighted("q4+nospec", None, &c(100.0), Some("FAIL: x"))];
     let refs: Vec<&BenchFile> = only_bad.iter().collect();
     let tree = wring_bench::report::decision::decision_tree(&Table::build("m", &refs), "nospec");
     assert!(tree.contains("no format can be recommended"), "{tree}");
