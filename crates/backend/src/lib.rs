@@ -130,6 +130,12 @@ pub trait Backend: Send {
         self.add_assign(x, y);
         self.rms_norm(x, w, eps)
     }
+    /// Names the matrix that reads the next GEMM input this backend produces (the output
+    /// of the next `rms_norm`, `add_rms_norm`, `attention`, `silu_mul` or
+    /// `gate_up_silu`), so a backend may write it in the format that matrix's kernel reads
+    /// (CUDA: E4M3 codes and per-token scales for FP8 weights). Values are unchanged;
+    /// the default ignores it.
+    fn next_input_for(&mut self, _w: &Self::Matrix) {}
     /// Called after `begin_step`: when a graph captured for this step's shape exists,
     /// replays it and returns the step's logits tensor (as `compute` would have).
     fn replay(&mut self) -> anyhow::Result<Option<Self::Tensor>> {

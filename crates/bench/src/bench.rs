@@ -123,6 +123,7 @@ fn meta_for(config: &BenchConfig) -> BenchMeta {
         max_spread: config.max_spread,
         seed: config.seed,
         server_args: config.server_args.clone(),
+        gate_verdict: None,
     }
 }
 

@@ -66,6 +66,11 @@ pub struct BenchMeta {
     pub seed: u64,
     /// Server flags, when the benchmark launched the server (tune).
     pub server_args: Vec<String>,
+    /// The `wring gate` verdict for this model in the configuration's weight format, when the
+    /// configuration names one that is not a reference (`PASS: …` / `FAIL: …`; None: none
+    /// recorded). Set by `wring tune`, so a report rebuilt from files alone still has it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gate_verdict: Option<String>,
 }
 
 /// One corpus: the median run's metrics at the top level (vLLM keys), every run below.

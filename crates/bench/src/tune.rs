@@ -32,6 +32,10 @@ pub struct TuneConfig {
     pub startup_timeout: Duration,
     /// Configuration the report compares against.
     pub baseline: String,
+    /// Weight format → the `wring gate` verdict for this model (`PASS: …` / `FAIL: …`),
+    /// recorded in each result file of a configuration in that format; formats absent
+    /// here have none (the report then says so and never recommends them).
+    pub gate_verdicts: BTreeMap<String, String>,
 }
 
 /// What a tune produced.
@@ -40,7 +44,10 @@ pub struct TuneOutcome {
     pub result_files: Vec<PathBuf>,
     /// Configurations that could not be measured, with the reason.
     pub failed_configs: Vec<(String, String)>,
+    /// `k_profile.json` (configurations without a weight format), or one
+    /// `k_profile.<format>.json` per weight format swept.
     pub profile_path: Option<PathBuf>,
+    pub profile_paths: Vec<PathBuf>,
     pub report_path: Option<PathBuf>,
 }
 
@@ -60,6 +67,7 @@ pub fn run_tune(config: &TuneConfig) -> Result<TuneOutcome> {
         result_files: Vec::new(),
         failed_configs: Vec::new(),
         profile_path: None,
+        profile_paths: Vec::new(),
         report_path: None,
     };
     for serve_config in &config.configs {
@@ -93,16 +101,35 @@ pub fn run_tune(config: &TuneConfig) -> Result<TuneOutcome> {
         .model
         .clone()
         .unwrap_or_else(|| files[0].meta.model_id.clone());
-    match best_k_profile(&files, &model) {
-        Some(profile) => {
-            let path = config.out_dir.join("k_profile.json");
-            std::fs::write(&path, serde_json::to_string_pretty(&profile)?)
-                .with_context(|| format!("writing {}", path.display()))?;
-            outcome.profile_path = Some(path);
-        }
-        None => tracing::warn!(
-            "no fixed-K suffix configuration was measured: no best-K profile written"
-        ),
+    // One best-K profile per weight format (a server runs one format).
+    let formats: std::collections::BTreeSet<Option<String>> = files
+        .iter()
+        .map(|f| {
+            crate::configs::split_weights(&f.meta.label)
+                .0
+                .map(str::to_string)
+        })
+        .collect();
+    for w in formats {
+        let of_format: Vec<BenchFile> = files
+            .iter()
+            .filter(|f| crate::configs::split_weights(&f.meta.label).0 == w.as_deref())
+            .cloned()
+            .collect();
+        let Some(profile) = best_k_profile(&of_format, &model) else {
+            continue;
+        };
+        let name = w.map_or("k_profile.json".to_string(), |w| {
+            format!("k_profile.{w}.json")
+        });
+        let path = config.out_dir.join(name);
+        std::fs::write(&path, serde_json::to_string_pretty(&profile)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+        outcome.profile_paths.push(path);
+    }
+    outcome.profile_path = outcome.profile_paths.first().cloned();
+    if outcome.profile_paths.is_empty() {
+        tracing::warn!("no fixed-K suffix configuration was measured: no best-K profile written");
     }
     let report = crate::report::write_report(&files, &config.out_dir, &config.baseline)?;
     outcome.report_path = Some(report);
@@ -141,7 +168,11 @@ fn tune_one(config: &TuneConfig, serve_config: &ServeConfig) -> Result<PathBuf> 
     }
     let result = run_bench(&bench);
     server.stop();
-    let file = result?;
+    let mut file = result?;
+    file.meta.gate_verdict = serve_config
+        .weights
+        .as_ref()
+        .and_then(|w| config.gate_verdicts.get(w).cloned());
     let path = config.out_dir.join(format!("{}.json", serve_config.name));
     file.write(&path)?;
     eprintln!("{}", crate::bench::summary_table(&file));

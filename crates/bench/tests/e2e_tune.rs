@@ -104,3 +104,88 @@ fn tune_two_configs_produces_profile_report_and_chart() {
     let chart = std::fs::read_to_string(out.path().join("throughput_by_corpus.svg")).unwrap();
     assert!(chart.contains("<svg"));
 }
+
+/// The weight format as an axis on the CPU: `--weights f32,q8,q4` runs `nospec` in each; the
+/// results carry the shipped gate verdicts of the default model (q8 PASS, q4 FAIL), and the
+/// report never recommends q4 however fast it is.
+#[test]
+fn tune_sweeps_weight_formats_with_their_gate_verdicts() {
+    let Some(bin) = wring_bin() else {
+        println!(
+            "SKIPPED: no wring binary (build it with `cargo build -p wring` or set WRING_BIN)"
+        );
+        return;
+    };
+    let out = tempfile::tempdir().unwrap();
+    let output = Command::new(&bin)
+        .args([
+            "tune",
+            "--configs",
+            "nospec",
+            "--weights",
+            "f32,q8,q4",
+            "--corpus",
+            "mbpp",
+        ])
+        .args([
+            "--num-prompts",
+            "2",
+            "--max-tokens",
+            "8",
+            "--concurrency",
+            "2",
+        ])
+        .args([
+            "--runs",
+            "1",
+            "--warmup",
+            "0",
+            "--no-progress",
+            "--device",
+            "cpu",
+        ])
+        .args(["--startup-timeout-s", "300"])
+        .arg("--corpus-dir")
+        .arg(fixtures_dir())
+        .arg("--out")
+        .arg(out.path())
+        .output()
+        .expect("running wring tune");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "wring tune failed\nstdout:\n{stdout}\nstderr:\n{stderr}"
+    );
+    assert!(!stdout.contains("FAILED configuration"), "{stdout}");
+    let meta = |config: &str| -> serde_json::Value {
+        let text = std::fs::read_to_string(out.path().join(format!("{config}.json"))).unwrap();
+        serde_json::from_str::<serde_json::Value>(&text).unwrap()["meta"].clone()
+    };
+    let q8 = meta("q8+nospec");
+    assert!(
+        q8["server_args"]
+            .as_array()
+            .unwrap()
+            .windows(2)
+            .any(|w| w[0] == "--cpu-weights" && w[1] == "q8"),
+        "{q8}"
+    );
+    assert!(
+        q8["gate_verdict"].as_str().unwrap().starts_with("PASS"),
+        "{q8}"
+    );
+    assert!(meta("q4+nospec")["gate_verdict"]
+        .as_str()
+        .unwrap()
+        .starts_with("FAIL"));
+    assert!(meta("f32+nospec").get("gate_verdict").is_none());
+    let report = std::fs::read_to_string(out.path().join("report.md")).unwrap();
+    assert!(report.contains("### Weight formats"), "{report}");
+    assert!(report.contains("Which weights?"), "{report}");
+    assert!(!report.contains("→ **`--cpu-weights q4`**"), "{report}");
+    assert!(
+        report.contains("→ **`--cpu-weights q8`**") || report.contains("→ **`--cpu-weights f32`**"),
+        "{report}"
+    );
+}

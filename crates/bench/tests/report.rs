@@ -184,3 +184,94 @@ fn report_on_no_results_is_an_error() {
     assert!(load_results(&[dir.path().to_path_buf()]).is_err());
     assert!(load_results(&[dir.path().join("missing.json")]).is_err());
 }
+
+/// `file` for a configuration in a weight format, with the gate verdict tune records.
+fn weighted(
+    label: &str,
+    k: Option<u32>,
+    cells: &[(&str, f64)],
+    verdict: Option<&str>,
+) -> BenchFile {
+    let mut f = file(label, k, cells);
+    f.meta.gate_verdict = verdict.map(String::from);
+    f
+}
+
+#[test]
+fn weight_formats_are_an_axis_and_only_gated_formats_are_recommended() {
+    let c = |v: f64| [("sharegpt", v), ("humaneval", v * 1.2)];
+    let files = vec![
+        weighted("f32+nospec", None, &c(100.0), None),
+        weighted("f32+suffix-k4", Some(4), &c(150.0), None),
+        weighted(
+            "q8+nospec",
+            None,
+            &c(130.0),
+            Some("PASS: max |Δ logprob| 0.39"),
+        ),
+        weighted(
+            "q8+suffix-k4",
+            Some(4),
+            &c(190.0),
+            Some("PASS: max |Δ logprob| 0.39"),
+        ),
+        weighted(
+            "q8+suffix-k8",
+            Some(8),
+            &c(180.0),
+            Some("PASS: max |Δ logprob| 0.39"),
+        ),
+        weighted(
+            "q4+suffix-k4",
+            Some(4),
+            &c(250.0),
+            Some("FAIL: loops introduced 1"),
+        ),
+        weighted("fp8+suffix-k4", Some(4), &c(300.0), None),
+    ];
+    let refs: Vec<&BenchFile> = files.iter().collect();
+    let t = Table::build("smollm2", &refs);
+    // Each format gets its own best-K column.
+    assert!(
+        t.configs.contains(&"q8+bestKpad".to_string()),
+        "{:?}",
+        t.configs
+    );
+    assert!(t.configs.contains(&"f32+bestKpad".to_string()));
+    let tree = wring_bench::report::decision::decision_tree(&t, "nospec");
+    eprintln!("{tree}");
+    assert!(tree.contains("vs `f32+nospec`"), "{tree}");
+    assert!(
+        tree.contains("`q8`: `q8+suffix-k4` +90.0 % — gate: PASS"),
+        "{tree}"
+    );
+    assert!(tree.contains("`q4` is faster (`q4+suffix-k4` +150.0 %) but is not recommended: its gate verdict for this model is FAIL"), "{tree}");
+    assert!(tree.contains("`fp8` is faster"), "{tree}");
+    assert!(tree.contains("no gate verdict for this model"), "{tree}");
+    assert!(tree.contains("→ **`--cpu-weights q8`**"), "{tree}");
+    // The rest of the tree runs within q8: K=4 beats K=8 there.
+    assert!(tree.contains("Within `q8` weights"), "{tree}");
+    assert!(tree.contains("`suffix-k4`"), "{tree}");
+    assert!(!tree.contains("deploy `q4"), "{tree}");
+
+    let out = tempfile::tempdir().unwrap();
+    let md = std::fs::read_to_string(write_report(&files, out.path(), "nospec").unwrap()).unwrap();
+    assert!(md.contains("### Weight formats"), "{md}");
+    assert!(md.contains("| q4 | q4+suffix-k4 |"), "{md}");
+    assert!(md.contains("FAIL (loops introduced 1)"), "{md}");
+    assert!(
+        md.contains("| fp8 | fp8+suffix-k4 |") && md.contains("no gate verdict"),
+        "{md}"
+    );
+    assert!(
+        md.contains("| f32 | f32+suffix-k4 |") || md.contains("| f32 | f32+bestKpad |"),
+        "{md}"
+    );
+    assert!(md.contains("reference (not gated)"), "{md}");
+
+    // When nothing is allowed but a failed format, nothing is recommended.
+    let only_bad = [weighted("q4+nospec", None, &c(100.0), Some("FAIL: x"))];
+    let refs: Vec<&BenchFile> = only_bad.iter().collect();
+    let tree = wring_bench::report::decision::decision_tree(&Table::build("m", &refs), "nospec");
+    assert!(tree.contains("no format can be recommended"), "{tree}");
+}

@@ -12,23 +12,6 @@
 
 // ---- small float formats (decoding: fp_formats.cuh) ----
 
-// f32 -> E4M3, round to nearest even, saturating at +-448 (the CPU encoder's rule).
-__device__ __forceinline__ u32 f32_to_e4m3(float x) {
-    const u32 sign = (__float_as_uint(x) >> 24) & 0x80u;
-    const float a = fabsf(x);
-    if (a != a) return 0x7Fu;
-    if (a >= 448.0f) return sign | 0x7Eu;
-    // Below 2^-6: subnormal steps of 2^-9 (a rounded code 8 is 2^-6 itself).
-    if (a < 0.015625f) return sign | (u32)rintf(a * 512.0f);
-    const u32 u = __float_as_uint(a);
-    int e = (int)(u >> 23) - 127;
-    // The top 3 of f32's 23 mantissa bits, rounded (exact: an integer times 2^-20).
-    u32 mant = (u32)rintf((float)(u & 0x7FFFFFu) * 9.5367431640625e-07f);
-    if (mant == 8u) { mant = 0u; e += 1; }
-    u32 code = ((u32)(e + 7) << 3) | mant;
-    return sign | (code > 0x7Eu ? 0x7Eu : code);
-}
-
 // ---- FP8 W8A8 ----
 
 // One block per token row t < rows_pad: E4M3 codes of x[t] / s_t with s_t = amax/448
@@ -48,7 +31,7 @@ extern "C" __global__ void fp8_quantize_rows(const bf16_t* __restrict__ x, unsig
     float amax = 0.0f;
     for (int i = threadIdx.x; i < k; i += blockDim.x) amax = fmaxf(amax, fabsf(bf2f(xr[i])));
     amax = block_max(amax, red);
-    const float s = amax > 0.0f ? amax / 448.0f : 1.0f;
+    const float s = fp8_row_scale(amax);
     const float inv = 1.0f / s;
     for (int i = threadIdx.x; i < k; i += blockDim.x) qr[i] = (unsigned char)f32_to_e4m3(bf2f(xr[i]) * inv);
     if (threadIdx.x == 0) scale[t] = s;

@@ -28,7 +28,10 @@ extern "C" __global__ void rope(float* __restrict__ x, const u32* __restrict__ p
 // Grid (T, n_heads + 2 n_kv_heads): block y < n_heads + n_kv_heads rotates q/k head y, the
 // rest copy one v head each, so a decode step's few tokens still spread over many blocks
 // (one block per token took ~11 us for llama-3.1-8b at batch 1 on the H200).
-extern "C" __global__ void rope_split_qkv(const float* __restrict__ qkv, float* __restrict__ q,
+// With `xs` non-null (rope_split_qkv_fp8) `qkv` is an FP8 GEMM's unscaled output: each value
+// read is first multiplied by (xs[t] * ws[col]), fp8_rescale's product (__fmul_rn keeps it out
+// of the rotation's contractions, so the bits are those of fp8_rescale then rope_split_qkv).
+__device__ __forceinline__ void rope_split_qkv_row(const float* __restrict__ qkv, float* __restrict__ q,
                                           float* __restrict__ k, float* __restrict__ v,
                                           const u32* __restrict__ positions,
                                           const float* __restrict__ inv_freq, int n_heads,
@@ -36,7 +39,8 @@ extern "C" __global__ void rope_split_qkv(const float* __restrict__ qkv, float* 
                                           bf16_t* __restrict__ k_pool, bf16_t* __restrict__ v_pool,
                                           const u32* __restrict__ token_seq,
                                           const u32* __restrict__ seq_bt_off,
-                                          const u32* __restrict__ block_tables, int block_size) { pdl_entry();
+                                          const u32* __restrict__ block_tables, int block_size,
+                                          const float* __restrict__ xs, const float* __restrict__ ws) {
     const int half = head_dim / 2;
     const int qd = n_heads * head_dim, kvd = n_kv_heads * head_dim;
     const size_t t = blockIdx.x;
@@ -49,7 +53,8 @@ extern "C" __global__ void rope_split_qkv(const float* __restrict__ qkv, float* 
     if (h >= n_heads + n_kv_heads) {
         const int off = (h - n_heads - n_kv_heads) * head_dim;
         for (int j = threadIdx.x; j < head_dim; j += blockDim.x) {
-            const float x = row[qd + kvd + off + j];
+            const int col = qd + kvd + off + j;
+            const float x = xs ? __fmul_rn(row[col], __fmul_rn(xs[t], ws[col])) : row[col];
             if (to_pool) v_pool[slot + off + j] = f2bf(x);
             else v[t * kvd + off + j] = x;
         }
@@ -63,7 +68,12 @@ extern "C" __global__ void rope_split_qkv(const float* __restrict__ qkv, float* 
         sincos(pos * (double)inv_freq[i], &s, &c);
         const int a = interleaved ? 2 * i : i;
         const int b = interleaved ? 2 * i + 1 : i + half;
-        const float x0 = src[a], x1 = src[b];
+        float x0 = src[a], x1 = src[b];
+        if (xs) {
+            const float* wh = ws + h * head_dim;
+            x0 = __fmul_rn(x0, __fmul_rn(xs[t], wh[a]));
+            x1 = __fmul_rn(x1, __fmul_rn(xs[t], wh[b]));
+        }
         const float y0 = x0 * (float)c - x1 * (float)s;
         const float y1 = x0 * (float)s + x1 * (float)c;
         if (h < n_heads) {
@@ -80,4 +90,31 @@ extern "C" __global__ void rope_split_qkv(const float* __restrict__ qkv, float* 
             dst[b] = y1;
         }
     }
+}
+
+extern "C" __global__ void rope_split_qkv(const float* __restrict__ qkv, float* __restrict__ q,
+                                          float* __restrict__ k, float* __restrict__ v,
+                                          const u32* __restrict__ positions,
+                                          const float* __restrict__ inv_freq, int n_heads,
+                                          int n_kv_heads, int head_dim, int interleaved,
+                                          bf16_t* __restrict__ k_pool, bf16_t* __restrict__ v_pool,
+                                          const u32* __restrict__ token_seq,
+                                          const u32* __restrict__ seq_bt_off,
+                                          const u32* __restrict__ block_tables, int block_size) { pdl_entry();
+    rope_split_qkv_row(qkv, q, k, v, positions, inv_freq, n_heads, n_kv_heads, head_dim, interleaved,
+                       k_pool, v_pool, token_seq, seq_bt_off, block_tables, block_size, nullptr, nullptr);
+}
+
+extern "C" __global__ void rope_split_qkv_fp8(const float* __restrict__ qkv, float* __restrict__ q,
+                                              float* __restrict__ k, float* __restrict__ v,
+                                              const u32* __restrict__ positions,
+                                              const float* __restrict__ inv_freq, int n_heads,
+                                              int n_kv_heads, int head_dim, int interleaved,
+                                              bf16_t* __restrict__ k_pool, bf16_t* __restrict__ v_pool,
+                                              const u32* __restrict__ token_seq,
+                                              const u32* __restrict__ seq_bt_off,
+                                              const u32* __restrict__ block_tables, int block_size,
+                                              const float* __restrict__ xs, const float* __restrict__ ws) { pdl_entry();
+    rope_split_qkv_row(qkv, q, k, v, positions, inv_freq, n_heads, n_kv_heads, head_dim, interleaved,
+                       k_pool, v_pool, token_seq, seq_bt_off, block_tables, block_size, xs, ws);
 }

@@ -14,8 +14,20 @@ const COMMON: &str = include_str!("../kernels/common.cuh");
 /// Every kernel source file, by name.
 pub const SOURCES: &[(&str, &str)] = &[
     ("embed.cu", include_str!("../kernels/embed.cu")),
-    ("norm.cu", include_str!("../kernels/norm.cu")),
-    ("elementwise.cu", include_str!("../kernels/elementwise.cu")),
+    (
+        "norm.cu",
+        concat!(
+            include_str!("../kernels/fp8.cuh"),
+            include_str!("../kernels/norm.cu")
+        ),
+    ),
+    (
+        "elementwise.cu",
+        concat!(
+            include_str!("../kernels/fp8.cuh"),
+            include_str!("../kernels/elementwise.cu")
+        ),
+    ),
     ("rope.cu", include_str!("../kernels/rope.cu")),
     (
         "attention/paged.cu",
@@ -36,6 +48,7 @@ pub const SOURCES: &[(&str, &str)] = &[
         "quant_gemm.cu",
         concat!(
             include_str!("../kernels/fp_formats.cuh"),
+            include_str!("../kernels/fp8.cuh"),
             include_str!("../kernels/quant_gemm.cu")
         ),
     ),
@@ -136,6 +149,13 @@ pub struct Kernels {
     pub gather_rows: sys::CUfunction,
     pub rope: sys::CUfunction,
     pub rope_split_qkv: sys::CUfunction,
+    /// `rope_split_qkv` over an FP8 GEMM's unscaled output (per-token x per-channel scales).
+    pub rope_split_qkv_fp8: sys::CUfunction,
+    /// SiLU·mul of gate|up rows straight to bf16 or E4M3 + per-token scale, optionally
+    /// rescaling an FP8 GEMM's output: rows of up to 4·1024, 8·1024, 16·1024 values in
+    /// registers (blocks of 1024 threads), and any width.
+    pub silu_mul_row_regs: [(usize, sys::CUfunction); 3],
+    pub silu_mul_row: sys::CUfunction,
     pub kv_store: sys::CUfunction,
     pub paged_attention: sys::CUfunction,
     pub paged_attention_split: sys::CUfunction,
@@ -205,6 +225,13 @@ impl Kernels {
             gather_rows: get("gather_rows")?,
             rope: get("rope")?,
             rope_split_qkv: get("rope_split_qkv")?,
+            rope_split_qkv_fp8: get("rope_split_qkv_fp8")?,
+            silu_mul_row_regs: [
+                (4, get("silu_mul_row_r4")?),
+                (8, get("silu_mul_row_r8")?),
+                (16, get("silu_mul_row_r16")?),
+            ],
+            silu_mul_row: get("silu_mul_row")?,
             kv_store: get("kv_store")?,
             paged_attention: get("paged_attention")?,
             paged_attention_split: get("paged_attention_split")?,

@@ -73,6 +73,12 @@ pub struct CudaOptions {
     /// match a host reference on the H200 (`gpu_check qgemm`, BENCHMARKS run 9) but are
     /// slower than bf16 there, so a checkpoint runs dequantised to bf16 unless asked.
     pub quant_kernels: bool,
+    /// FP8 W8A8 without passes of its own (`WRING_CUDA_FP8_FUSED` = on | off, default on):
+    /// the RMSNorm and SiLU·mul before an FP8 GEMM write E4M3 codes + per-token scales,
+    /// and the kernel after it (q/k/v split, SiLU·mul, add + RMSNorm) applies the per-token
+    /// × per-channel rescale. Off: a quantise and a rescale launch around every FP8 GEMM,
+    /// the same bits (kept as the reference `scripts/gpu/quant_speed.sh` compares against).
+    pub fp8_fused: bool,
     /// Time cuBLAS against cuBLASLt candidates per GEMM shape at its first eager use and
     /// keep the fastest (`blas.rs`).
     pub gemm_tune: bool,
@@ -95,6 +101,7 @@ impl Default for CudaOptions {
             weights: None,
             qgemm_max_t: 32,
             quant_kernels: false,
+            fp8_fused: true,
             gemm_tune: false,
         }
     }
@@ -129,7 +136,7 @@ impl CudaOptions {
     /// `WRING_CUDA_GRAPH_K` = 1,4,6,8,12 (verify lengths 1+K; decode is always included),
     /// `WRING_CUDA_MAX_TOKENS` = 8192, `WRING_CUDA_ATTENTION` = mma | split | reference, `WRING_CUDA_PDL` = on | off, `WRING_CUDA_SMALL_LINEAR_MAX_T` = 0..=32,
     /// `WRING_CUDA_FUSED` = on | off, `WRING_CUDA_FUSED_KV_STORE` = on | off, `WRING_CUDA_WEIGHTS` = bf16 | fp8 | int4 | nvfp4, `WRING_CUDA_QUANT_KERNELS` = off | on,
-    /// `WRING_CUDA_QGEMM_MAX_T` = 0..=32, `WRING_CUDA_GEMM_TUNE` = off | on.
+    /// `WRING_CUDA_QGEMM_MAX_T` = 0..=32, `WRING_CUDA_FP8_FUSED` = on | off, `WRING_CUDA_GEMM_TUNE` = off | on.
     pub fn from_env() -> Result<Self> {
         let mut o = Self::default();
         let var = |n: &str| std::env::var(n).ok().filter(|v| !v.trim().is_empty());
@@ -198,6 +205,9 @@ impl CudaOptions {
         }
         if let Some(v) = var("WRING_CUDA_GEMM_TUNE") {
             o.gemm_tune = switch("WRING_CUDA_GEMM_TUNE", &v)?;
+        }
+        if let Some(v) = var("WRING_CUDA_FP8_FUSED") {
+            o.fp8_fused = switch("WRING_CUDA_FP8_FUSED", &v)?;
         }
         if let Some(v) = var("WRING_CUDA_QUANT_KERNELS") {
             o.quant_kernels = switch("WRING_CUDA_QUANT_KERNELS", &v)?;

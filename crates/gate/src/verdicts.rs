@@ -114,6 +114,12 @@ pub fn load(path: &Path) -> Option<(ModelVerdicts, String)> {
 
 /// Records one format's verdict in the cache beside the model at `path`.
 pub fn save(path: &Path, format: CpuWeights, verdict: FormatVerdict) -> Result<PathBuf> {
+    save_named(path, format_name(format), verdict)
+}
+
+/// Records the verdict of the weight format named `format` (a CPU format, or a CUDA one:
+/// fp8, int4, nvfp4, which `wring tune` reports beside their speed).
+pub fn save_named(path: &Path, format: &str, verdict: FormatVerdict) -> Result<PathBuf> {
     let (name, bytes) = identity(path).context("the model path has no file name")?;
     let cache = cache_path(path);
     let mut v = std::fs::read_to_string(&cache)
@@ -125,7 +131,7 @@ pub fn save(path: &Path, format: CpuWeights, verdict: FormatVerdict) -> Result<P
             model_bytes: bytes,
             formats: BTreeMap::new(),
         });
-    v.formats.insert(format_name(format).to_string(), verdict);
+    v.formats.insert(format.to_string(), verdict);
     std::fs::write(&cache, serde_json::to_string_pretty(&v)? + "\n")
         .with_context(|| format!("writing {}", cache.display()))?;
     Ok(cache)

@@ -17,6 +17,16 @@ enum Proj<M> {
     Fused(M),
 }
 
+impl<M> Proj<M> {
+    /// The matrix that reads the projection's input first (`Backend::next_input_for`).
+    fn first(&self) -> &M {
+        match self {
+            Proj::Split(p) => &p[0],
+            Proj::Fused(m) => m,
+        }
+    }
+}
+
 struct Layer<B: Backend> {
     attn_norm: B::Vector,
     /// q, k, v.
@@ -240,6 +250,7 @@ impl<B: Backend> LlamaRunner<B> {
         };
         let mut pending: Option<B::Tensor> = None;
         for (l, w) in self.layers.iter().enumerate() {
+            b.next_input_for(w.qkv.first());
             let h = match pending.take() {
                 None => b.rms_norm(&x, &w.attn_norm, eps),
                 Some(d) => b.add_rms_norm(&mut x, &d, &w.attn_norm, eps),
@@ -255,12 +266,15 @@ impl<B: Backend> LlamaRunner<B> {
                     (q, k, v)
                 }
             };
+            b.next_input_for(&w.o);
             let a = b.attention(l, &q, &k, &v, shape);
             let mut o = b.linear(&a, &w.o, None);
             if sharded {
                 b.all_reduce_sum(&mut o);
             }
+            b.next_input_for(w.gate_up.first());
             let h = b.add_rms_norm(&mut x, &o, &w.ffn_norm, eps);
+            b.next_input_for(&w.down);
             let m = match &w.gate_up {
                 Proj::Fused(gu) => b.gate_up_silu(&h, gu),
                 Proj::Split(p) => {

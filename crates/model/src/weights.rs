@@ -11,7 +11,7 @@ use memmap2::Mmap;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use wring_backend::cpu::CpuWeights;
-use wring_backend::quant::{PartDtype, QuantMatrix, Scheme};
+use wring_backend::quant::{PartDtype, QuantData, QuantMatrix, Scheme};
 use wring_backend::{Backend, HostMatrix};
 
 pub enum WeightSource {
@@ -31,24 +31,49 @@ pub struct SafetensorsSet {
 /// A stored tensor as it is in the file: (dtype, shape, little-endian bytes).
 type RawTensor<'a> = (safetensors::Dtype, Vec<usize>, &'a [u8]);
 
-/// `quantization_config` of a checkpoint written by `wring quantize`.
+/// `quantization_config` of a quantized checkpoint.
 #[derive(Debug, Clone, PartialEq)]
 pub struct QuantConfig {
     pub scheme: Scheme,
     pub group_size: Option<usize>,
+    /// How the quantized tensors are stored.
+    pub format: QuantFormat,
+}
+
+/// The tensor layout of a quantized checkpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QuantFormat {
+    /// `wring quantize`: `<prefix>.qweight`, `.scales`, … (`wring_backend::quant` parts).
+    Wring,
+    /// Published FP8 checkpoints (compressed-tensors, fbgemm_fp8, transformers' fp8
+    /// without blocks; the Llama-3.1-405B-FP8 style): `<prefix>.weight` as
+    /// `float8_e4m3fn` codes and `<prefix>.weight_scale` per tensor or per output
+    /// channel; an `input_scale` is ignored (activations are scaled per token at run time).
+    Fp8Published,
 }
 
 impl QuantConfig {
-    /// Reads `quantization_config` (None when absent); other tools' methods are refused.
+    /// Reads `quantization_config` (None when absent); formats wring cannot run exactly
+    /// are refused with the reason.
     pub fn from_config_json(cfg: &serde_json::Value) -> Result<Option<Self>> {
         let Some(q) = cfg.get("quantization_config").filter(|v| !v.is_null()) else {
             return Ok(None);
         };
         let method = q.get("quant_method").and_then(|v| v.as_str()).unwrap_or("");
-        ensure!(
-            method == "wring",
-            "quantization_config.quant_method {method:?} is not supported: wring runs checkpoints quantized by `wring quantize` (quant_method \"wring\"); use the unquantized checkpoint"
-        );
+        match method {
+            "wring" => {}
+            "compressed-tensors" | "fbgemm_fp8" | "fp8" => {
+                check_fp8_config(method, q)?;
+                return Ok(Some(Self {
+                    scheme: Scheme::Fp8,
+                    group_size: None,
+                    format: QuantFormat::Fp8Published,
+                }));
+            }
+            _ => bail!(
+                "quantization_config.quant_method {method:?} is not supported: wring runs checkpoints quantized by `wring quantize` (quant_method \"wring\") and FP8 checkpoints (\"compressed-tensors\", \"fbgemm_fp8\", \"fp8\" with per-tensor or per-channel scales); use the unquantized checkpoint"
+            ),
+        }
         let scheme: Scheme = q
             .get("scheme")
             .and_then(|v| v.as_str())
@@ -58,8 +83,63 @@ impl QuantConfig {
             .get("group_size")
             .and_then(|v| v.as_u64())
             .map(|v| v as usize);
-        Ok(Some(Self { scheme, group_size }))
+        Ok(Some(Self {
+            scheme,
+            group_size,
+            format: QuantFormat::Wring,
+        }))
     }
+}
+
+/// Refuses the FP8 checkpoint variants wring does not run: block-wise scales, E5M2,
+/// integer or 4-bit compressed-tensors schemes, group scales.
+fn check_fp8_config(method: &str, q: &serde_json::Value) -> Result<()> {
+    if let Some(b) = q.get("weight_block_size").filter(|v| !v.is_null()) {
+        bail!("quantization_config ({method}): block-wise FP8 weight scales (weight_block_size {b}) are not supported; wring reads FP8 weights with per-tensor or per-output-channel scales");
+    }
+    if method == "fp8" {
+        if let Some(fmt) = q.get("fmt").and_then(|v| v.as_str()) {
+            ensure!(
+                fmt == "e4m3",
+                "quantization_config (fp8): fmt {fmt:?} is not supported (only e4m3)"
+            );
+        }
+    }
+    if method != "compressed-tensors" {
+        return Ok(());
+    }
+    if let Some(fmt) = q.get("format").and_then(|v| v.as_str()) {
+        ensure!(
+            matches!(fmt, "float-quantized" | "naive-quantized"),
+            "quantization_config (compressed-tensors): format {fmt:?} is not supported; wring reads float-quantized FP8 weights"
+        );
+    }
+    let groups = q
+        .get("config_groups")
+        .and_then(|g| g.as_object())
+        .ok_or_else(|| {
+            anyhow!("quantization_config (compressed-tensors): config_groups is missing")
+        })?;
+    for (name, g) in groups {
+        let w = g.get("weights").filter(|v| !v.is_null()).ok_or_else(|| {
+            anyhow!("quantization_config (compressed-tensors): config_groups.{name} has no weights scheme")
+        })?;
+        let ty = w.get("type").and_then(|v| v.as_str()).unwrap_or("");
+        let bits = w.get("num_bits").and_then(|v| v.as_u64()).unwrap_or(0);
+        ensure!(
+            ty == "float" && bits == 8,
+            "quantization_config (compressed-tensors): config_groups.{name} stores {bits}-bit {ty:?} weights; wring reads 8-bit float (FP8 E4M3) weights only"
+        );
+        let strategy = w
+            .get("strategy")
+            .and_then(|v| v.as_str())
+            .unwrap_or("tensor");
+        ensure!(
+            matches!(strategy, "tensor" | "channel"),
+            "quantization_config (compressed-tensors): config_groups.{name} has weight scales per {strategy:?}; wring reads per-tensor or per-channel FP8 scales"
+        );
+    }
+    Ok(())
 }
 
 /// A linear weight as stored: dense f32 or quantized.
@@ -182,6 +262,9 @@ impl SafetensorsSet {
         cols: usize,
     ) -> Result<Option<QuantMatrix>> {
         let prefix = quant_prefix(hf);
+        if self.quant.as_ref().map(|q| q.format) == Some(QuantFormat::Fp8Published) {
+            return self.fp8_published(hf, rows, cols);
+        }
         if !self.index.contains_key(&format!("{prefix}.qweight")) {
             return Ok(None);
         }
@@ -221,6 +304,79 @@ impl SafetensorsSet {
                 q.scheme
             )
         })?;
+        Ok(Some(m))
+    }
+
+    /// A published FP8 weight: `hf` as E4M3 codes and `<prefix>.weight_scale` (one value,
+    /// or one per output row) — exactly the values `w = e4m3(q) · scale[row]` of wring's
+    /// own fp8 format. None when `hf` is stored unquantized (e.g. an ignored lm head).
+    fn fp8_published(&self, hf: &str, rows: usize, cols: usize) -> Result<Option<QuantMatrix>> {
+        use safetensors::Dtype;
+        let Some((dtype, shape, codes)) = self.raw(hf)? else {
+            return Ok(None);
+        };
+        match dtype {
+            Dtype::F8_E4M3 => {}
+            Dtype::F8_E5M2 => {
+                bail!("tensor {hf} is float8_e5m2; wring reads FP8 weights as float8_e4m3fn only")
+            }
+            _ => return Ok(None),
+        }
+        ensure!(
+            shape == [rows, cols],
+            "tensor {hf}: shape {shape:?} in the checkpoint, expected [{rows}, {cols}]"
+        );
+        let prefix = quant_prefix(hf);
+        if self
+            .index
+            .contains_key(&format!("{prefix}.weight_scale_inv"))
+        {
+            bail!("tensor {prefix}.weight_scale_inv: block-wise FP8 scales are not supported; wring reads per-tensor or per-channel weight_scale");
+        }
+        let sname = format!("{prefix}.weight_scale");
+        let (sd, sshape, sbytes) = self
+            .raw(&sname)?
+            .ok_or_else(|| anyhow!("tensor {hf} is FP8 but {sname} is missing"))?;
+        let scales: Vec<f32> = match sd {
+            Dtype::F32 => sbytes
+                .chunks_exact(4)
+                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect(),
+            Dtype::BF16 => sbytes
+                .chunks_exact(2)
+                .map(|c| bf16::from_le_bytes([c[0], c[1]]).to_f32())
+                .collect(),
+            Dtype::F16 => sbytes
+                .chunks_exact(2)
+                .map(|c| f16::from_le_bytes([c[0], c[1]]).to_f32())
+                .collect(),
+            d => bail!("tensor {sname}: dtype {d:?}; expected F32, BF16 or F16 scales"),
+        };
+        let per_row = match (sshape.as_slice(), scales.len()) {
+            ([] | [1] | [1, 1], 1) => vec![scales[0]; rows],
+            ([r] | [r, 1], n) if *r == rows && n == rows => scales,
+            _ => bail!(
+                "tensor {sname}: shape {sshape:?}; expected one scale per tensor ([] or [1]) or per output channel ([{rows}] or [{rows}, 1]) (group or block scales are not supported)"
+            ),
+        };
+        ensure!(
+            per_row.iter().all(|s| s.is_finite()),
+            "tensor {sname}: holds non-finite values"
+        );
+        ensure!(
+            !codes.iter().any(|&b| b & 0x7F == 0x7F),
+            "tensor {hf}: holds E4M3 NaN codes"
+        );
+        let m = QuantMatrix {
+            rows,
+            cols,
+            data: QuantData::Fp8 {
+                q: codes.to_vec(),
+                scale: per_row,
+            },
+            smooth: None,
+        };
+        self.release(codes);
         Ok(Some(m))
     }
 
@@ -432,5 +588,203 @@ mod tests {
         );
         assert_eq!(hf_name("token_embd.weight"), "model.embed_tokens.weight");
         assert_eq!(hf_name("output.weight"), "lm_head.weight");
+    }
+
+    fn ct_config(strategy: &str) -> serde_json::Value {
+        serde_json::json!({"quantization_config": {
+            "quant_method": "compressed-tensors",
+            "format": "float-quantized",
+            "config_groups": {"group_0": {
+                "targets": ["Linear"],
+                "weights": {"num_bits": 8, "type": "float", "strategy": strategy, "dynamic": false, "symmetric": true},
+                "input_activations": {"num_bits": 8, "type": "float", "strategy": "token", "dynamic": true},
+            }},
+            "ignore": ["lm_head"],
+        }})
+    }
+
+    #[test]
+    fn fp8_configs_are_read_or_refused_with_the_reason() {
+        for cfg in [
+            ct_config("channel"),
+            ct_config("tensor"),
+            serde_json::json!({"quantization_config": {"quant_method": "fbgemm_fp8", "activation_scale_ub": 1200.0}}),
+            serde_json::json!({"quantization_config": {"quant_method": "fp8", "activation_scheme": "dynamic"}}),
+        ] {
+            let q = QuantConfig::from_config_json(&cfg).unwrap().unwrap();
+            assert_eq!(
+                (q.scheme, q.format),
+                (Scheme::Fp8, QuantFormat::Fp8Published)
+            );
+        }
+        let err = |cfg: serde_json::Value| {
+            format!("{:#}", QuantConfig::from_config_json(&cfg).unwrap_err())
+        };
+        assert!(err(ct_config("block")).contains("per \"block\""));
+        assert!(err(ct_config("group")).contains("per \"group\""));
+        let block = serde_json::json!({"quantization_config": {"quant_method": "fp8", "weight_block_size": [128, 128]}});
+        assert!(err(block).contains("block-wise"), "{}", "block");
+        let mut int4 = ct_config("channel");
+        int4["quantization_config"]["config_groups"]["group_0"]["weights"]["num_bits"] = 4.into();
+        int4["quantization_config"]["config_groups"]["group_0"]["weights"]["type"] = "int".into();
+        assert!(err(int4).contains("4-bit \"int\""));
+        let mut packed = ct_config("channel");
+        packed["quantization_config"]["format"] = "pack-quantized".into();
+        assert!(err(packed).contains("pack-quantized"));
+        let e5m2 =
+            serde_json::json!({"quantization_config": {"quant_method": "fp8", "fmt": "e5m2"}});
+        assert!(err(e5m2).contains("e5m2"));
+        let awq = serde_json::json!({"quantization_config": {"quant_method": "awq"}});
+        assert!(err(awq).contains("\"awq\" is not supported"));
+    }
+
+    /// A one-file checkpoint of `tensors` with an FP8 `quantization_config`.
+    fn fp8_dir(tensors: Vec<(&str, safetensors::Dtype, Vec<usize>, Vec<u8>)>) -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        let views: Vec<_> = tensors
+            .iter()
+            .map(|(n, d, s, b)| {
+                (
+                    n.to_string(),
+                    safetensors::tensor::TensorView::new(*d, s.clone(), b).unwrap(),
+                )
+            })
+            .collect();
+        safetensors::serialize_to_file(views, &None, &dir.path().join("model.safetensors"))
+            .unwrap();
+        std::fs::write(
+            dir.path().join("config.json"),
+            ct_config("channel").to_string(),
+        )
+        .unwrap();
+        dir
+    }
+
+    fn f32_bytes(v: &[f32]) -> Vec<u8> {
+        v.iter().flat_map(|x| x.to_le_bytes()).collect()
+    }
+
+    #[test]
+    fn published_fp8_tensors_read_exactly_and_bad_ones_are_named() {
+        use safetensors::Dtype;
+        // E4M3 codes: 0x38 = 1.0, 0x40 = 2.0, 0xB8 = -1.0, 0x00 = 0.
+        let codes = vec![0x38u8, 0x40, 0xB8, 0x00, 0x40, 0x38];
+        let w = "model.layers.0.mlp.down_proj.weight";
+        // Per channel ([rows, 1], bf16 scales) and per tensor ([] f32).
+        let bf = |v: f32| half::bf16::from_f32(v).to_le_bytes().to_vec();
+        let dir = fp8_dir(vec![
+            (w, Dtype::F8_E4M3, vec![2, 3], codes.clone()),
+            (
+                "model.layers.0.mlp.down_proj.weight_scale",
+                Dtype::BF16,
+                vec![2, 1],
+                [bf(0.5), bf(2.0)].concat(),
+            ),
+            (
+                "model.layers.0.mlp.up_proj.weight",
+                Dtype::F8_E4M3,
+                vec![2, 3],
+                codes.clone(),
+            ),
+            (
+                "model.layers.0.mlp.up_proj.weight_scale",
+                Dtype::F32,
+                vec![],
+                f32_bytes(&[0.25]),
+            ),
+            (
+                "model.layers.0.mlp.up_proj.input_scale",
+                Dtype::F32,
+                vec![],
+                f32_bytes(&[0.1]),
+            ),
+            (
+                "lm_head.weight",
+                Dtype::BF16,
+                vec![2, 3],
+                [bf(1.0), bf(2.0), bf(3.0), bf(4.0), bf(5.0), bf(6.0)].concat(),
+            ),
+            (
+                "model.layers.0.mlp.gate_proj.weight",
+                Dtype::F8_E4M3,
+                vec![2, 3],
+                codes.clone(),
+            ),
+            (
+                "model.layers.1.mlp.gate_proj.weight",
+                Dtype::F8_E5M2,
+                vec![2, 3],
+                codes.clone(),
+            ),
+            (
+                "model.layers.1.mlp.gate_proj.weight_scale",
+                Dtype::F32,
+                vec![],
+                f32_bytes(&[1.0]),
+            ),
+            (
+                "model.layers.2.mlp.gate_proj.weight",
+                Dtype::F8_E4M3,
+                vec![2, 3],
+                codes.clone(),
+            ),
+            (
+                "model.layers.2.mlp.gate_proj.weight_scale",
+                Dtype::F32,
+                vec![1, 3],
+                f32_bytes(&[1.0, 1.0, 1.0]),
+            ),
+            (
+                "model.layers.3.mlp.gate_proj.weight",
+                Dtype::F8_E4M3,
+                vec![2, 3],
+                codes.clone(),
+            ),
+            (
+                "model.layers.3.mlp.gate_proj.weight_scale_inv",
+                Dtype::F32,
+                vec![1, 1],
+                f32_bytes(&[1.0]),
+            ),
+        ]);
+        let s = SafetensorsSet::open(dir.path()).unwrap();
+        let q = s.quant_matrix(w, 2, 3).unwrap().unwrap();
+        assert_eq!(
+            q.data,
+            QuantData::Fp8 {
+                q: codes.clone(),
+                scale: vec![0.5, 2.0]
+            }
+        );
+        assert_eq!(q.dequantize(), vec![0.5, 1.0, -0.5, 0.0, 4.0, 2.0]);
+        let q = s
+            .quant_matrix("model.layers.0.mlp.up_proj.weight", 2, 3)
+            .unwrap()
+            .unwrap();
+        assert_eq!(q.dequantize(), vec![0.25, 0.5, -0.25, 0.0, 0.5, 0.25]);
+        // An unquantized tensor of the same checkpoint reads densely.
+        assert!(s.quant_matrix("lm_head.weight", 2, 3).unwrap().is_none());
+        let src = WeightSource::Safetensors(s);
+        assert_eq!(
+            src.matrix("output.weight", 2, 3).unwrap().data,
+            vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0]
+        );
+        assert_eq!(
+            src.matrix("blk.0.ffn_down.weight", 2, 3).unwrap().data,
+            vec![0.5, 1.0, -0.5, 0.0, 4.0, 2.0]
+        );
+        let err = |name: &str| match src.matrix(name, 2, 3) {
+            Ok(_) => panic!("{name} loaded"),
+            Err(e) => format!("{e:#}"),
+        };
+        assert!(err("blk.0.ffn_gate.weight").contains("weight_scale is missing"));
+        assert!(err("blk.1.ffn_gate.weight").contains("float8_e5m2"));
+        assert!(err("blk.2.ffn_gate.weight").contains("per output channel"));
+        assert!(err("blk.3.ffn_gate.weight").contains("block-wise"));
+        let e = format!(
+            "{:#}",
+            src.matrix("blk.0.ffn_down.weight", 3, 2).unwrap_err()
+        );
+        assert!(e.contains("expected [3, 2]"), "{e}");
     }
 }

@@ -7,7 +7,7 @@ use plotters::prelude::*;
 
 use crate::configs::ServeConfig;
 
-use super::table::{Table, BEST_K_PAD};
+use super::table::{is_best_k, Table};
 
 fn colour(i: usize) -> RGBColor {
     let c = Palette99::pick(i).to_rgba();
@@ -94,7 +94,7 @@ pub fn bars_by_corpus(table: &Table, path: &Path) -> Result<()> {
 pub fn throughput_vs_k(table: &Table, path: &Path) -> Result<bool> {
     let fixed: Vec<(ServeConfig, &String)> = table
         .measured_configs()
-        .filter(|c| c.as_str() != BEST_K_PAD)
+        .filter(|c| !is_best_k(c))
         .filter_map(|c| {
             Some((
                 ServeConfig::parse(c).ok().filter(|s| s.is_fixed_suffix())?,

@@ -4,9 +4,9 @@
 
 use std::fmt::Write;
 
-use crate::configs::ServeConfig;
+use crate::configs::{split_weights, ServeConfig, GPU_WEIGHTS, REFERENCE_WEIGHTS};
 
-use super::table::{Table, BEST_K_PAD};
+use super::table::{is_best_k, GateStanding, Table, BEST_K_PAD};
 
 /// Relative change as a signed percentage.
 pub fn pct(ratio: f64) -> String {
@@ -37,8 +37,127 @@ fn is_suffix_family(config: &str) -> bool {
         || config == BEST_K_PAD
 }
 
+/// The configuration weight formats are compared against: `baseline` when measured, else
+/// `baseline` in a reference format (`bf16+nospec`, `f32+nospec`), else the first measured.
+pub fn weights_baseline(table: &Table, baseline: &str) -> String {
+    if table.configs.iter().any(|c| c == baseline) {
+        return baseline.to_string();
+    }
+    let base = split_weights(baseline).1;
+    REFERENCE_WEIGHTS
+        .iter()
+        .map(|r| format!("{r}+{base}"))
+        .find(|n| table.configs.contains(n))
+        .or_else(|| table.measured_configs().next().cloned())
+        .unwrap_or_else(|| baseline.to_string())
+}
+
+/// The fastest configuration of weight format `w` (its derived `bestKpad` included): (name,
+/// geomean tok/s, geomean ratio vs `base` over their shared corpora).
+pub fn fastest_of(
+    table: &Table,
+    w: Option<&str>,
+    base: &str,
+) -> Option<(String, f64, Option<f64>)> {
+    table
+        .configs
+        .iter()
+        .filter(|c| split_weights(c).0 == w)
+        .filter_map(|c| {
+            let (g, _) = table.geomean_of(c)?;
+            Some((c.clone(), g, table.relative(c, base).map(|r| r.0)))
+        })
+        .max_by(|a, b| {
+            a.2.unwrap_or(0.0)
+                .total_cmp(&b.2.unwrap_or(0.0))
+                .then(a.1.total_cmp(&b.1))
+                // On a tie a measured configuration is named before the derived column.
+                .then(is_best_k(&b.0).cmp(&is_best_k(&a.0)))
+        })
+}
+
+/// The serve flag that selects weight format `w`.
+fn weights_flag(w: Option<&str>) -> String {
+    match w {
+        None => "the server's default weights".into(),
+        Some(w) if GPU_WEIGHTS.contains(&w) => format!("`--gpu-weights {w}`"),
+        Some(w) => format!("`--cpu-weights {w}`"),
+    }
+}
+
+/// With a weight-format axis: the format first (the fastest one the gate allows: a reference,
+/// or PASS for this model), then the usual tree over that format's configurations.
+fn weights_tree(table: &Table, baseline: &str) -> String {
+    let base = weights_baseline(table, baseline);
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "- **Which weights?** each format's fastest configuration vs `{base}`, with the gate's verdict for this model:"
+    );
+    let mut rows: Vec<(Option<String>, String, f64, GateStanding)> = vec![];
+    for w in table.weight_formats() {
+        let Some((best, _, rel)) = fastest_of(table, w.as_deref(), &base) else {
+            continue;
+        };
+        let standing = table.standing(w.as_deref());
+        let _ = writeln!(
+            out,
+            "  - `{}`: `{best}` {} — gate: {}",
+            w.as_deref().unwrap_or("server default"),
+            rel.map_or("–".into(), pct),
+            standing.label()
+        );
+        rows.push((w, best, rel.unwrap_or(0.0), standing));
+    }
+    let Some(chosen) = rows
+        .iter()
+        .filter(|r| r.3.allowed())
+        .max_by(|a, b| a.2.total_cmp(&b.2))
+    else {
+        let _ = writeln!(
+            out,
+            "  - → no format can be recommended: none is a reference format or passed the gate"
+        );
+        return out;
+    };
+    for (w, best, r, standing) in rows.iter().filter(|r| r.2 > chosen.2 && !r.3.allowed()) {
+        let why = match standing {
+            GateStanding::Fail(_) => "its gate verdict for this model is FAIL".to_string(),
+            _ => "no gate verdict for this model (record one with `wring gate ... --save-verdict`)"
+                .to_string(),
+        };
+        let _ = writeln!(
+            out,
+            "  - `{}` is faster (`{best}` {}) but is not recommended: {why}",
+            w.as_deref().unwrap_or("server default"),
+            pct(*r)
+        );
+    }
+    let _ = writeln!(
+        out,
+        "  - → **{}** (`{}` {})",
+        weights_flag(chosen.0.as_deref()),
+        chosen.1,
+        pct(chosen.2)
+    );
+    let _ = writeln!(
+        out,
+        "\nWithin {} weights:\n",
+        chosen
+            .0
+            .as_deref()
+            .map_or("the default".into(), |w| format!("`{w}`"))
+    );
+    let sub = table.for_weights(chosen.0.as_deref());
+    out.push_str(&decision_tree(&sub, split_weights(baseline).1));
+    out
+}
+
 /// Renders the tree as a nested markdown list.
 pub fn decision_tree(table: &Table, baseline: &str) -> String {
+    if table.has_weight_axis() {
+        return weights_tree(table, baseline);
+    }
     let mut out = String::new();
     let measured: Vec<&String> = table.measured_configs().collect();
     let baseline = if table.configs.iter().any(|c| c == baseline) {

@@ -14,7 +14,7 @@ use anyhow::{bail, Context, Result};
 use crate::corpus::Corpus;
 use crate::result::BenchFile;
 
-pub use table::{Table, BEST_K_PAD};
+pub use table::{is_best_k, GateStanding, Table, BEST_K_PAD};
 
 /// Reads result files; directories are searched (not recursively) for `*.json` files that are
 /// wring bench results. Other JSON files in a directory (e.g. a profile) are skipped.
@@ -85,6 +85,9 @@ pub fn render_model_section(
     md.push_str(&setup_section(table));
     md.push_str(&throughput_table(table));
     md.push_str(&geomean_table(table, baseline));
+    if table.has_weight_axis() {
+        md.push_str(&weights_table(table, baseline));
+    }
     let _ = writeln!(md, "### Charts\n\n![output tokens/s by corpus]({bars})\n");
     if let Some(k) = k_chart {
         let _ = writeln!(md, "![output tokens/s against K]({k})\n");
@@ -146,7 +149,7 @@ fn setup_section(table: &Table) -> String {
             table
                 .cells
                 .iter()
-                .filter(|((_, c), _)| c != BEST_K_PAD)
+                .filter(|((_, c), _)| !is_best_k(c))
                 .max_by(|a, b| a.1.spread.total_cmp(&b.1.spread))
                 .map(|((corpus, config), cell)| {
                     format!("{:.1} % ({corpus}, {config})", cell.spread * 100.0)
@@ -173,8 +176,8 @@ fn corpus_label(corpus: &str) -> String {
 }
 
 fn config_header(table: &Table, config: &str) -> String {
-    if config == BEST_K_PAD {
-        return format!("{BEST_K_PAD} (K)");
+    if is_best_k(config) {
+        return format!("{config} (K)");
     }
     match table
         .metas
@@ -209,7 +212,7 @@ fn throughput_table(table: &Table) -> String {
                     if Some(config.as_str()) == winner {
                         t = format!("**{t}**");
                     }
-                    if config == BEST_K_PAD {
+                    if is_best_k(config) {
                         t.push_str(&format!(" (K{})", cell.k.unwrap_or(0)));
                     }
                     if let Some(a) = cell.acceptance {
@@ -261,11 +264,34 @@ fn geomean_table(table: &Table, baseline: &str) -> String {
     md
 }
 
+/// Each weight format's fastest configuration beside the gate's verdict for this model and
+/// format (a format that fails the gate, or has no verdict, is never recommended).
+fn weights_table(table: &Table, baseline: &str) -> String {
+    let base = decision::weights_baseline(table, baseline);
+    let mut md =
+        format!("### Weight formats (fastest configuration of each, relative to `{base}`)\n\n");
+    md.push_str("| weights | fastest configuration | geomean tok/s | vs baseline | gate verdict for this model |\n|---|---|---:|---:|---|\n");
+    for w in table.weight_formats() {
+        let Some((best, g, rel)) = decision::fastest_of(table, w.as_deref(), &base) else {
+            continue;
+        };
+        let _ = writeln!(
+            md,
+            "| {} | {best} | {g:.1} | {} | {} |",
+            w.as_deref().unwrap_or("server default"),
+            rel.map_or("–".into(), decision::pct),
+            table.standing(w.as_deref()).label()
+        );
+    }
+    md.push('\n');
+    md
+}
+
 fn failures_section(table: &Table) -> String {
     let mut md = String::from("### Failures and spread\n\n");
     let mut any = false;
     for ((corpus, config), cell) in &table.cells {
-        if config == BEST_K_PAD {
+        if is_best_k(config) {
             continue;
         }
         if cell.failed > 0 {
@@ -274,8 +300,7 @@ fn failures_section(table: &Table) -> String {
         }
     }
     for ((corpus, config), cell) in &table.cells {
-        if config != BEST_K_PAD && cell.spread > table.metas.first().map_or(0.05, |m| m.max_spread)
-        {
+        if !is_best_k(config) && cell.spread > table.metas.first().map_or(0.05, |m| m.max_spread) {
             any = true;
             let _ = writeln!(
                 md,

@@ -10,6 +10,7 @@
 //! ops become no-ops, and `finish_step` reports it.
 
 mod attention;
+mod fp8;
 mod linear;
 mod qlinear;
 mod rows;
@@ -100,6 +101,9 @@ pub struct CudaBackend {
     /// the `[row][index, value bits]` buffer of its `max_rows` (allocated at first use).
     group: Option<Arc<crate::nccl::NcclComm>>,
     row_maxima: Option<DeviceBuffer>,
+    /// `Backend::next_input_for`: (n_in, n_out) of the FP8 weight the next GEMM input
+    /// feeds, taken by the op that produces it (`fp8.rs`).
+    fp8_next: Option<(usize, usize)>,
 }
 
 impl CudaBackend {
@@ -167,6 +171,7 @@ impl CudaBackend {
             mma_ws: None,
             group: None,
             row_maxima: None,
+            fp8_next: None,
         })
     }
 
@@ -308,6 +313,8 @@ impl CudaBackend {
                 cols,
                 valid_rows,
                 dtype,
+                aux: None,
+                pending: Default::default(),
             },
             None => {
                 let (used, _, cap) = arena.usage();
@@ -354,9 +361,14 @@ impl CudaBackend {
         }
     }
 
+    /// Whether `t` is a live `dtype` tensor (else the step fails); an f32 tensor with a
+    /// pending FP8 rescale is settled first, so every reader sees scaled values.
     fn expect(&mut self, t: &CudaTensor, dtype: DType, op: &str) -> bool {
         if !self.ok() {
             return false;
+        }
+        if dtype == DType::F32 {
+            self.settle(t);
         }
         if t.dtype != dtype || t.ptr == 0 {
             self.fail(anyhow!(
@@ -559,6 +571,7 @@ impl Backend for CudaBackend {
         self.bind()?;
         self.error = None;
         self.kv_stored = None;
+        self.fp8_next = None;
         let (num_blocks, block_size, scratch) = match &self.kv {
             Some(kv) => (
                 kv.spec.num_blocks,
@@ -633,6 +646,9 @@ impl Backend for CudaBackend {
     }
 
     fn linear(&mut self, x: &CudaTensor, w: &CudaMatrix, bias: Option<&CudaVector>) -> CudaTensor {
+        if self.fp8_fused_weights(w) || x.dtype == DType::Fp8 {
+            return self.fp8_linear_op(x, w, bias);
+        }
         self.linear_op(x, w, bias)
     }
 
@@ -648,10 +664,13 @@ impl Backend for CudaBackend {
         v: &CudaTensor,
         shape: AttnShape,
     ) -> CudaTensor {
+        // The attention output stays bf16 (an FP8 o projection quantises it itself).
+        self.fp8_next = None;
         self.attention_op(layer, q, k, v, shape)
     }
 
     fn silu_mul(&mut self, gate: &CudaTensor, up: &CudaTensor) -> CudaTensor {
+        self.fp8_next = None;
         self.silu_mul_op(gate, up)
     }
 
@@ -663,6 +682,7 @@ impl Backend for CudaBackend {
         if !self.ok() || x.ptr == 0 {
             return vec![];
         }
+        self.settle(x);
         match copy_to_host(self.cu_stream(), x.ptr, x.valid_rows * x.cols, x.dtype) {
             Ok(v) => v,
             Err(e) => {
@@ -687,6 +707,8 @@ impl Backend for CudaBackend {
             cols: out.cols,
             valid_rows: self.layout.real_logit_rows,
             dtype: DType::F32,
+            aux: None,
+            pending: Default::default(),
         }))
     }
 
@@ -793,6 +815,9 @@ impl Backend for CudaBackend {
         shape: AttnShape,
         rope: &RopeSpec,
     ) -> (CudaTensor, CudaTensor, CudaTensor) {
+        if self.fp8_fused_weights(w) || x.dtype == DType::Fp8 {
+            return self.fp8_qkv_rope_op(layer, x, w, shape, rope);
+        }
         self.qkv_rope_op(layer, x, w, shape, rope)
     }
 
@@ -813,6 +838,15 @@ impl Backend for CudaBackend {
     }
 
     fn gate_up_silu(&mut self, x: &CudaTensor, w: &CudaMatrix) -> CudaTensor {
+        if self.fp8_fused_weights(w) || x.dtype == DType::Fp8 {
+            return self.fp8_gate_up_silu_op(x, w);
+        }
+        // The bf16 kernels write bf16: a down-projection hint is dropped.
+        self.fp8_next = None;
         self.gate_up_silu_op(x, w)
+    }
+
+    fn next_input_for(&mut self, w: &CudaMatrix) {
+        self.next_input_for_op(w)
     }
 }

@@ -2,7 +2,7 @@
 //! through cuBLASLt, the small-T int4/NVFP4 tensor-core kernel, and the dequantise-a-tile
 //! + cuBLAS path for everything else.
 
-use super::tensor::{CudaMatrix, CudaTensor, DType, Weights};
+use super::tensor::{CudaMatrix, CudaTensor, DType, Fp8Rescale, Weights};
 use super::{upload_slice, CudaBackend};
 use crate::blaslt::{fp8_pad_tokens, fp8_shape_ok, BlasLt};
 use crate::device::{Arg, DeviceBuffer};
@@ -89,7 +89,9 @@ impl CudaBackend {
                     .as_mut()
                     .is_some_and(|lt| lt.supports(tp, w.cols, w.rows));
                 if supported {
-                    return self.fp8_linear(x, w, q.ptr(), scale.ptr());
+                    let out = self.fp8_linear(x, w, q.ptr(), scale.ptr());
+                    self.settle(&out);
+                    return out;
                 }
             }
             Weights::Int4 { qgemm: true, .. } | Weights::Nvfp4 { qgemm: true, .. }
@@ -102,57 +104,63 @@ impl CudaBackend {
         self.dequant_linear(x, w)
     }
 
-    /// FP8 W8A8: activations to E4M3 per token, cuBLASLt E4M3 GEMM, per-token ×
-    /// per-channel rescale.
-    fn fp8_linear(&mut self, x: &CudaTensor, w: &CudaMatrix, wq: u64, ws: u64) -> CudaTensor {
+    /// FP8 W8A8: E4M3 activations (`x` as its producer wrote them, or bf16 `x` quantised
+    /// here per token), the cuBLASLt E4M3 GEMM, and the per-token × per-channel rescale
+    /// left pending on the output (`Fp8Rescale`): its reader applies it (`fp8.rs`).
+    pub(super) fn fp8_linear(
+        &mut self,
+        x: &CudaTensor,
+        w: &CudaMatrix,
+        wq: u64,
+        ws: u64,
+    ) -> CudaTensor {
         let (t, k, n) = (x.rows, w.cols, w.rows);
         let tp = fp8_pad_tokens(t);
-        // E4M3 bytes [tp][k] (k is a multiple of 16) and one f32 scale per token.
-        let xq = self.alloc(tp, k / 4, DType::F32, tp);
-        let xs = self.alloc(tp, 1, DType::F32, tp);
+        let quantised;
+        let xq = if x.dtype == DType::Fp8 {
+            x
+        } else {
+            // E4M3 bytes [tp][k] (k is a multiple of 16) and one f32 scale per token.
+            quantised = self.alloc_fp8(t, k);
+            if !self.ok() {
+                return CudaTensor::empty();
+            }
+            let args = [
+                Arg::Ptr(x.ptr),
+                Arg::Ptr(quantised.ptr),
+                Arg::Ptr(quantised.aux_ptr()),
+                Arg::I32(t as i32),
+                Arg::I32(k as i32),
+            ];
+            self.launch(
+                self.kernels.fp8_quantize_rows,
+                (tp as u32, 1, 1),
+                256,
+                &args,
+                "fp8_quantize_rows",
+            );
+            &quantised
+        };
         let mut out = self.alloc(tp, n, DType::F32, x.valid_rows);
         if !self.ok() {
             return CudaTensor::empty();
         }
         out.rows = t;
-        let args = [
-            Arg::Ptr(x.ptr),
-            Arg::Ptr(xq.ptr),
-            Arg::Ptr(xs.ptr),
-            Arg::I32(t as i32),
-            Arg::I32(k as i32),
-        ];
-        self.launch(
-            self.kernels.fp8_quantize_rows,
-            (tp as u32, 1, 1),
-            256,
-            &args,
-            "fp8_quantize_rows",
-        );
-        if !self.ok() {
-            return out;
-        }
         let stream = self.cu_stream();
-        let lt = self.lt.as_mut().expect("checked by quant_linear");
+        let Some(lt) = self.lt.as_mut() else {
+            self.fail(anyhow!("FP8 GEMM without cuBLASLt"));
+            return out;
+        };
         if let Err(e) = lt.fp8_linear(stream, xq.ptr, wq, out.ptr, tp, k, n) {
             self.fail(e);
             return out;
         }
-        let total = t * n;
-        let args = [
-            Arg::Ptr(out.ptr),
-            Arg::Ptr(xs.ptr),
-            Arg::Ptr(ws),
-            Arg::I32(n as i32),
-            Arg::I64(total as i64),
-        ];
-        self.launch(
-            self.kernels.fp8_rescale,
-            Self::grid_for(total),
-            256,
-            &args,
-            "fp8_rescale",
-        );
+        // The scales stay alive with the output until its rescale has run.
+        out.aux = xq.aux.clone();
+        out.pending.set(Some(Fp8Rescale {
+            xs: xq.aux_ptr(),
+            ws,
+        }));
         out
     }
 

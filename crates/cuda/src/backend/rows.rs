@@ -47,18 +47,31 @@ impl CudaBackend {
         out
     }
 
+    /// The output of a norm over `x`: E4M3 codes + per-token scales when the next GEMM
+    /// reads them (`fp8.rs`), else bf16.
+    fn norm_output(&mut self, x: &CudaTensor) -> CudaTensor {
+        match self.take_fp8_input(x.rows, x.cols) {
+            Some(t) => t,
+            None => self.alloc(x.rows, x.cols, DType::Bf16, x.valid_rows),
+        }
+    }
+
     pub(super) fn rms_norm_op(&mut self, x: &CudaTensor, w: &CudaVector, eps: f32) -> CudaTensor {
         if !self.expect(x, DType::F32, "rms_norm") {
             return CudaTensor::empty();
         }
-        let out = self.alloc(x.rows, x.cols, DType::Bf16, x.valid_rows);
+        let out = self.norm_output(x);
         debug_assert_eq!(w.len, x.cols);
+        let fp8 = Self::fp8_out((out.dtype == DType::Fp8).then_some(&out));
+        let bf16 = if out.dtype == DType::Bf16 { out.ptr } else { 0 };
         let args = [
             Arg::Ptr(x.ptr),
             Arg::Ptr(w.buf.ptr()),
-            Arg::Ptr(out.ptr),
+            Arg::Ptr(bf16),
             Arg::I32(x.cols as i32),
             Arg::F32(eps),
+            Arg::Ptr(fp8.q),
+            Arg::Ptr(fp8.qs),
         ];
         self.launch(
             self.kernels.rms_norm,
@@ -77,19 +90,27 @@ impl CudaBackend {
         w: &CudaVector,
         eps: f32,
     ) -> CudaTensor {
+        // An FP8 GEMM's unscaled output is rescaled as it is added.
+        let ys = y.pending.take();
         if !self.expect(x, DType::F32, "add_rms_norm")
             || !self.expect(y, DType::F32, "add_rms_norm")
         {
             return CudaTensor::empty();
         }
-        let out = self.alloc(x.rows, x.cols, DType::Bf16, x.valid_rows);
+        let out = self.norm_output(x);
+        let fp8 = Self::fp8_out((out.dtype == DType::Fp8).then_some(&out));
+        let bf16 = if out.dtype == DType::Bf16 { out.ptr } else { 0 };
         let args = [
             Arg::Ptr(x.ptr),
             Arg::Ptr(y.ptr),
             Arg::Ptr(w.buf.ptr()),
-            Arg::Ptr(out.ptr),
+            Arg::Ptr(bf16),
             Arg::I32(x.cols as i32),
             Arg::F32(eps),
+            Arg::Ptr(ys.map_or(0, |r| r.xs)),
+            Arg::Ptr(ys.map_or(0, |r| r.ws)),
+            Arg::Ptr(fp8.q),
+            Arg::Ptr(fp8.qs),
         ];
         // The smallest register-resident variant that holds a row (256 threads per block).
         let f = self

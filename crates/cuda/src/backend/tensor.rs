@@ -3,11 +3,16 @@
 
 use crate::arena::Block;
 use crate::device::DeviceBuffer;
+use std::cell::Cell;
+use std::sync::Arc;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DType {
     F32,
     Bf16,
+    /// E4M3 codes `[fp8_pad_tokens(rows)][cols]` (rows past `rows` are GEMM padding,
+    /// never read back) with one f32 scale per token in `aux`: an FP8 GEMM's input.
+    Fp8,
 }
 
 impl DType {
@@ -15,6 +20,7 @@ impl DType {
         match self {
             DType::F32 => 4,
             DType::Bf16 => 2,
+            DType::Fp8 => 1,
         }
     }
 }
@@ -28,6 +34,21 @@ pub struct CudaTensor {
     pub(super) cols: usize,
     pub(super) valid_rows: usize,
     pub(super) dtype: DType,
+    /// Per-token f32 scales: of the codes (`Fp8`), or the ones a pending rescale reads.
+    /// Shared, so the scales outlive the FP8 input tensor until the rescale has run.
+    pub(super) aux: Option<Arc<Block>>,
+    /// An FP8 GEMM's output not yet multiplied by its scales: the op that reads it next
+    /// applies them (fused, or `CudaBackend::settle`).
+    pub(super) pending: Cell<Option<Fp8Rescale>>,
+}
+
+/// `y[t][o] · (xs[t] · ws[o])` still to be applied to an f32 tensor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Fp8Rescale {
+    /// Per-token scales (device pointer).
+    pub xs: u64,
+    /// Per-output-channel weight scales (device pointer).
+    pub ws: u64,
 }
 
 impl CudaTensor {
@@ -39,7 +60,14 @@ impl CudaTensor {
             cols: 0,
             valid_rows: 0,
             dtype: DType::F32,
+            aux: None,
+            pending: Cell::new(None),
         }
+    }
+
+    /// Device pointer of the per-token scales (0 when there are none).
+    pub(super) fn aux_ptr(&self) -> u64 {
+        self.aux.as_ref().map_or(0, |b| b.ptr)
     }
 }
 

@@ -72,6 +72,9 @@ pub(super) fn copy_to_host(
             }
             Ok(v)
         }
+        DType::Fp8 => Err(anyhow!(
+            "an FP8 GEMM input (E4M3 codes) cannot be copied back as f32 values"
+        )),
         DType::Bf16 => {
             let mut v = vec![0u16; n];
             // SAFETY: as above for u16.

@@ -14,6 +14,21 @@ use wring_model::{ModelConfig, ModelRunner};
 
 const SCHEMES: [Scheme; 3] = [Scheme::Fp8, Scheme::Int4, Scheme::Nvfp4];
 
+/// The schemes `gpu_check quant` checks: `QUANT_SCHEMES` (e.g. "fp8"), else all three.
+fn schemes() -> Result<Vec<Scheme>> {
+    match std::env::var("QUANT_SCHEMES") {
+        Ok(v) if !v.trim().is_empty() => v
+            .split(',')
+            .map(|s| {
+                s.trim()
+                    .parse::<Scheme>()
+                    .map_err(|e| anyhow::anyhow!("QUANT_SCHEMES={v:?}: {e}"))
+            })
+            .collect(),
+        _ => Ok(SCHEMES.to_vec()),
+    }
+}
+
 /// The CPU backend with dense weights quantised at upload by the CUDA backend's rule
 /// (`WRING_CUDA_WEIGHTS`): round to nearest, the vocabulary-sized matrices stay dense.
 /// Matrices here are under 2^24 values, so the quantisation is the same single call.
@@ -87,6 +102,9 @@ impl Backend for QuantCpu {
     }
     fn argmax_rows(&mut self, logits: &T) -> Option<Vec<u32>> {
         self.inner.argmax_rows(logits)
+    }
+    fn next_input_for(&mut self, w: &M) {
+        self.inner.next_input_for(w)
     }
     fn finish_step(&mut self) -> Result<()> {
         self.inner.finish_step()
@@ -203,7 +221,7 @@ pub fn check(model: &str, golden: Option<&str>) -> Result<()> {
     println!("| scheme | CUDA vs CPU ‖Δ‖/‖ref‖ (worst step) | max abs Δ | argmax = CPU | batched prefill ‖Δ‖/‖ref‖ | fused vs unfused ‖Δ‖/‖ref‖ | fused vs bf16 ‖Δ‖/‖ref‖ | argmax = bf16 greedy | argmax = f32 golden |");
     println!("|---|---|---|---|---|---|---|---|---|");
     let mut pass = true;
-    for scheme in SCHEMES {
+    for scheme in schemes()? {
         let row = || -> Result<bool> {
             let t0 = Instant::now();
             let mut cpu = LlamaRunner::new(
@@ -281,7 +299,11 @@ pub fn check(model: &str, golden: Option<&str>) -> Result<()> {
     Ok(())
 }
 
-pub fn bench() -> Result<()> {
+/// `gpu_check quant-bench [OUT_DIR]`: dummy llama-3.1-8b decode (batch 1, 8, 32) and verify
+/// (32 × 5) step times per weight scheme, graphs on, against each scheme's own HBM roofline;
+/// with OUT_DIR, `quant.json` (issue 21's rows: model, weights, batch, q, ms, roofline_ms),
+/// rewritten after each scheme so a call cut short keeps what finished.
+pub fn bench(out_dir: Option<&str>) -> Result<()> {
     let bw = wring_cuda::measure_copy_bandwidth(2 << 30)?;
     let cfg = ModelConfig::named_shape("llama-3.1-8b").context("shape")?;
     println!(
@@ -292,10 +314,11 @@ pub fn bench() -> Result<()> {
     println!("|---|---|---|---|---|---|---|---|");
     let (l, kvd) = (cfg.num_layers, cfg.num_kv_heads * cfg.head_dim);
     let order =
-        std::env::var("QUANT_BENCH_SCHEMES").unwrap_or_else(|_| "int4,fp8,nvfp4,bf16".into());
+        std::env::var("QUANT_BENCH_SCHEMES").unwrap_or_else(|_| "bf16,fp8,int4,nvfp4".into());
+    let mut rows: Vec<Value> = vec![];
     for name in order.split(',').map(str::trim).filter(|s| !s.is_empty()) {
         let scheme = wring_cuda::qweights::parse_weights(name)?;
-        let one = || -> Result<()> {
+        let mut one = || -> Result<()> {
             let t0 = Instant::now();
             let mut r = cuda(&cfg, &WeightSource::Dummy { seed: 0 }, scheme, true, 8192)?;
             let load = t0.elapsed().as_secs_f64();
@@ -315,6 +338,14 @@ pub fn bench() -> Result<()> {
                 roof * 1e3,
                 100.0 * roof / g
             );
+                rows.push(serde_json::json!({
+                    "model": "llama-3.1-8b (dummy)",
+                    "weights": name,
+                    "batch": batch,
+                    "q": q,
+                    "ms": g * 1e3,
+                    "roofline_ms": roof * 1e3,
+                }));
             }
             let (captured, replays, failed) = r.backend().graph_stats();
             eprintln!("{name}: graphs captured {captured}, replays {replays}, failed {failed}");
@@ -323,7 +354,84 @@ pub fn bench() -> Result<()> {
         if let Err(e) = one() {
             println!("| {name} | error: {e:#} | | | | | | |");
         }
+        if let Some(dir) = out_dir {
+            std::fs::create_dir_all(dir)?;
+            let path = std::path::Path::new(dir).join("quant.json");
+            std::fs::write(&path, serde_json::to_string_pretty(&rows)? + "\n")
+                .with_context(|| format!("writing {}", path.display()))?;
+        }
     }
+    Ok(())
+}
+
+/// `gpu_check fp8-fused MODEL`: FP8 weights quantised at load, the fused activation path
+/// (norm / SiLU·mul write E4M3, the next kernel rescales; the default) against
+/// `WRING_CUDA_FP8_FUSED=off` (a quantise and a rescale launch around every FP8 GEMM),
+/// with fused and with split projections: prefill + teacher-forced decode logits (decode
+/// steps replay a captured graph from the third on) and one batched prefill step. The two
+/// do the same arithmetic, so the logits should be identical; PASS within 1e-3.
+pub fn fp8_fused_check(model: &str) -> Result<()> {
+    let (cfg, src) = model_source(model)?;
+    let make = |fused_act: bool, fused_proj: bool| -> Result<LlamaRunner<CudaBackend>> {
+        let opts = CudaOptions {
+            weights: Some(Scheme::Fp8),
+            fused: fused_proj,
+            fp8_fused: fused_act,
+            graphs: GraphMode::On,
+            quant_kernels: true,
+            ..CudaOptions::from_env()?
+        };
+        LlamaRunner::new(CudaBackend::new(0, opts)?, cfg.clone(), &src, 512, BLOCK)
+    };
+    let ps = prompts(4);
+    let forced_ids: Vec<u32> = (0..16).map(|i| 300 + 17 * i).collect();
+    println!("## FP8 W8A8: fused activation path vs quantise + GEMM + rescale ({model})\n");
+    println!("| projections | steps | identical | worst ‖Δ‖/‖ref‖ | max abs Δ |");
+    println!("|---|---|---|---|---|");
+    let mut pass = true;
+    for proj in [true, false] {
+        let mut fused = make(true, proj)?;
+        let mut old = make(false, proj)?;
+        let (mut worst, mut maxd, mut identical, mut n) = (0f64, 0f32, true, 0usize);
+        let mut cmp = |a: &[f32], b: &[f32]| {
+            let (rel, m) = diff(b, a);
+            worst = worst.max(rel);
+            maxd = maxd.max(m);
+            identical &= super::same(a, b);
+            n += 1;
+        };
+        for p in &ps {
+            let (a, b) = (
+                forced(&mut fused, p, &forced_ids)?,
+                forced(&mut old, p, &forced_ids)?,
+            );
+            for (x, y) in a.iter().zip(&b) {
+                cmp(x, y);
+            }
+        }
+        let big: Vec<Vec<u32>> = prompts(12);
+        let (a, b) = (
+            batched_prefill(&mut fused, &big)?,
+            batched_prefill(&mut old, &big)?,
+        );
+        cmp(&a, &b);
+        pass &= worst <= 1e-3 && a.iter().all(|v| v.is_finite());
+        println!(
+            "| {} | {n} | {} | {worst:.2e} | {maxd:.2e} |",
+            if proj {
+                "fused q|k|v, gate|up"
+            } else {
+                "split"
+            },
+            if identical { "yes (bitwise)" } else { "no" }
+        );
+        let (captured, replays, failed) = fused.backend().graph_stats();
+        eprintln!("fused path: graphs captured {captured}, replays {replays}, failed {failed}");
+    }
+    println!(
+        "\nRESULT fp8-fused: {} (‖Δ‖/‖ref‖ ≤ 1e-3 on every step)",
+        if pass { "PASS" } else { "FAIL" }
+    );
     Ok(())
 }
 

@@ -1,11 +1,12 @@
 //! `wring bench serve`, `wring tune` and `wring report`: flags here, work in `wring-bench`.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
 use wring_bench::bench::{run_bench, summary_table, BenchConfig};
-use wring_bench::configs::parse_config_list;
+use wring_bench::configs::{parse_config_list, with_weights, ServeConfig, REFERENCE_WEIGHTS};
 use wring_bench::corpus::{parse_corpus_list, CorpusSource};
 use wring_bench::replay::RequestConfig;
 use wring_bench::tune::{self, discover_model, TuneConfig};
@@ -115,6 +116,13 @@ pub struct TuneArgs {
     /// Configuration the report compares against.
     #[arg(long, default_value = "nospec")]
     pub baseline: String,
+    /// Weight formats to sweep as a configuration axis: every configuration runs in each
+    /// (`--weights bf16,fp8` → `bf16+nospec`, `fp8+nospec`, …; CUDA: bf16, fp8, int4, nvfp4
+    /// via `--gpu-weights`; CPU: f32, q8, q4 via `--cpu-weights`). A configuration may also
+    /// name its own (`fp8+suffix-k4`). The report prints each format's `wring gate` verdict for
+    /// the model, and the decision tree only recommends a reference format or one that PASSed.
+    #[arg(long, default_value = "")]
+    pub weights: String,
     #[arg(long, default_value_t = 600)]
     pub startup_timeout_s: u64,
     #[command(flatten)]
@@ -217,10 +225,13 @@ pub fn run_tune(args: TuneArgs) -> Result<()> {
         String::new(),
         None,
     )?;
+    let configs = with_weights(parse_config_list(&args.configs)?, &args.weights)?;
+    let gate_verdicts = gate_verdicts(args.model.as_deref(), &configs);
     let config = TuneConfig {
         wring_bin,
         model: args.model,
-        configs: parse_config_list(&args.configs)?,
+        configs,
+        gate_verdicts,
         bench,
         out_dir: args.out,
         serve_args: args.serve_args,
@@ -234,7 +245,7 @@ pub fn run_tune(args: TuneArgs) -> Result<()> {
     for (name, error) in &outcome.failed_configs {
         println!("FAILED configuration {name}: {error}");
     }
-    if let Some(p) = &outcome.profile_path {
+    for p in &outcome.profile_paths {
         println!(
             "best-K profile: {} (use: wring serve --k-policy profile:{})",
             p.display(),
@@ -245,6 +256,39 @@ pub fn run_tune(args: TuneArgs) -> Result<()> {
         println!("report: {}", p.display());
     }
     Ok(())
+}
+
+/// The `wring gate` verdicts recorded for `model` (`wring gate --save-verdict`, or shipped
+/// for the default model) of every non-reference weight format the configurations name.
+fn gate_verdicts(model: Option<&str>, configs: &[ServeConfig]) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    let formats: Vec<&str> = configs
+        .iter()
+        .filter_map(|c| c.weights.as_deref())
+        .filter(|w| !REFERENCE_WEIGHTS.contains(w))
+        .collect();
+    if formats.is_empty() {
+        return out;
+    }
+    let verdicts = match wring_model::resolve_model_path(model) {
+        Ok(path) => wring_gate::verdicts::load(&path),
+        Err(e) => {
+            tracing::warn!("no gate verdicts: the model path does not resolve ({e:#})");
+            None
+        }
+    };
+    let Some((v, from)) = verdicts else {
+        return out;
+    };
+    for w in formats {
+        if let Some(f) = v.formats.get(w) {
+            out.insert(
+                w.to_string(),
+                format!("{}: {} ({from})", f.verdict, f.summary),
+            );
+        }
+    }
+    out
 }
 
 pub fn run_report(args: ReportArgs) -> Result<()> {

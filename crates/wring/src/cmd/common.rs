@@ -52,9 +52,10 @@ pub struct ModelArgs {
     /// CUDA weight format, quantised at load by round-to-nearest (the embedding and a separate
     /// lm head stay bf16): bf16, fp8 (W8A8 through cuBLASLt), int4 (W4A16, group 128) or nvfp4
     /// (weight-only on Hopper: no FP4 tensor cores before Blackwell). Sets WRING_CUDA_WEIGHTS.
-    /// Saves memory (int4 2.7x less than bf16), not time: on the H200 every scheme is slower
-    /// than bf16 (BENCHMARKS run 9). A `wring quantize` checkpoint runs dequantised to bf16
-    /// unless WRING_CUDA_QUANT_KERNELS=on.
+    /// Saves memory (int4 2.7x less than bf16); on the H200 every scheme was slower than bf16
+    /// before fp8's fused activation path (BENCHMARKS run 9; issue 21). A `wring quantize`
+    /// checkpoint or a published FP8 checkpoint runs dequantised to bf16 unless
+    /// WRING_CUDA_QUANT_KERNELS=on. `wring tune --weights` sweeps these as a configuration axis.
     #[arg(long, value_parser = ["bf16", "fp8", "int4", "nvfp4"])]
     pub gpu_weights: Option<String>,
 }

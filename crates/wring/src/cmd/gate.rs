@@ -84,11 +84,17 @@ pub struct Args {
     /// CPU weight format of the candidate (f32 | q8 | q4).
     #[arg(long, default_value = "f32")]
     pub candidate_cpu_weights: CpuWeights,
+    /// CUDA weight format of the candidate (quantised at load, as `wring serve --gpu-weights`):
+    /// the candidate must run on cuda and the reference on the CPU. With --save-verdict the
+    /// verdict is recorded under this format, where `wring tune` reads it.
+    #[arg(long, value_parser = ["bf16", "fp8", "int4", "nvfp4"])]
+    pub candidate_gpu_weights: Option<String>,
     /// No progress bars.
     #[arg(long)]
     pub quiet: bool,
     /// Record the verdict beside the model (`<model>.wring-gate.json`), where `--cpu-weights auto`
-    /// reads it: needs the same model as reference (f32 on the CPU) and candidate (q8 or q4).
+    /// and `wring tune` read it: needs the same model as reference (f32 on the CPU) and candidate
+    /// (q8 or q4 on the CPU, or fp8/int4/nvfp4 on cuda with --candidate-gpu-weights).
     #[arg(long)]
     pub save_verdict: bool,
 }
@@ -118,6 +124,19 @@ fn gate(a: Args) -> anyhow::Result<bool> {
         Some(d) => device("--candidate-device", d)?,
         None => device("--device", &a.device)?,
     };
+    if let Some(w) = &a.candidate_gpu_weights {
+        // The CUDA backend reads its weight format from the environment: only the candidate
+        // may run on CUDA, or the reference would be quantised too.
+        anyhow::ensure!(
+            matches!(cand_device, wring_model::Device::Cuda(_)),
+            "--candidate-gpu-weights needs the candidate on cuda (--candidate-device cuda)"
+        );
+        anyhow::ensure!(
+            !matches!(ref_device, wring_model::Device::Cuda(_)),
+            "--candidate-gpu-weights quantises every CUDA model of the run: put the reference on the CPU (--reference-device cpu)"
+        );
+        std::env::set_var("WRING_CUDA_WEIGHTS", w);
+    }
     let mut cfg = GateConfig::new(
         choice(&a.reference, ref_device, a.reference_cpu_weights),
         choice(&a.candidate, cand_device, a.candidate_cpu_weights),
@@ -136,7 +155,7 @@ fn gate(a: Args) -> anyhow::Result<bool> {
     cfg.noise_floor = a.noise_floor;
     cfg.progress = !a.quiet;
     let save_to = if a.save_verdict {
-        Some(verdict_target(&cfg)?)
+        Some(verdict_target(&cfg, a.candidate_gpu_weights.as_deref())?)
     } else {
         None
     };
@@ -152,7 +171,11 @@ fn gate(a: Args) -> anyhow::Result<bool> {
             command,
             date: wring_bench::machine::utc_now(),
         };
-        let file = wring_gate::verdicts::save(&path, cfg.candidate.cpu_weights, verdict)?;
+        let format = match &a.candidate_gpu_weights {
+            Some(w) => w.clone(),
+            None => wring_gate::verdicts::format_name(cfg.candidate.cpu_weights).to_string(),
+        };
+        let file = wring_gate::verdicts::save_named(&path, &format, verdict)?;
         eprintln!("verdict saved to {}", file.display());
     }
     if let Some(path) = &a.json {
@@ -164,22 +187,31 @@ fn gate(a: Args) -> anyhow::Result<bool> {
 }
 
 /// The model file whose verdict cache `--save-verdict` writes: reference and candidate must be
-/// the same model, the reference the f32 CPU reference and the candidate a quantized CPU format.
-fn verdict_target(cfg: &GateConfig) -> anyhow::Result<PathBuf> {
+/// the same model, the reference the f32 CPU reference and the candidate a quantized CPU format,
+/// or a quantized CUDA format (`--candidate-gpu-weights fp8|int4|nvfp4`).
+fn verdict_target(cfg: &GateConfig, gpu_weights: Option<&str>) -> anyhow::Result<PathBuf> {
     use wring_model::Device;
     let (r, c) = (&cfg.reference, &cfg.candidate);
     anyhow::ensure!(
-        r.device == Device::Cpu && c.device == Device::Cpu,
-        "--save-verdict records CPU weight formats: run both models on the CPU"
+        r.device == Device::Cpu && r.cpu_weights == CpuWeights::F32,
+        "--save-verdict needs the f32 reference on the CPU (--reference-device cpu --reference-cpu-weights f32)"
     );
-    anyhow::ensure!(
-        r.cpu_weights == CpuWeights::F32,
-        "--save-verdict needs the f32 reference (--reference-cpu-weights f32)"
-    );
-    anyhow::ensure!(
-        matches!(c.cpu_weights, CpuWeights::Q8 | CpuWeights::Q4),
-        "--save-verdict records q8 or q4 (--candidate-cpu-weights)"
-    );
+    match gpu_weights {
+        Some(w) => anyhow::ensure!(
+            matches!(w, "fp8" | "int4" | "nvfp4"),
+            "--save-verdict records a quantized CUDA format (fp8, int4, nvfp4), not {w}"
+        ),
+        None => {
+            anyhow::ensure!(
+                c.device == Device::Cpu,
+                "--save-verdict records CPU weight formats, or CUDA ones with --candidate-gpu-weights"
+            );
+            anyhow::ensure!(
+                matches!(c.cpu_weights, CpuWeights::Q8 | CpuWeights::Q4),
+                "--save-verdict records q8 or q4 (--candidate-cpu-weights)"
+            );
+        }
+    }
     let rp = wring_model::resolve_model_path(r.spec.model.as_deref())?;
     let cp = wring_model::resolve_model_path(c.spec.model.as_deref())?;
     anyhow::ensure!(
