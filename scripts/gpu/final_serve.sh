@@ -11,6 +11,9 @@
 #   5. fair steps on this machine's quiet CPU (issue 19 item 3; FAIR=0 skips).
 # Flags from /tmp/wring-flags (written by the first call) apply to every server here.
 set -uo pipefail
+start=$(date +%s)
+# Optional parts (the quantized formats, fair steps) run only while the call has time left.
+left() { echo $(( ${CALL_S:-420} - ($(date +%s) - start) )); }
 OUT=${OUT:-/tmp/wring-out}; R=$OUT/serve; mkdir -p "$R"
 . scripts/gpu/cuda_env.sh
 export WRING_HOME=/tmp/wring-home CUDA_VISIBLE_DEVICES=0
@@ -34,7 +37,7 @@ tune() { # concurrency prompts configs
     rm -rf "$dir/logs"
     sed -n '/^| corpus/,/^$/p;/^| configuration/,/^$/p' "$dir/report.md"
 }
-tune 32 ${C32_PROMPTS:-128} ${C32_CONFIGS:-nospec,suffix-k2,suffix-k3,suffix-k4,suffix-k6,suffix-k8}
+tune 32 ${C32_PROMPTS:-128} ${C32_CONFIGS:-nospec,suffix-k3,suffix-k4,suffix-k6,suffix-k8}
 tune 1 8 ${C1_CONFIGS:-nospec,suffix-k4,adaptive}
 for spec in "nospec" "suffix-k4 --speculative suffix --k-policy fixed:4 --pad"; do
     set -- $spec; label=$1; shift
@@ -56,11 +59,26 @@ spid=$!
 for _ in $(seq 120); do curl -sf http://127.0.0.1:8201/v1/models > /dev/null 2>&1 && break; sleep 1; done
 timeout 150 python3 scripts/gpu/structured_cost.py http://127.0.0.1:8201 "$R/structured.json" 1 32 2>&1 | tee "$R/structured.txt"
 kill $spid; sleep 2; kill -9 $spid 2>/dev/null
+# Issue 21: each GPU weight format with and without padded suffix K = 4, c=32, mix and
+# humaneval (quantised at load from the GGUF; the report names each format's gate verdict).
+if [ "$(left)" -gt 150 ]; then
+    t0=$(date +%s)
+    $W tune --model "$model" --configs nospec,suffix-k4 --weights ${QUANT_FORMATS:-bf16,fp8,int4,nvfp4} \
+        --corpus mix,humaneval --corpus-dir "$corp" --concurrency 32 --max-tokens 256 --num-prompts 64 \
+        --runs 1 --warmup 8 --max-prompt-chars 6000 --device "NVIDIA H200" --serve-arg=--device=cuda \
+        --startup-timeout-s 120 --request-timeout-s 120 --no-progress --out "$R/tune-quant" > "$R/tune-quant.log" 2>&1
+    echo "== tune quant formats rc=$? in $(( $(date +%s) - t0 )) s"
+    rm -rf "$R/tune-quant/logs"
+    sed -n '/^| corpus/,/^$/p;/^| configuration/,/^$/p' "$R/tune-quant/report.md"
+else
+    echo "== tune quant formats skipped ($(left) s left)"
+fi
 # Issue 19 item 3 on a quiet CPU (this machine's, the GPU idle): fair steps with the default
 # CPU weights and step-time target, server on 2 pinned cores, client on 2 others; and the
 # old fixed budget for comparison.
-if [ "${FAIR:-1}" = 1 ]; then
+if [ "${FAIR:-1}" = 1 ] && [ "$(left)" -gt 70 ]; then
     for target in default 0; do
+        [ "$(left)" -gt 40 ] || break
         extra=""; [ "$target" = 0 ] && extra="--step-time-target-ms 0"
         RAYON_NUM_THREADS=2 taskset -c 2,3 $W serve --device cpu --port 8011 $extra > "$R/fair-$target.serve.log" 2>&1 &
         fpid=$!
