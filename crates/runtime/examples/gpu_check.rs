@@ -18,8 +18,8 @@
 //!   kernel vs the HBM roofline; writes steps.json and latency.json.
 //! `gpu_check attention` — every attention kernel vs a float64 host reference, and the
 //!   tensor-core kernel's determinism and batch invariance.
-//! `gpu_check quant-bench` — dummy llama-3.1-8b per weight scheme: load time, weight
-//!   memory, decode step times against the HBM roofline.
+//! `gpu_check quant-bench [JSON]` — dummy llama-3.1-8b per weight scheme: load time, weight
+//!   memory, decode step times against the HBM roofline, per linear path (QUANT_BENCH_*).
 
 use anyhow::{bail, Context, Result};
 use serde_json::Value;
@@ -52,7 +52,7 @@ fn main() -> Result<()> {
         "bench" => bench(arg(&args, 2)?),
         "cpu-compare" => cpu_compare(arg(&args, 2)?),
         "quant" => quant::check(arg(&args, 2)?, args.get(3).map(String::as_str)),
-        "quant-bench" => quant::bench(),
+        "quant-bench" => quant::bench(args.get(2).map(String::as_str)),
         "qgemm" => quant::gemm_check(),
         "gemv" => gemv::run(args.get(2).map(String::as_str)),
         "attention" => attention::check(),
@@ -64,7 +64,7 @@ fn main() -> Result<()> {
             arg(&args, 4)?.parse()?,
             arg(&args, 5)?.parse()?,
         ),
-        _ => bail!("usage: gpu_check golden MODEL GOLDEN | graphs MODEL | bench MODEL | cpu-compare MODEL | quant MODEL [GOLDEN] | quant-bench | qgemm | gemv [OUT_DIR] | attention | steps OUT_DIR | tp ... | profile MODEL BATCH Q CTX (MODEL: a .gguf, dummy or dummy-8b)"),
+        _ => bail!("usage: gpu_check golden MODEL GOLDEN | graphs MODEL | bench MODEL | cpu-compare MODEL | quant MODEL [GOLDEN] | quant-bench [JSON] | qgemm | gemv [OUT_DIR] | attention | steps OUT_DIR | tp ... | profile MODEL BATCH Q CTX (MODEL: a .gguf, dummy or dummy-8b)"),
     }
 }
 
