@@ -32,7 +32,7 @@ def e2m1(c):
 def splits_for(groups, k, cw, sm=132):
     # linear.rs gemv_splits
     chunks = -(-k // cw)
-    min_smem = -(-chunks // (2048 // cw))
+    min_smem = -(-chunks // (1024 // cw))
     want = -(-4 * sm // groups)
     s = max(min(want, max(chunks // 2, 1)), min_smem, 1)
     cps = -(-chunks // s)
@@ -42,7 +42,7 @@ def splits_for(groups, k, cw, sm=132):
 class Mat:
     """Weights in the device layout plus the exact dequantised f32 values."""
 
-    def __init__(self, fmt, rows, k, group=64, smooth=False):
+    def __init__(self, fmt, rows, k, group=128, smooth=False):
         self.fmt, self.rows, self.k, self.group = fmt, rows, k, group
         self.smooth = (0.5 + rng.random(k)).astype(np.float32) if smooth else None
         if fmt == "bf16":
@@ -64,23 +64,31 @@ class Mat:
                 self.wf = ((self.codes - self.zr[:, gidx]) * self.sc[:, gidx]).astype(np.float32)
             else:
                 nb = k // 16
-                self.bs = rng.integers(0x20, 0x60, (rows, nb))
+                self.bs = rng.integers(0, 0x7F, (rows, nb))  # subnormal to 448
                 self.rs = (rng.random(rows) + 0.5).astype(np.float32)
                 tab = np.array([e2m1(c) for c in range(16)], np.float32)
                 tab4 = np.array([e4m3(b) for b in range(256)], np.float32)
                 s = (tab4[self.bs] * self.rs[:, None]).astype(np.float32)
                 self.wf = (tab[self.codes] * np.repeat(s, 16, axis=1)).astype(np.float32)
-            if self.smooth is not None:
-                self.wf = (self.wf * self.smooth[None, :]).astype(np.float32)
+            # AWQ smooth is not folded in here: the kernel multiplies x by it at staging.
 
-    def lane_values(self, row, col, w):
-        """The kernel's bf16 A values of `w` columns of `row` from `col`, decoded from the
-        16 device bytes the lane loads exactly as gv_row_words does (word / byte / nibble
-        selection, the group and block scale of the lane's columns)."""
-        if col >= self.k:  # gv_load's !ok: zero weights
-            return np.zeros(w, np.float32)
+    def lane_words(self, row, col, w, col0=None):
+        """The kernel's bf16 A pairs (lo, hi) of every k-step of `w` columns of `row` from
+        `col`, built from the 16 device bytes (and the scale bytes) the lane copies exactly as
+        gv_row_words does: the lop3 / shift bit placement and the bf16x2 fma, each checked
+        exact here. Also the f32 factor the kernel applies to the chunk's sums (int4 group
+        scale; 1 otherwise). The pairs are in the staged column order (see stage_x)."""
+        if col >= self.k and self.fmt == "int4" and col0 is not None and col0 < self.k:
+            # Past K inside a partial chunk: weights zero-filled, but the scale and zero are
+            # the chunk's (its sums are scaled by them for every lane of the row); x is 0 here.
+            zz = bf16(np.float32(-128.0 - self.zr[row, col0 // self.group]))
+            return [((zz, zz), (zz, zz))] * (w // 4), float(self.sc[row, col0 // self.group])
+        if col >= self.k:  # zero-filled copies: weights, scales and zeros all 0
+            z = [((0.0, 0.0), (0.0, 0.0))] * (w // 4)
+            return z, 0.0
         if self.fmt == "bf16":
-            return self.wf[row, col:col + w]
+            v = self.wf[row, col:col + w]
+            return [((v[4 * s], v[4 * s + 1]), (v[4 * s + 2], v[4 * s + 3])) for s in range(w // 4)], 1.0
         if self.fmt == "fp8":
             raw = bytes(int(b) for b in self.codes[row, col:col + 16])
         else:
@@ -88,33 +96,87 @@ class Mat:
             packed = [int(c[2 * i]) | (int(c[2 * i + 1]) << 4) for i in range(self.k // 2)]
             raw = bytes(packed[col // 2: col // 2 + 16])
         words = [int.from_bytes(raw[4 * i:4 * i + 4], "little") for i in range(4)]
-        out = []
-        for st in range(w // 4):
-            if self.fmt == "fp8":
-                b = words[st]
-                out += [e4m3(b & 0xFF), e4m3((b >> 8) & 0xFF), e4m3((b >> 16) & 0xFF), e4m3(b >> 24)]
-                continue
-            word = words[st >> 1]
-            b0 = (word >> (16 * (st & 1))) & 0xFF
-            b1 = (word >> (16 * (st & 1) + 8)) & 0xFF
-            nib = [b0 & 0xF, b0 >> 4, b1 & 0xF, b1 >> 4]
-            if self.fmt == "int4":
-                gi = col // self.group
-                s, z = self.sc[row, gi], self.zr[row, gi]
-                v = [np.float32((np.float32(n) - z) * s) for n in nib]
-            else:
-                nb = self.k // 16
-                flat = self.bs.reshape(-1)
-                u16 = int(flat[row * nb + col // 16]) | (int(flat[row * nb + col // 16 + 1]) << 8)
-                sc = np.float32(e4m3((u16 >> (8 * (st >> 2))) & 0xFF) * self.rs[row])
-                v = [np.float32(e2m1(n) * sc) for n in nib]
-            if self.smooth is not None:
-                v = [np.float32(a * b) for a, b in zip(v, self.smooth[col + 4 * st: col + 4 * st + 4])]
-            out += v
-        out = np.array(out, np.float32)
-        want = self.q[row, col:col + w] if self.fmt == "fp8" else self.wf[row, col:col + w]
-        assert (out == want).all(), (self.fmt, row, col, out, want)
-        return bf16(out)
+        M32 = 0xFFFFFFFF
+        sel = lambda a, b, c: ((a & c) | (b & ~c)) & M32   # lop3 0xE4
+        and_or = lambda a, b, c: ((a & b) | c) & M32        # lop3 0xEA
+        out, fac = [], 1.0
+        if self.fmt == "fp8":
+            p120 = bf16_pair(0x7B807B80)
+            for st in range(w // 4):
+                b = words[st]; sg = b & 0x80808080
+                lo = fma2(bf16_pair(sel((b << 4) & M32, (sg << 8) & M32, 0x07F007F0)), p120, (-0.0, -0.0))
+                hi = fma2(bf16_pair(sel(b >> 4, sg, 0x07F007F0)), p120, (-0.0, -0.0))
+                out.append((lo, hi))
+            cols = col + np.array([[4 * s, 4 * s + 2, 4 * s + 1, 4 * s + 3] for s in range(w // 4)]).reshape(-1)
+            want = self.q[row, cols]
+        elif self.fmt == "int4":
+            gi = col // self.group
+            s_, z_ = self.sc[row, gi], self.zr[row, gi]
+            zz = bf16(np.float32(-128.0 - z_))
+            for st in range(w // 4):
+                b = words[st >> 1]; p = 2 * (st & 1)
+                lo = fma2(bf16_pair(and_or(b >> (4 * p), 0x000F000F, 0x43004300)), (1.0, 1.0), (zz, zz))
+                hi = fma2(bf16_pair(and_or(b >> (4 * p + 4), 0x000F000F, 0x43004300)), (1.0, 1.0), (zz, zz))
+                out.append((lo, hi))
+            fac = float(s_)
+            want = (self.codes[row, col:col + w] - z_)
+        else:
+            nb = self.k // 16
+            flat = self.bs.reshape(-1).astype(np.uint8).tobytes()
+            off = row * nb + col // 16
+            word = int.from_bytes(flat[off & ~3: (off & ~3) + 4], "little")
+            u = word >> (8 * (off & 2))
+            m2 = []
+            for h in range(2):
+                f = np.float32(e4m3((u >> (8 * h)) & 0xFF)) * np.float32(2.0 ** 118)
+                assert bf16(f) == f
+                m2.append((float(f), float(f)))
+            for st in range(w // 4):
+                b = words[st >> 1]; p = 2 * (st & 1)
+                mlo, slo = ((b << 6) if p == 0 else (b >> 2)) & M32, ((b << 12) if p == 0 else (b << 4)) & M32
+                mhi, shi = ((b << 2) if p == 0 else (b >> 6)) & M32, ((b << 8) if p == 0 else b) & M32
+                m = m2[st >> 2]
+                lo = fma2(bf16_pair(and_or(mlo, 0x01C001C0, slo & 0x80008000)), m, (-0.0, -0.0))
+                hi = fma2(bf16_pair(and_or(mhi, 0x01C001C0, shi & 0x80008000)), m, (-0.0, -0.0))
+                out.append((lo, hi))
+            tab = np.array([e2m1(c) for c in range(16)])
+            tab4 = np.array([e4m3(b) for b in range(256)])
+            want = tab[self.codes[row, col:col + w]] * np.repeat(tab4[self.bs[row, col // 16: col // 16 + 2]], 16) * 2.0 ** -8
+        if self.fmt != "fp8":
+            # staged order inside each 8 columns: 0 4 1 5 2 6 3 7
+            order = np.array([0, 4, 1, 5, 2, 6, 3, 7])
+            want = np.concatenate([want[8 * j + order] for j in range(w // 8)])
+        got = np.array([v for lo, hi in out for v in (*lo, *hi)])
+        assert (got == want).all(), (self.fmt, row, col, got, want)
+        return out, fac
+
+
+def bf16_pair(bits):
+    """A 32-bit register as two bf16 values (low half first), subnormals included."""
+    lo = np.array([(bits & 0xFFFF) << 16], np.uint32).view(np.float32)[0]
+    hi = np.array([(bits >> 16) << 16], np.uint32).view(np.float32)[0]
+    return (float(lo), float(hi))
+
+
+def fma2(a, b, c):
+    """fma.rn.bf16x2 where it is used: the result must be exact in bf16."""
+    r = []
+    for x, y, z in zip(a, b, c):
+        v = x * y + z  # float64: exact for these operands
+        assert float(bf16(np.float32(v))) == v, ("inexact bf16 fma", x, y, z, v)
+        r.append(v)
+    return tuple(r)
+
+
+def stage_x(fmt, x_row):
+    """x of one token as the kernel stages it: each 8 columns permuted into the format's
+    fragment order (fp8: 0 2 1 3 4 6 5 7, 4-bit: 0 4 1 5 2 6 3 7)."""
+    order = {"bf16": [0, 1, 2, 3, 4, 5, 6, 7], "fp8": [0, 2, 1, 3, 4, 6, 5, 7],
+             "int4": [0, 4, 1, 5, 2, 6, 3, 7], "nvfp4": [0, 4, 1, 5, 2, 6, 3, 7]}[fmt]
+    out = np.zeros_like(x_row)
+    for j in range(len(x_row) // 8):
+        out[8 * j: 8 * j + 8] = x_row[8 * j + np.array(order)]
+    return out
 
 
 def mma(acc, A, B):
@@ -148,7 +210,7 @@ def run_kernel(m, x, T, TB, epi, D=64):
     rows, K = m.rows, m.k
     groups = {"store": -(-rows // 64), "silu": rows // 64, "qkv": rows // 64}[epi]
     S, cps = splits_for(groups, K, CW)
-    assert cps * CW <= 2048
+    assert cps * CW <= 1024
     part = np.full((S, T, rows), np.nan, np.float32)
     out = np.full((rows, T), np.nan)
     seen = np.zeros(rows, int)
@@ -163,35 +225,52 @@ def run_kernel(m, x, T, TB, epi, D=64):
             for i in range(TB * vec):
                 t, v = i // vec, i % vec
                 if t < T and 8 * v < kr:
-                    xs[t * XS + 8 * v: t * XS + 8 * v + 8] = x[t, kbase + 8 * v: kbase + 8 * v + 8]
+                    xv8 = x[t, kbase + 8 * v: kbase + 8 * v + 8]
+                    if m.smooth is not None:
+                        xv8 = bf16(xv8 * m.smooth[kbase + 8 * v: kbase + 8 * v + 8])
+                    xs[t * XS + 8 * v: t * XS + 8 * v + 8] = stage_x(m.fmt, xv8)
             for w in range(4):
                 row0 = tile_row(epi, gi, w, rows, D)
                 ok = row0 < rows
                 acc = np.zeros((32, 4))
                 for p in range(cps):
-                    A = [[0.0] * 8 for _ in range(32)]
-                    lanes_a, lanes_x = [], []
+                    lanes_a, lanes_x, facs = [], [], []
                     for lane in range(32):
                         g, c = lane // 4, lane % 4
                         col = kbase + p * CW + c * W
-                        va = m.lane_values(row0 + g, col, W) if ok else np.zeros(W)
-                        vb = m.lane_values(row0 + g + 8, col, W) if ok else np.zeros(W)
+                        if ok:
+                            col0 = kbase + p * CW
+                            (wa, fa), (wb, fb) = m.lane_words(row0 + g, col, W, col0), m.lane_words(row0 + g + 8, col, W, col0)
+                        else:
+                            (wa, fa), (wb, fb) = m.lane_words(0, K, W), m.lane_words(0, K, W)
                         xv = xs[g * XS + p * CW + c * W: g * XS + p * CW + c * W + W] if g < TB else np.zeros(W)
-                        lanes_a.append((va, vb)); lanes_x.append(xv)
+                        lanes_a.append((wa, wb)); lanes_x.append(xv); facs.append((fa, fb))
+                    cacc = np.zeros((32, 4))
                     for st in range(W // 4):
                         A = []; B = []
                         for lane in range(32):
-                            va, vb = lanes_a[lane]; xv = lanes_x[lane]
-                            q = slice(4 * st, 4 * st + 4)
-                            a4, b4, x4 = va[q], vb[q], xv[q]
+                            wa, wb = lanes_a[lane]; xv = lanes_x[lane]
+                            (alo, ahi), (blo, bhi) = wa[st], wb[st]
+                            x4 = xv[4 * st: 4 * st + 4]
                             # {a0a1, a2a3, a4a5, a6a7} = {row a lo, row b lo, row a hi, row b hi}
-                            A.append([a4[0], a4[1], b4[0], b4[1], a4[2], a4[3], b4[2], b4[3]])
+                            A.append([alo[0], alo[1], blo[0], blo[1], ahi[0], ahi[1], bhi[0], bhi[1]])
                             B.append([x4[0], x4[1], x4[2], x4[3]])
-                        mma(acc, A, B)
-                if m.fmt == "fp8" and ok:
+                        mma(cacc, A, B)
+                    for lane in range(32):
+                        # int4: the chunk's group scale on its f32 sums (every lane of a row
+                        # holds the same one: a chunk is one group)
+                        fa, fb = facs[lane]
+                        if m.fmt == "int4":
+                            g = lane // 4
+                            assert all(facs[4 * g + cc] == (fa, fb) for cc in range(4))
+                            acc[lane] += [cacc[lane][0] * fa, cacc[lane][1] * fa, cacc[lane][2] * fb, cacc[lane][3] * fb]
+                        else:
+                            acc[lane] += cacc[lane]
+                if m.fmt in ("fp8", "nvfp4") and ok:
+                    rs = m.scale if m.fmt == "fp8" else m.rs * np.float32(256.0)
                     for lane in range(32):
                         g = lane // 4
-                        acc[lane][:2] *= m.scale[row0 + g]; acc[lane][2:] *= m.scale[row0 + g + 8]
+                        acc[lane][:2] *= rs[row0 + g]; acc[lane][2:] *= rs[row0 + g + 8]
                 for lane in range(32):
                     g, c = lane // 4, lane % 4
                     for j, (r, t) in enumerate([(g, 2 * c), (g, 2 * c + 1), (g + 8, 2 * c), (g + 8, 2 * c + 1)]):
@@ -215,10 +294,10 @@ def run_kernel(m, x, T, TB, epi, D=64):
 def check(fmt, rows, K, TB, T, epi, smooth=False, D=64, interleaved=False):
     m = Mat(fmt, rows, K, smooth=smooth)
     x = bf16(rng.standard_normal((T, K)).astype(np.float32))
-    ref = (x.astype(np.float64) @ (m.q * m.scale[:, None] if fmt == "fp8" else m.wf).astype(np.float64).T).T  # [rows][T]
-    # the kernel rounds dequantised weights to bf16 (not fp8, exact): reference with that rounding
-    wk = m.wf if fmt == "fp8" else bf16(m.wf)
-    ref_k = (x.astype(np.float64) @ wk.astype(np.float64).T).T
+    # Every format's weights are exact in the kernel now (fp8 and int4 / nvfp4 products
+    # in bf16, scales on the f32 sums); only AWQ smooth rounds, on x at staging.
+    xk = bf16(x * m.smooth[None, :]) if m.smooth is not None else x
+    ref_k = (xk.astype(np.float64) @ m.wf.astype(np.float64).T).T  # [rows][T]
     got, S = run_kernel(m, x, T, TB, epi, D)
     err = np.abs(got - ref_k).max() / max(np.abs(ref_k).max(), 1e-9)
     ok = err < 1e-5

@@ -5,33 +5,46 @@
 //   gemv_*_qkv    RoPE on q and k, q as f32 rows, k and v into the KV pool (or f32 rows):
 //                 the arithmetic of rope.cu's rope_split_qkv
 // Weight formats (template F): bf16, fp8 E4M3 with an f32 scale per row, int4 (two codes a
-// byte, f32 scale and zero per (row, group), optional AWQ smooth per input column), nvfp4
-// (E2M1 codes, E4M3 scale per 16 inputs, f32 per row): the device layouts of qweights.rs,
-// dequantised in registers with quant_gemm.cu's arithmetic.
+// byte, f32 scale and zero per (row, group of a multiple of 128), optional AWQ smooth per
+// input column), nvfp4 (E2M1 codes, E4M3 scale per 16 inputs, f32 per row): the device
+// layouts of qweights.rs.
 //
-// The step is bandwidth work: the weights are read once and every SM needs many bytes in
-// flight. Work unit: a warp owns one 16-row tile (the A operand of mma.m16n8k16; the up to 8
-// tokens are the B operand, so the math is a few mma per 16-byte load whatever T is) over
-// one K range. A block is 4 warps on 4 tiles of the same K range (its "row group"), the
-// tokens' x of that range staged once in shared memory. K is split over blockIdx.y so that
-// even a 576-row matrix covers every SM several times; the split count depends on the
-// matrix shape only (host: linear.rs gemv_splits). Split partials go to a workspace; the
-// last block of a row group to arrive (an arrival counter, reset by that block) adds them in
-// split order, so a row's bits never depend on timing, T or the batch. Each lane keeps
-// GV_UNROLL chunks of 16-byte weight loads in flight; the first ones are issued before
-// waiting for the previous kernel (programmatic dependent launch).
+// The step is bandwidth work: the weights are read once and every SM needs tens of KB in
+// flight (~4.8 TB/s x ~1 us of latency). Work unit: a warp owns one 16-row tile (the A operand
+// of mma.m16n8k16; the up to 8 tokens are the B operand) over one K range. A block is 4 warps
+// on 4 tiles of the same K range (its "row group"), the tokens' x of that range staged once in
+// shared memory. Each lane streams its own 16-byte pieces of the tile with cp.async into a
+// per-warp shared-memory ring of GvCfg::S chunks (no registers held by loads in flight, no
+// block barrier: a lane only reads back what it copied itself), the first S - 1 issued before
+// waiting for the previous kernel (programmatic dependent launch). K is split over blockIdx.y
+// so that even a 576-row matrix covers every SM several times; the split count depends on the
+// matrix shape only (host: params.rs gemv_splits). Split partials go to a workspace; the last
+// block of a row group to arrive (an arrival counter, reset by that block) adds them in split
+// order, so a row's bits never depend on timing, T or the batch.
+//
+// Dequantisation is bit placement, never per-value float conversion (the integer pipe is the
+// limit for 4-bit weights at full bandwidth):
+//   fp8   E4M3 bits moved into a bf16 (value x 2^-120, subnormals too), one bf16x2 multiply
+//         by 2^120: exact; the row scale multiplies the f32 sums.
+//   int4  nibbles OR-ed into the mantissa of bf16 128.0 (= 128 + q), minus bf16 128 + zero
+//         (exact integers q - z), the group scale multiplies the f32 sums of each 128-column
+//         chunk (so int4 groups must be multiples of 128).
+//   nvfp4 E2M1 bits moved into a bf16 (value x 2^-126), one bf16x2 multiply by the block
+//         scale x 2^118 (exact: 2-bit times 4-bit mantissas); row scale x 2^8 on the sums.
+// The byte / nibble extraction pairs columns that are not neighbours; the tokens' x is staged
+// with the same permutation inside every 8 columns, so the dot products are unchanged. AWQ's
+// smooth multiplies x at staging (rounded to bf16 there).
 //
 // Lane (g = lane / 4, c = lane % 4) reads 16 bytes of rows g and g + 8 per chunk: W
 // consecutive columns starting at chunk * 4W + c * W (W = 8 bf16, 16 fp8, 32 int4/nvfp4
-// columns). mma k-step s of the chunk takes the lane's columns 4s .. 4s + 3 as its logical k
-// 2c, 2c + 1 (a0a1, b0b1) and 2c + 8, 2c + 9 (a4a5, b2b3): a permutation of k inside the
-// chunk, applied to the weights and the tokens alike. Requires K % 32 == 0, rows % 16 == 0,
-// int4 groups that are multiples of 32.
+// columns). mma k-step s of the chunk takes the lane's staged columns 4s .. 4s + 3 as its
+// logical k 2c, 2c + 1 (a0a1, b0b1) and 2c + 8, 2c + 9 (a4a5, b2b3): a permutation of k inside
+// the chunk, applied to the weights and the tokens alike. Requires K % 32 == 0, rows % 16 == 0.
+// scripts/gpu/emulate_gemv.py emulates the indexing and the bit tricks against numpy.
 
 #define GV_WARPS 4
-#define GV_UNROLL 4
 // Columns of K one block stages (the host keeps chunks_per_split * 4W at or below this).
-#define GV_KR_MAX 2048
+#define GV_KR_MAX 1024
 // Row stride of the staged x: KR rounded to 64 plus 8, so lanes of neighbouring tokens hit
 // other banks (16 bytes apart modulo 128).
 #define GV_XS_MAX (GV_KR_MAX + 64 + 8)
@@ -77,12 +90,24 @@ __device__ __forceinline__ void gv_pdl_wait() {
 #endif
 }
 
-// Streamed once: no L1 allocation, and a hint that L2 may fetch the following bytes.
-__device__ __forceinline__ uint4 gv_ld(const unsigned char* p) {
-    uint4 r;
-    asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p));
-    return r;
+// 16 bytes global -> shared, bypassing L1, with a hint that L2 may fetch the following
+// bytes; zero-filled (nothing read) when !ok.
+__device__ __forceinline__ void gv_cp16(void* dst, const void* src, bool ok) {
+    const u32 s = (u32)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;\n" ::"r"(s), "l"(src), "r"(ok ? 16 : 0)
+                 : "memory");
+}
+
+// 4 bytes global -> shared (scales and zeros), zero-filled when !ok.
+__device__ __forceinline__ void gv_cp4(void* dst, const void* src, bool ok) {
+    const u32 s = (u32)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(s), "l"(src), "r"(ok ? 4 : 0) : "memory");
+}
+
+__device__ __forceinline__ void gv_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+
+template <int N> __device__ __forceinline__ void gv_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
 __device__ __forceinline__ void gv_mma(float* c, u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) {
@@ -99,94 +124,76 @@ __device__ __forceinline__ u32 gv_pack(float lo, float hi) {
     return r;
 }
 
-// 2^23 + n for a small integer n (exact, no conversion instruction).
-__device__ __forceinline__ float gv_magic(u32 n) { return __uint_as_float(0x4B000000u | n); }
-
-template <int F> struct GvFmt;
-template <> struct GvFmt<GV_BF16> { static constexpr int W = 8; static constexpr int BYTES_NUM = 2, BYTES_DEN = 1; };
-template <> struct GvFmt<GV_FP8> { static constexpr int W = 16; static constexpr int BYTES_NUM = 1, BYTES_DEN = 1; };
-template <> struct GvFmt<GV_INT4> { static constexpr int W = 32; static constexpr int BYTES_NUM = 1, BYTES_DEN = 2; };
-template <> struct GvFmt<GV_NVFP4> { static constexpr int W = 32; static constexpr int BYTES_NUM = 1, BYTES_DEN = 2; };
-
-// One chunk of one lane: 16 bytes of rows g (a) and g + 8 (b) and what dequantises them.
-struct GvChunk {
-    uint4 wa, wb;
-    float sa, za, sb, zb;  // int4: group scale and 2^23 + zero of each row
-    u32 ba, bb;            // nvfp4: the two E4M3 block scales of each row (low 16 bits)
-};
-
-template <int F>
-__device__ __forceinline__ void gv_load(const GemvArgs& a, GvChunk& ch, long ra, long rb, int col, bool ok) {
-    if (!ok) {
-        // Zero weights (x is zero there too): scale 0 keeps int4's (q - z) * s at 0.
-        ch.wa = make_uint4(0, 0, 0, 0);
-        ch.wb = make_uint4(0, 0, 0, 0);
-        ch.sa = ch.sb = 0.0f;
-        ch.za = ch.zb = 8388608.0f;
-        ch.ba = ch.bb = 0;
-        return;
-    }
-    constexpr int BN = GvFmt<F>::BYTES_NUM, BD = GvFmt<F>::BYTES_DEN;
-    const long row_bytes = (long)a.K * BN / BD;
-    const long off = (long)col * BN / BD;
-    ch.wa = gv_ld(a.w + ra * row_bytes + off);
-    ch.wb = gv_ld(a.w + rb * row_bytes + off);
-    if constexpr (F == GV_INT4) {
-        const int ng = (a.K + a.group - 1) / a.group;
-        const int gi = col / a.group;
-        ch.sa = __ldg(a.scale + ra * ng + gi);
-        ch.za = __ldg(a.zero + ra * ng + gi) + 8388608.0f;
-        ch.sb = __ldg(a.scale + rb * ng + gi);
-        ch.zb = __ldg(a.zero + rb * ng + gi) + 8388608.0f;
-    }
-    if constexpr (F == GV_NVFP4) {
-        const long nb = a.K / 16;
-        ch.ba = __ldg((const unsigned short*)(a.bscale + ra * nb + col / 16));
-        ch.bb = __ldg((const unsigned short*)(a.bscale + rb * nb + col / 16));
-    }
+// a * b + c on bf16 pairs, one rounding (exact wherever it is used here).
+__device__ __forceinline__ u32 gv_fma2(u32 a, u32 b, u32 c) {
+    u32 r;
+    asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(c));
+    return r;
 }
 
-// int4 / nvfp4: the two values of byte `b` (low nibble first), as quant_gemm.cu computes them.
-template <int F>
-__device__ __forceinline__ void gv_nibbles(u32 b, float s, float z, float& w0, float& w1) {
-    if constexpr (F == GV_INT4) {
-        w0 = (gv_magic(b & 0xFu) - z) * s;
-        w1 = (gv_magic((b >> 4) & 0xFu) - z) * s;
-    } else {
-        w0 = e2m1_to_f32(b & 0xFu) * s;
-        w1 = e2m1_to_f32((b >> 4) & 0xFu) * s;
-    }
+// (a & b) | c and the bit select (a & c) | (b & ~c), one lop3 each.
+__device__ __forceinline__ u32 gv_and_or(u32 a, u32 b, u32 c) {
+    u32 r;
+    asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(r) : "r"(a), "r"(b), "r"(c));
+    return r;
+}
+__device__ __forceinline__ u32 gv_select(u32 a, u32 b, u32 c) {
+    u32 r;
+    asm("lop3.b32 %0, %1, %2, %3, 0xE4;" : "=r"(r) : "r"(a), "r"(b), "r"(c));
+    return r;
 }
 
-// A-fragment words of k-step s of one row: columns 4s, 4s + 1 (lo) and 4s + 2, 4s + 3 (hi).
-// `sm` is the staged smooth at the lane's first column (int4 / nvfp4; null when absent).
+#define GV_NEG_ZERO2 0x80008000u
+#define GV_ONE2 0x3F803F80u
+// bf16 2^120, twice.
+#define GV_P120_2 0x7B807B80u
+
+// Per format: W columns a lane loads per chunk; S chunks in each warp's ring (sized so the
+// block's static shared memory stays under 48 KB with x of 8 tokens); META: a third 16-byte
+// piece per lane and chunk (int4 scales and zeros, nvfp4 block scales).
+template <int F, int TB> struct GvCfg;
+template <int TB> struct GvCfg<GV_BF16, TB> { static constexpr int W = 8, S = TB >= 8 ? 6 : 8; static constexpr bool META = false; };
+template <int TB> struct GvCfg<GV_FP8, TB> { static constexpr int W = 16, S = TB >= 8 ? 6 : 8; static constexpr bool META = false; };
+template <int TB> struct GvCfg<GV_INT4, TB> { static constexpr int W = 32, S = TB >= 8 ? 4 : 6; static constexpr bool META = true; };
+template <int TB> struct GvCfg<GV_NVFP4, TB> { static constexpr int W = 32, S = TB >= 8 ? 4 : 6; static constexpr bool META = true; };
+
+// The staged position of column i (0..7) inside each 8 columns of x: where the format's
+// A-fragment words put that column (fp8: bytes 0, 2 | 1, 3 of a word; 4-bit: nibbles p, p + 4).
+template <int F> __device__ __forceinline__ int gv_xpos(int i) {
+    if constexpr (F == GV_FP8) return (i & 4) | ((i & 1) << 1) | ((i >> 1) & 1);  // 0 2 1 3 4 6 5 7
+    if constexpr (F == GV_INT4 || F == GV_NVFP4) return ((i & 3) << 1) | (i >> 2);  // 0 4 1 5 2 6 3 7 (inverse)
+    return i;
+}
+
+// A-fragment words of k-step s of one row from the lane's 16 bytes: `lo` holds logical
+// k 2c, 2c + 1 and `hi` 2c + 8, 2c + 9. `z2`: int4's bf16 pair of -(128 + zero); `m2`:
+// nvfp4's bf16 pairs of block scale x 2^118 (one per 16 columns).
 template <int F>
-__device__ __forceinline__ void gv_row_words(const uint4& wv, float s, float z, u32 bsc, float rsc,
-                                             const float* sm, int st, u32& lo, u32& hi) {
+__device__ __forceinline__ void gv_row_words(const uint4& wv, u32 z2, const u32* m2, int st, u32& lo, u32& hi) {
     const u32 w[4] = {wv.x, wv.y, wv.z, wv.w};
     if constexpr (F == GV_BF16) {
         lo = w[2 * st];
         hi = w[2 * st + 1];
     } else if constexpr (F == GV_FP8) {
-        // E4M3 values are exact in bf16; the row scale is applied to the sums.
-        const u32 b = w[st];
-        lo = gv_pack(e4m3_to_f32(b & 0xFFu), e4m3_to_f32((b >> 8) & 0xFFu));
-        hi = gv_pack(e4m3_to_f32((b >> 16) & 0xFFu), e4m3_to_f32(b >> 24));
+        // Word st: bytes 0, 2 (lo) and 1, 3 (hi); magnitude bits << 4, sign to bit 15.
+        const u32 b = w[st], sg = b & 0x80808080u;
+        lo = gv_fma2(gv_select(b << 4, sg << 8, 0x07F007F0u), GV_P120_2, GV_NEG_ZERO2);
+        hi = gv_fma2(gv_select(b >> 4, sg, 0x07F007F0u), GV_P120_2, GV_NEG_ZERO2);
     } else {
-        // Columns 4s .. 4s + 3 are bytes 2s and 2s + 1 of the 16.
-        const u32 word = w[st >> 1];
-        const u32 b0 = (word >> (16 * (st & 1))) & 0xFFu, b1 = (word >> (16 * (st & 1) + 8)) & 0xFFu;
-        float sc = s;
-        if constexpr (F == GV_NVFP4) sc = e4m3_to_f32((bsc >> (8 * (st >> 2))) & 0xFFu) * rsc;
-        float v0, v1, v2, v3;
-        gv_nibbles<F>(b0, sc, z, v0, v1);
-        gv_nibbles<F>(b1, sc, z, v2, v3);
-        if (sm) {
-            const float4 m = *(const float4*)(sm + 4 * st);
-            v0 *= m.x; v1 *= m.y; v2 *= m.z; v3 *= m.w;
+        // Word st / 2, nibble pairs (p, p + 4) and (p + 1, p + 5), p = 2 (st % 2).
+        const u32 b = w[st >> 1];
+        const int p = 2 * (st & 1);
+        if constexpr (F == GV_INT4) {
+            lo = gv_fma2(gv_and_or(b >> (4 * p), 0x000F000Fu, 0x43004300u), GV_ONE2, z2);
+            hi = gv_fma2(gv_and_or(b >> (4 * p + 4), 0x000F000Fu, 0x43004300u), GV_ONE2, z2);
+        } else {
+            // E2M1 magnitude bits to bf16 bits 8..6, sign to bit 15.
+            const u32 m = m2[st >> 2];
+            const u32 mlo = p == 0 ? b << 6 : b >> 2, slo = p == 0 ? b << 12 : b << 4;
+            const u32 mhi = p == 0 ? b << 2 : b >> 6, shi = p == 0 ? b << 8 : b;
+            lo = gv_fma2(gv_and_or(mlo, 0x01C001C0u, slo & 0x80008000u), m, GV_NEG_ZERO2);
+            hi = gv_fma2(gv_and_or(mhi, 0x01C001C0u, shi & 0x80008000u), m, GV_NEG_ZERO2);
         }
-        lo = gv_pack(v0, v1);
-        hi = gv_pack(v2, v3);
     }
 }
 
@@ -208,10 +215,12 @@ __device__ __forceinline__ int gv_tile_row(const GemvArgs& a, int gi, int w) {
 
 template <int F, int E, int TB>
 __device__ __forceinline__ void gemv(const GemvArgs& a) {
-    constexpr int W = GvFmt<F>::W, CW = 4 * W, KST = W / 4;
+    using C = GvCfg<F, TB>;
+    constexpr int W = C::W, CW = 4 * W, KST = W / 4, S = C::S, NP = C::META ? 3 : 2;
     constexpr bool QUANT4 = F == GV_INT4 || F == GV_NVFP4;
     __shared__ __align__(16) bf16_t xs[TB * GV_XS_MAX];
-    __shared__ __align__(16) float sms[QUANT4 ? GV_KR_MAX : 4];
+    // Each warp's ring: chunk slot, piece (rows g, g + 8, meta), lane.
+    __shared__ __align__(16) uint4 ring[S][GV_WARPS][NP][32];
     __shared__ float res[GV_WARPS][16][TB];
     __shared__ u32 last_flag;
 
@@ -225,70 +234,138 @@ __device__ __forceinline__ void gemv(const GemvArgs& a) {
     const int row0 = gv_tile_row<E>(a, gi, warp);
     const bool tile_ok = row0 < a.rows;
     const long ra = row0 + g, rb = row0 + g + 8;
+    constexpr int BN = F == GV_BF16 ? 2 : 1, BD = QUANT4 ? 2 : 1;
+    const long row_bytes = (long)a.K * BN / BD;
+    const unsigned char* wa_base = a.w + ra * row_bytes;
+    const unsigned char* wb_base = a.w + rb * row_bytes;
+    const int ng = QUANT4 ? (a.K + a.group - 1) / max(a.group, 1) : 0;
+
+    // Chunk p of this lane into ring slot p % S (zeros past K and for idle tiles).
+    auto issue = [&](int p) {
+        const int col = kbase + p * CW + c * W;
+        const bool ok = tile_ok && col < a.K;
+        const long off = ok ? (long)col * BN / BD : 0;
+        uint4* slot = &ring[p % S][warp][0][0];
+        gv_cp16(slot + lane, (ok ? wa_base : a.w) + off, ok);
+        gv_cp16(slot + 32 + lane, (ok ? wb_base : a.w) + off, ok);
+        if constexpr (F == GV_INT4) {
+            // Scale and zero of rows g and g + 8 at this 128-column chunk's group, also for
+            // lanes past K in a partial chunk: every lane scales the row's sums (x is 0 there).
+            const int col0 = kbase + p * CW;
+            const bool mok = tile_ok && col0 < a.K;
+            float* m = (float*)(slot + 64 + lane);
+            const long ia = mok ? ra * ng + col0 / a.group : 0, ib = mok ? rb * ng + col0 / a.group : 0;
+            gv_cp4(m, a.scale + ia, mok);
+            gv_cp4(m + 1, a.zero + ia, mok);
+            gv_cp4(m + 2, a.scale + ib, mok);
+            gv_cp4(m + 3, a.zero + ib, mok);
+        } else if constexpr (F == GV_NVFP4) {
+            // The two E4M3 block scales of the lane's 32 columns (2-byte aligned): the 4
+            // aligned bytes around them, the half picked at use.
+            u32* m = (u32*)(slot + 64 + lane);
+            const long nb = a.K / 16;
+            const long oa = ok ? ra * nb + col / 16 : 0, ob = ok ? rb * nb + col / 16 : 0;
+            gv_cp4(m, a.bscale + (oa & ~3L), ok);
+            gv_cp4(m + 1, a.bscale + (ob & ~3L), ok);
+            m[2] = (u32)(oa & 2) | ((u32)(ob & 2) << 8);  // written by this lane only
+        }
+    };
 
     // Weights first: independent of the previous kernel, so in flight while it drains.
-    GvChunk pre[GV_UNROLL];
 #pragma unroll
-    for (int u = 0; u < GV_UNROLL; ++u) {
-        const int col = kbase + u * CW + c * W;
-        gv_load<F>(a, pre[u], ra, rb, col, tile_ok && u < cps && col < a.K);
+    for (int p = 0; p < S - 1; ++p) {
+        if (p < cps) issue(p);
+        gv_commit();
     }
-    float rsa = 0.0f, rsb = 0.0f;  // fp8 / nvfp4 row scales
+    float rsa = 0.0f, rsb = 0.0f;  // fp8 / nvfp4 row scales (nvfp4: x 2^8, see above)
     if constexpr (F == GV_FP8 || F == GV_NVFP4) {
         if (tile_ok) { rsa = __ldg(a.scale + ra); rsb = __ldg(a.scale + rb); }
+        if constexpr (F == GV_NVFP4) { rsa *= 256.0f; rsb *= 256.0f; }
     }
     const bool smooth = QUANT4 && a.smooth != nullptr;
-    if constexpr (QUANT4) {
-        if (smooth)
-            for (int i = threadIdx.x; i < cps * CW; i += blockDim.x)
-                sms[i] = i < kr ? __ldg(a.smooth + kbase + i) : 0.0f;
-    }
     gv_pdl_wait();
-    // The tokens' columns of this range, zero past T and past K.
+    // The tokens' columns of this range, zero past T and past K; AWQ smooth applied, and
+    // each 8 columns permuted into the format's fragment order.
     {
         const int vec = cps * CW / 8;
         for (int i = threadIdx.x; i < TB * vec; i += blockDim.x) {
             const int t = i / vec, v = i % vec;
             uint4 val = make_uint4(0, 0, 0, 0);
             if (t < a.T && 8 * v < kr) val = *(const uint4*)(a.x + (size_t)t * a.K + kbase + 8 * v);
-            *(uint4*)(xs + t * XS + 8 * v) = val;
+            const u32 in[4] = {val.x, val.y, val.z, val.w};
+            u32 e[8];
+#pragma unroll
+            for (int j = 0; j < 8; ++j) e[j] = (in[j >> 1] >> (16 * (j & 1))) & 0xFFFFu;
+            if (smooth && t < a.T && 8 * v < kr) {
+#pragma unroll
+                for (int j = 0; j < 8; ++j) {
+                    const float f = __uint_as_float(e[j] << 16) * __ldg(a.smooth + kbase + 8 * v + j);
+                    e[j] = gv_pack(f, 0.0f) & 0xFFFFu;
+                }
+            }
+            u32 o[8];
+#pragma unroll
+            for (int j = 0; j < 8; ++j) o[gv_xpos<F>(j)] = e[j];
+            *(uint4*)(xs + t * XS + 8 * v) =
+                make_uint4(o[0] | (o[1] << 16), o[2] | (o[3] << 16), o[4] | (o[5] << 16), o[6] | (o[7] << 16));
         }
     }
     __syncthreads();
 
     float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     const bf16_t* xrow = xs + (g < TB ? g : 0) * XS + c * W;
-    for (int base = 0; base < cps; base += GV_UNROLL) {
+    for (int p = 0; p < cps; ++p) {
+        // Refill the slot chunk p - 1 used (its words were consumed last iteration), then
+        // wait for chunk p: at most S - 1 younger groups may still be in flight.
+        if (p + S - 1 < cps) issue(p + S - 1);
+        gv_commit();
+        gv_wait<S - 1>();
+        const uint4* slot = &ring[p % S][warp][0][0];
+        const uint4 wa = slot[lane], wb = slot[32 + lane];
+        u32 xw[W / 2];
 #pragma unroll
-        for (int u = 0; u < GV_UNROLL; ++u) {
-            const int p = base + u;
-            if (p < cps) {
-                const GvChunk ch = pre[u];
-                // Refill this slot GV_UNROLL chunks ahead before the math on this one.
-                const int pn = p + GV_UNROLL;
-                if (pn < cps) {
-                    const int col = kbase + pn * CW + c * W;
-                    gv_load<F>(a, pre[u], ra, rb, col, tile_ok && col < a.K);
-                }
-                u32 xw[W / 2];
+        for (int v = 0; v < W / 8; ++v) {
+            uint4 xv = make_uint4(0, 0, 0, 0);
+            if (g < TB) xv = *(const uint4*)(xrow + p * CW + 8 * v);
+            xw[4 * v] = xv.x; xw[4 * v + 1] = xv.y; xw[4 * v + 2] = xv.z; xw[4 * v + 3] = xv.w;
+        }
+        u32 za = 0, zb = 0, ma[2] = {0, 0}, mb[2] = {0, 0};
+        float sa = 0.0f, sb = 0.0f;
+        if constexpr (F == GV_INT4) {
+            const float4 m = *(const float4*)(slot + 64 + lane);
+            sa = m.x; sb = m.z;
+            za = gv_pack(-128.0f - m.y, -128.0f - m.y);
+            zb = gv_pack(-128.0f - m.w, -128.0f - m.w);
+        } else if constexpr (F == GV_NVFP4) {
+            const uint4 m = slot[64 + lane];
+            const u32 ua = m.x >> (8 * (m.z & 2)), ub = m.y >> (8 * ((m.z >> 8) & 2));
+            const float k118 = __uint_as_float((127u + 118u) << 23);
 #pragma unroll
-                for (int v = 0; v < W / 8; ++v) {
-                    uint4 xv = make_uint4(0, 0, 0, 0);
-                    if (g < TB) xv = *(const uint4*)(xrow + p * CW + 8 * v);
-                    xw[4 * v] = xv.x; xw[4 * v + 1] = xv.y; xw[4 * v + 2] = xv.z; xw[4 * v + 3] = xv.w;
-                }
-                const float* sm = smooth ? sms + p * CW + c * W : nullptr;
-#pragma unroll
-                for (int st = 0; st < KST; ++st) {
-                    u32 alo, ahi, blo, bhi;
-                    gv_row_words<F>(ch.wa, ch.sa, ch.za, ch.ba, rsa, sm, st, alo, ahi);
-                    gv_row_words<F>(ch.wb, ch.sb, ch.zb, ch.bb, rsb, sm, st, blo, bhi);
-                    gv_mma(acc, alo, blo, ahi, bhi, xw[2 * st], xw[2 * st + 1]);
-                }
+            for (int h = 0; h < 2; ++h) {
+                const float fa = e4m3_to_f32((ua >> (8 * h)) & 0xFFu) * k118;
+                const float fb = e4m3_to_f32((ub >> (8 * h)) & 0xFFu) * k118;
+                ma[h] = gv_pack(fa, fa);
+                mb[h] = gv_pack(fb, fb);
             }
         }
+        float cacc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        float* dst = F == GV_INT4 ? cacc : acc;
+#pragma unroll
+        for (int st = 0; st < KST; ++st) {
+            u32 alo, ahi, blo, bhi;
+            gv_row_words<F>(wa, za, ma, st, alo, ahi);
+            gv_row_words<F>(wb, zb, mb, st, blo, bhi);
+            gv_mma(dst, alo, blo, ahi, bhi, xw[2 * st], xw[2 * st + 1]);
+        }
+        if constexpr (F == GV_INT4) {
+            // The chunk is one group: its scale on the f32 sums.
+            acc[0] = fmaf(cacc[0], sa, acc[0]);
+            acc[1] = fmaf(cacc[1], sa, acc[1]);
+            acc[2] = fmaf(cacc[2], sb, acc[2]);
+            acc[3] = fmaf(cacc[3], sb, acc[3]);
+        }
     }
-    if constexpr (F == GV_FP8) {
+    if constexpr (F == GV_FP8 || F == GV_NVFP4) {
         acc[0] *= rsa; acc[1] *= rsa; acc[2] *= rsb; acc[3] *= rsb;
     }
 

@@ -130,7 +130,7 @@ impl GemvFormat {
 }
 
 /// Columns of K one gemv block stages in shared memory (GV_KR_MAX in kernels/gemv.cu).
-pub(crate) const GEMV_KR_MAX: usize = 2048;
+pub(crate) const GEMV_KR_MAX: usize = 1024;
 
 /// (splits, chunks per split) of a gemv launch over `groups` row groups (blocks of 4 tiles
 /// of 16 rows) and `k` columns in chunks of `chunk_cols`: enough blocks to cover every SM
@@ -189,9 +189,9 @@ mod tests {
             (9, 1536, 32, (24, 2)),    // 135M down
             (768, 576, 32, (1, 18)),   // 135M lm head
             (96, 4096, 32, (6, 22)),   // 8B q|k|v
-            (448, 4096, 32, (2, 64)),  // 8B gate|up
-            (64, 14336, 32, (9, 50)),  // 8B down
-            (2004, 4096, 32, (2, 64)), // 8B lm head: the staged range caps a block's K
+            (448, 4096, 32, (4, 32)),  // 8B gate|up
+            (64, 14336, 32, (14, 32)), // 8B down
+            (2004, 4096, 32, (4, 32)), // 8B lm head: the staged range caps a block's K
             (9, 576, 128, (2, 3)),     // 135M o, int4: 4.5 chunks
         ];
         for (groups, k, cw, want) in cases {

@@ -27,6 +27,16 @@ fn every_kernel_compiles_for_sm90_and_sm80() {
     for arch in [(9, 0), (8, 0)] {
         for (name, src) in SOURCES {
             let ptx = compile(name, src, arch).unwrap_or_else(|e| panic!("{e:#}"));
+            // WRING_PTX_DUMP=DIR keeps the PTX (for ptxas -v: registers, spills, shared memory).
+            if let Ok(dir) = std::env::var("WRING_PTX_DUMP") {
+                let path = format!(
+                    "{dir}/{}.sm{}{}.ptx",
+                    name.replace('/', "_"),
+                    arch.0,
+                    arch.1
+                );
+                std::fs::write(&path, &ptx).unwrap_or_else(|e| panic!("{path}: {e}"));
+            }
             for entry in entry_names(src) {
                 assert!(
                     ptx.contains(&format!(".entry {entry}(")),

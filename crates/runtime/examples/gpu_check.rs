@@ -18,8 +18,9 @@
 //!   kernel vs the HBM roofline; writes steps.json and latency.json.
 //! `gpu_check attention` — every attention kernel vs a float64 host reference, and the
 //!   tensor-core kernel's determinism and batch invariance.
-//! `gpu_check quant-bench [OUT_DIR]` — dummy llama-3.1-8b per weight scheme: load time,
-//!   weight memory, decode and verify step times against the HBM roofline (OUT_DIR/quant.json).
+//! `gpu_check quant-bench [OUT]` — dummy llama-3.1-8b per weight scheme: load time, weight
+//!   memory, decode and verify step times against the HBM roofline, per linear path
+//!   (QUANT_BENCH_*); rows to OUT (a .json path, or a folder for quant.json).
 //! `gpu_check fp8-fused MODEL` — FP8 weights: the fused activation path vs quantise + GEMM
 //!   + rescale per GEMM (`WRING_CUDA_FP8_FUSED=off`), logits compared.
 
@@ -67,7 +68,7 @@ fn main() -> Result<()> {
             arg(&args, 4)?.parse()?,
             arg(&args, 5)?.parse()?,
         ),
-        _ => bail!("usage: gpu_check golden MODEL GOLDEN | graphs MODEL | bench MODEL | cpu-compare MODEL | quant MODEL [GOLDEN] | quant-bench [OUT_DIR] | fp8-fused MODEL | qgemm | gemv [OUT_DIR] | attention | steps OUT_DIR | tp ... | profile MODEL BATCH Q CTX (MODEL: a .gguf, dummy or dummy-8b)"),
+        _ => bail!("usage: gpu_check golden MODEL GOLDEN | graphs MODEL | bench MODEL | cpu-compare MODEL | quant MODEL [GOLDEN] | quant-bench [OUT] | fp8-fused MODEL | qgemm | gemv [OUT_DIR] | attention | steps OUT_DIR | tp ... | profile MODEL BATCH Q CTX (MODEL: a .gguf, dummy or dummy-8b)"),
     }
 }
 

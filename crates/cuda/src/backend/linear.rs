@@ -58,8 +58,8 @@ impl CudaBackend {
                 smooth,
                 ..
             } => {
-                // A lane's 32 columns must share one group.
-                if !group.is_multiple_of(32) {
+                // A 128-column chunk must be one group (its scale multiplies the f32 sums).
+                if !group.is_multiple_of(128) {
                     return None;
                 }
                 a.w = q.ptr();

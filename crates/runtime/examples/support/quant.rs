@@ -299,67 +299,117 @@ pub fn check(model: &str, golden: Option<&str>) -> Result<()> {
     Ok(())
 }
 
-/// `gpu_check quant-bench [OUT_DIR]`: dummy llama-3.1-8b decode (batch 1, 8, 32) and verify
-/// (32 × 5) step times per weight scheme, graphs on, against each scheme's own HBM roofline;
-/// with OUT_DIR, `quant.json` (issue 21's rows: model, weights, batch, q, ms, roofline_ms),
-/// rewritten after each scheme so a call cut short keeps what finished.
-pub fn bench(out_dir: Option<&str>) -> Result<()> {
+/// `gpu_check quant-bench [OUT]`: dummy llama-3.1-8b per weight scheme (QUANT_BENCH_SCHEMES,
+/// default int4,fp8,nvfp4,bf16), each loaded once and timed (graph replay) per linear path
+/// (QUANT_BENCH_VARIANTS: `default` = as loaded, `gemv` = the gemv kernels for steps of <= 8
+/// tokens, `off` = cuBLAS / quantized GEMMs only) and step shape (QUANT_BENCH_SHAPES, default
+/// 1x1,8x1,32x1,32x5), against each scheme's own HBM roofline. OUT: a `.json` path, or a
+/// folder for `quant.json` — issue 21's rows plus the variant, rewritten after each scheme
+/// so a call cut short keeps what finished. QUANT_BENCH_GATE=PREFIX: after loading scheme X,
+/// wait for PREFIX.X.go before timing and create PREFIX.X.done after, so several schemes can
+/// load in parallel processes while their timings run one at a time.
+pub fn bench(out: Option<&str>) -> Result<()> {
+    let json_out = out.map(|o| {
+        if o.ends_with(".json") {
+            std::path::PathBuf::from(o)
+        } else {
+            std::path::Path::new(o).join("quant.json")
+        }
+    });
     let bw = wring_cuda::measure_copy_bandwidth(2 << 30)?;
     let cfg = ModelConfig::named_shape("llama-3.1-8b").context("shape")?;
     println!(
         "## Dummy llama-3.1-8b per weight scheme\n\nDevice-to-device copy: {:.0} GB/s (bytes read + written). Roofline = (resident weight bytes but the bf16 embedding table + K/V read) / that; ctx 512 per sequence, graphs on.\n",
         bw / 1e9
     );
-    println!("| weights | resident GB | load s | batch × q | step ms | tok/s | roofline ms | % of roofline |");
-    println!("|---|---|---|---|---|---|---|---|");
+    println!("| weights | variant | resident GB | load s | batch × q | step ms | tok/s | roofline ms | % of roofline | gemv launches |");
+    println!("|---|---|---|---|---|---|---|---|---|---|");
     let (l, kvd) = (cfg.num_layers, cfg.num_kv_heads * cfg.head_dim);
-    let order =
-        std::env::var("QUANT_BENCH_SCHEMES").unwrap_or_else(|_| "bf16,fp8,int4,nvfp4".into());
-    let mut rows: Vec<Value> = vec![];
+    let env = |k: &str, d: &str| std::env::var(k).unwrap_or_else(|_| d.into());
+    let order = env("QUANT_BENCH_SCHEMES", "int4,fp8,nvfp4,bf16");
+    let variants = env("QUANT_BENCH_VARIANTS", "default");
+    let shapes: Vec<(usize, usize)> = env("QUANT_BENCH_SHAPES", "1x1,8x1,32x1,32x5")
+        .split(',')
+        .filter_map(|s| {
+            let (b, q) = s.trim().split_once('x')?;
+            Some((b.parse().ok()?, q.parse().ok()?))
+        })
+        .collect();
+    let gate = std::env::var("QUANT_BENCH_GATE").ok();
+    let mut rows = Vec::new();
     for name in order.split(',').map(str::trim).filter(|s| !s.is_empty()) {
         let scheme = wring_cuda::qweights::parse_weights(name)?;
         let mut one = || -> Result<()> {
             let t0 = Instant::now();
-            let mut r = cuda(&cfg, &WeightSource::Dummy { seed: 0 }, scheme, true, 8192)?;
+            // KV blocks for the largest batch at ctx 512 plus the timed steps (not the whole
+            // GPU: several schemes may be resident at once under QUANT_BENCH_GATE).
+            let max_batch = shapes.iter().map(|s| s.0).max().unwrap_or(1);
+            let blocks = max_batch * (512 / BLOCK + 16) + 64;
+            let mut r = cuda(&cfg, &WeightSource::Dummy { seed: 0 }, scheme, true, blocks)?;
             let load = t0.elapsed().as_secs_f64();
+            if let Some(g) = &gate {
+                std::fs::write(format!("{g}.{name}.loaded"), format!("{load:.1}"))?;
+                let go = format!("{g}.{name}.go");
+                let t = Instant::now();
+                while !std::path::Path::new(&go).exists() {
+                    anyhow::ensure!(t.elapsed().as_secs() < 900, "no {go} within 900 s");
+                    std::thread::sleep(std::time::Duration::from_millis(50));
+                }
+            }
             let wb = r.backend().weight_bytes() as f64;
             // The embedding table is resident but only its looked-up rows are read per step.
             let streamed = wb - (cfg.vocab_size * cfg.hidden_size * 2) as f64;
             let ctx = 512;
-            for (batch, q) in [(1, 1), (8, 1), (32, 1), (32, 5)] {
-                let g = time_steps(&mut r, batch, q, ctx, 12)?;
-                let kv_bytes = (batch * (ctx + 6 * q) * l * 2 * kvd * 2) as f64;
-                let roof = (streamed + kv_bytes) / bw;
-                println!(
-                "| {name} | {:.2} | {load:.0} | {batch} × {q} | {:.3} | {:.0} | {:.3} | {:.0} % |",
-                wb / 1e9,
-                g * 1e3,
-                (batch * q) as f64 / g,
-                roof * 1e3,
-                100.0 * roof / g
-            );
-                rows.push(serde_json::json!({
-                    "model": "llama-3.1-8b (dummy)",
-                    "weights": name,
-                    "batch": batch,
-                    "q": q,
-                    "ms": g * 1e3,
-                    "roofline_ms": roof * 1e3,
-                }));
+            let loaded_small = r.backend().options().small_linear_max_t;
+            for variant in variants.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+                let small = match variant {
+                    "default" => loaded_small,
+                    "gemv" => 8,
+                    "off" => 0,
+                    other => anyhow::bail!("QUANT_BENCH_VARIANTS: unknown variant {other:?}"),
+                };
+                r.backend_mut().set_small_linear_max_t(small);
+                for &(batch, q) in &shapes {
+                    let launches = r.backend().gemv_launches();
+                    let g = time_steps(&mut r, batch, q, ctx, 12)?;
+                    let gemv = r.backend().gemv_launches() - launches;
+                    let kv_bytes = (batch * (ctx + 6 * q) * l * 2 * kvd * 2) as f64;
+                    let roof = (streamed + kv_bytes) / bw;
+                    println!(
+                        "| {name} | {variant} | {:.2} | {load:.0} | {batch} × {q} | {:.3} | {:.0} | {:.3} | {:.0} % | {gemv} |",
+                        wb / 1e9,
+                        g * 1e3,
+                        (batch * q) as f64 / g,
+                        roof * 1e3,
+                        100.0 * roof / g
+                    );
+                    rows.push(serde_json::json!({
+                        "model": "llama-3.1-8b", "weights": name, "batch": batch, "q": q,
+                        "ms": g * 1e3, "roofline_ms": roof * 1e3, "variant": variant,
+                        "gemv_launches": gemv, "load_s": load,
+                    }));
+                }
             }
             let (captured, replays, failed) = r.backend().graph_stats();
             eprintln!("{name}: graphs captured {captured}, replays {replays}, failed {failed}");
             Ok(())
         };
         if let Err(e) = one() {
-            println!("| {name} | error: {e:#} | | | | | | |");
+            println!("| {name} | error: {e:#} | | | | | | | | |");
         }
-        if let Some(dir) = out_dir {
-            std::fs::create_dir_all(dir)?;
-            let path = std::path::Path::new(dir).join("quant.json");
-            std::fs::write(&path, serde_json::to_string_pretty(&rows)? + "\n")
+        if let Some(g) = &gate {
+            std::fs::write(format!("{g}.{name}.done"), "")?;
+        }
+        if let Some(path) = &json_out {
+            if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+                std::fs::create_dir_all(dir)?;
+            }
+            std::fs::write(path, serde_json::to_string_pretty(&rows)? + "\n")
                 .with_context(|| format!("writing {}", path.display()))?;
         }
+    }
+    if let Some(path) = &json_out {
+        println!("\nWrote {}.", path.display());
     }
     Ok(())
 }

@@ -78,7 +78,7 @@ pub fn run(out_dir: &str) -> Result<()> {
     );
     let mut steps = vec![];
     let mut latency = vec![];
-    for (name, shape, ctx) in [
+    for (model, shape, ctx) in [
         ("smollm2-135m", "smollm2-135m", 256usize),
         ("llama-3.1-8b", "llama-3.1-8b", 512),
     ] {
@@ -93,7 +93,7 @@ pub fn run(out_dir: &str) -> Result<()> {
             BLOCK,
         )?;
         println!(
-            "### {name} (dummy weights, bf16), loaded in {:.0} s; context {ctx}\n",
+            "### {model} (dummy weights, bf16), loaded in {:.0} s; context {ctx}\n",
             t0.elapsed().as_secs_f64()
         );
         println!("| variant | batch × q | graph ms | roofline ms | % of roofline | × decode at this batch | kernels/step |");
@@ -124,12 +124,12 @@ pub fn run(out_dir: &str) -> Result<()> {
                     nodes.map_or("?".into(), |n| n.to_string())
                 );
                 steps.push(json!({
-                    "model": name, "batch": batch, "q": q, "ms": ms, "roofline_ms": roof * 1e3,
+                    "model": model, "batch": batch, "q": q, "ms": ms, "roofline_ms": roof * 1e3,
                     "variant": name, "ctx": ctx,
                 }));
                 if q == 1 && batch <= 8 {
                     latency.push(json!({
-                        "model": name, "batch": batch, "ms_per_step": ms, "roofline_ms": roof * 1e3,
+                        "model": model, "batch": batch, "ms_per_step": ms, "roofline_ms": roof * 1e3,
                         "kernels_per_step": nodes, "variant": name, "ctx": ctx,
                     }));
                 }
