@@ -32,6 +32,12 @@ pub enum AttentionKernel {
 /// path faster than cuBLAS (then 8).
 pub const DEFAULT_SMALL_LINEAR_MAX_T: usize = 0;
 
+/// The default of `WRING_CUDA_GEMV_4BIT_MAX_T`: int4 and nvfp4 weights take the gemv kernels
+/// for steps of up to 8 tokens (H200, dummy Llama-3.1-8B decode: 1.37× and 1.81× faster than
+/// the tensor-core dequantising kernel at batch 1; BENCHMARKS "Quantized weights on the gemv
+/// kernels").
+pub const DEFAULT_GEMV_4BIT_MAX_T: usize = 8;
+
 #[derive(Debug, Clone)]
 pub struct CudaOptions {
     pub graphs: GraphMode,
@@ -49,6 +55,9 @@ pub struct CudaOptions {
     /// cuBLAS and the quantized GEMMs (`WRING_CUDA_SMALL_LINEAR_MAX_T`, 0 = off; default
     /// [`DEFAULT_SMALL_LINEAR_MAX_T`]).
     pub small_linear_max_t: usize,
+    /// The same for int4 and nvfp4 weights (`WRING_CUDA_GEMV_4BIT_MAX_T`; default
+    /// [`DEFAULT_GEMV_4BIT_MAX_T`]); `WRING_CUDA_SMALL_LINEAR_MAX_T` sets both.
+    pub gemv_4bit_max_t: usize,
     /// Launch wring's kernels with programmatic dependent launch (sm_90+): each may start
     /// while the previous kernel drains (`WRING_CUDA_PDL` = on | off).
     pub pdl: bool,
@@ -96,6 +105,7 @@ impl Default for CudaOptions {
             attention: AttentionKernel::Mma,
             pdl: true,
             small_linear_max_t: DEFAULT_SMALL_LINEAR_MAX_T,
+            gemv_4bit_max_t: DEFAULT_GEMV_4BIT_MAX_T,
             fused: true,
             fused_kv_store: true,
             weights: None,
@@ -173,6 +183,17 @@ impl CudaOptions {
                 .filter(|&t: &usize| t <= 32)
                 .with_context(|| {
                     format!("WRING_CUDA_SMALL_LINEAR_MAX_T={v:?}: expected an integer from 0 to 32")
+                })?;
+            o.gemv_4bit_max_t = o.small_linear_max_t;
+        }
+        if let Some(v) = var("WRING_CUDA_GEMV_4BIT_MAX_T") {
+            o.gemv_4bit_max_t = v
+                .trim()
+                .parse()
+                .ok()
+                .filter(|&t: &usize| t <= 32)
+                .with_context(|| {
+                    format!("WRING_CUDA_GEMV_4BIT_MAX_T={v:?}: expected an integer from 0 to 32")
                 })?;
         }
         if let Some(v) = var("WRING_CUDA_PDL") {

@@ -50,6 +50,13 @@ impl CudaBackend {
             .is_some_and(|lt| lt.supports(tp, n_in, n_out))
     }
 
+    /// Whether a linear over `w` with input `x` takes the FP8 W8A8 ops: E4M3 input, or
+    /// FP8 weights at a step the gemv kernels do not take (those read bf16 and apply the
+    /// row scale themselves, so their output needs no rescale).
+    pub(super) fn fp8_route(&self, x: &CudaTensor, w: &CudaMatrix) -> bool {
+        x.dtype == DType::Fp8 || (self.fp8_fused_weights(w) && !self.gemv_takes(x, w))
+    }
+
     /// `Backend::next_input_for`: remembers the consumer of the next GEMM input.
     pub(super) fn next_input_for_op(&mut self, w: &CudaMatrix) {
         self.fp8_next = self.fp8_fused_weights(w).then_some((w.cols, w.rows));

@@ -15,6 +15,11 @@ use wring_backend::{AttnShape, RopeSpec};
 pub(crate) const GEMV_MAX_T: usize = GEMV_BUCKETS[GEMV_BUCKETS.len() - 1];
 
 impl CudaBackend {
+    /// Whether a plain (store) linear over `w` with input `x` runs the gemv kernels.
+    pub(super) fn gemv_takes(&self, x: &CudaTensor, w: &CudaMatrix) -> bool {
+        self.gemv_args(x, w, GemvEpilogue::Store, 0).is_some()
+    }
+
     /// The gemv arguments that describe `w` (format and weight pointers) when the gemv
     /// kernels can run `x · wᵀ` with `epilogue`: few enough tokens, shapes they tile, and
     /// the counters allocated. The caller fills in the outputs.
@@ -25,7 +30,11 @@ impl CudaBackend {
         epilogue: GemvEpilogue,
         head_dim: usize,
     ) -> Option<(GemvFormat, GemvArgs)> {
-        let max_t = self.opts.small_linear_max_t.min(GEMV_MAX_T);
+        let max_t = match w.w {
+            Weights::Int4 { .. } | Weights::Nvfp4 { .. } => self.opts.gemv_4bit_max_t,
+            _ => self.opts.small_linear_max_t,
+        }
+        .min(GEMV_MAX_T);
         if x.rows == 0 || x.rows > max_t || x.dtype != DType::Bf16 {
             return None;
         }

@@ -183,11 +183,17 @@ impl CudaBackend {
     /// cuBLAS and the quantized GEMMs always); captured graphs are dropped and captured
     /// again.
     pub fn set_small_linear_max_t(&mut self, t: usize) {
-        let t = t.min(32);
-        if self.opts.small_linear_max_t != t {
+        self.set_gemv_max_t(t, t);
+    }
+
+    /// As [`Self::set_small_linear_max_t`], with a separate bound for int4/nvfp4 weights.
+    pub fn set_gemv_max_t(&mut self, t: usize, four_bit: usize) {
+        let (t, four_bit) = (t.min(32), four_bit.min(32));
+        if (self.opts.small_linear_max_t, self.opts.gemv_4bit_max_t) != (t, four_bit) {
             self.graphs.clear();
         }
         self.opts.small_linear_max_t = t;
+        self.opts.gemv_4bit_max_t = four_bit;
     }
 
     /// gemv kernels launched so far (eager launches and captures, not graph replays).
@@ -646,7 +652,7 @@ impl Backend for CudaBackend {
     }
 
     fn linear(&mut self, x: &CudaTensor, w: &CudaMatrix, bias: Option<&CudaVector>) -> CudaTensor {
-        if self.fp8_fused_weights(w) || x.dtype == DType::Fp8 {
+        if self.fp8_route(x, w) {
             return self.fp8_linear_op(x, w, bias);
         }
         self.linear_op(x, w, bias)
@@ -815,7 +821,7 @@ impl Backend for CudaBackend {
         shape: AttnShape,
         rope: &RopeSpec,
     ) -> (CudaTensor, CudaTensor, CudaTensor) {
-        if self.fp8_fused_weights(w) || x.dtype == DType::Fp8 {
+        if self.fp8_route(x, w) {
             return self.fp8_qkv_rope_op(layer, x, w, shape, rope);
         }
         self.qkv_rope_op(layer, x, w, shape, rope)
@@ -838,7 +844,7 @@ impl Backend for CudaBackend {
     }
 
     fn gate_up_silu(&mut self, x: &CudaTensor, w: &CudaMatrix) -> CudaTensor {
-        if self.fp8_fused_weights(w) || x.dtype == DType::Fp8 {
+        if self.fp8_route(x, w) {
             return self.fp8_gate_up_silu_op(x, w);
         }
         // The bf16 kernels write bf16: a down-projection hint is dropped.

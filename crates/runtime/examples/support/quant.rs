@@ -360,15 +360,18 @@ pub fn bench(out: Option<&str>) -> Result<()> {
             // The embedding table is resident but only its looked-up rows are read per step.
             let streamed = wb - (cfg.vocab_size * cfg.hidden_size * 2) as f64;
             let ctx = 512;
-            let loaded_small = r.backend().options().small_linear_max_t;
+            let loaded = (
+                r.backend().options().small_linear_max_t,
+                r.backend().options().gemv_4bit_max_t,
+            );
             for variant in variants.split(',').map(str::trim).filter(|s| !s.is_empty()) {
-                let small = match variant {
-                    "default" => loaded_small,
-                    "gemv" => 8,
-                    "off" => 0,
+                let (small, four_bit) = match variant {
+                    "default" => loaded,
+                    "gemv" => (8, 8),
+                    "off" => (0, 0),
                     other => anyhow::bail!("QUANT_BENCH_VARIANTS: unknown variant {other:?}"),
                 };
-                r.backend_mut().set_small_linear_max_t(small);
+                r.backend_mut().set_gemv_max_t(small, four_bit);
                 for &(batch, q) in &shapes {
                     let launches = r.backend().gemv_launches();
                     let g = time_steps(&mut r, batch, q, ctx, 12)?;
