@@ -316,11 +316,9 @@ pub fn bench(out: Option<&str>) -> Result<()> {
             std::path::Path::new(o).join("quant.json")
         }
     });
-    let bw = wring_cuda::measure_copy_bandwidth(2 << 30)?;
     let cfg = ModelConfig::named_shape("llama-3.1-8b").context("shape")?;
     println!(
-        "## Dummy llama-3.1-8b per weight scheme\n\nDevice-to-device copy: {:.0} GB/s (bytes read + written). Roofline = (resident weight bytes but the bf16 embedding table + K/V read) / that; ctx 512 per sequence, graphs on.\n",
-        bw / 1e9
+        "## Dummy llama-3.1-8b per weight scheme\n\nRoofline = (resident weight bytes but the bf16 embedding table + K/V read) / the device-to-device copy bandwidth measured just before each scheme's timings (after its load: a copy measured while other processes load runs slow); ctx 512 per sequence, graphs on.\n"
     );
     println!("| weights | variant | resident GB | load s | batch × q | step ms | tok/s | roofline ms | % of roofline | gemv launches |");
     println!("|---|---|---|---|---|---|---|---|---|---|");
@@ -356,6 +354,8 @@ pub fn bench(out: Option<&str>) -> Result<()> {
                     std::thread::sleep(std::time::Duration::from_millis(50));
                 }
             }
+            let bw = wring_cuda::measure_copy_bandwidth(2 << 30)?;
+            eprintln!("{name}: device-to-device copy {:.0} GB/s", bw / 1e9);
             let wb = r.backend().weight_bytes() as f64;
             // The embedding table is resident but only its looked-up rows are read per step.
             let streamed = wb - (cfg.vocab_size * cfg.hidden_size * 2) as f64;
