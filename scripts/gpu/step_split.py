@@ -8,9 +8,11 @@ import sys
 def parse(text):
     out = {}
     for line in text.splitlines():
-        m = re.match(r'^(wring:engine_step\w*)(\{[^}]*\})?\s+([0-9.eE+-]+)', line)
+        m = re.match(r'^(wring:engine_\w*)(\{[^}]*\})?\s+([0-9.eE+-]+)', line)
         if m:
-            out[m.group(1)] = out.get(m.group(1), 0.0) + float(m.group(3))
+            phase = re.search(r'phase="(\w+)"', m.group(2) or "")
+            key = m.group(1) + (":" + phase.group(1) if phase else "")
+            out[key] = out.get(key, 0.0) + float(m.group(3))
     return out
 
 
@@ -24,7 +26,13 @@ try:
 except OSError:
     pass
 if steps:
+    phases = ", ".join(f"{k.split(':')[-1]} {1e3 * v / steps:.3f}" for k, v in sorted(d.items())
+                       if k.startswith("wring:engine_step_host_phase_seconds_total:"))
+    admin = d.get("wring:engine_admin_seconds_total")
     print(f"{label}: {int(steps)} steps, model {1e3 * d['wring:engine_step_model_seconds_total'] / steps:.3f} ms/step, "
-          f"host {1e3 * d['wring:engine_step_host_seconds_total'] / steps:.3f} ms/step, {tput}")
+          f"host {1e3 * d['wring:engine_step_host_seconds_total'] / steps:.3f} ms/step"
+          + (f" ({phases})" if phases else "")
+          + (f", admission/finish outside steps {1e3 * admin / steps:.3f} ms/step" if admin is not None else "")
+          + f", {tput}")
 else:
     print(f"{label}: no step counters ({sorted(b)[:3]})")

@@ -170,6 +170,12 @@ impl EngineCore {
     }
 
     fn handle(&mut self, c: Command, shared: &Weak<Shared>) {
+        let t0 = Instant::now();
+        self.handle_command(c, shared);
+        self.metrics.admin_seconds += t0.elapsed().as_secs_f64();
+    }
+
+    fn handle_command(&mut self, c: Command, shared: &Weak<Shared>) {
         match c {
             Command::Submit(s) => {
                 self.on_submit(*s, shared);
@@ -276,6 +282,7 @@ impl EngineCore {
         let started = Instant::now();
         let model_before = self.metrics.step_model_seconds;
         let drafts = self.plan_drafts();
+        let drafted = Instant::now();
         let decoding = self.sched.decoding_ids();
         let decode = self.decode_work(&decoding, &|id| drafts.slots_for(id));
         let budget = TokenBudget {
@@ -299,6 +306,7 @@ impl EngineCore {
         self.mark_admitted(&rows, shared);
         let ids_only = self.ids_only(&rows);
         let jobs = self.take_constraints(&rows, &drafts);
+        let scheduled = Instant::now();
         let (out, jobs) = if jobs.is_empty() {
             (self.run_model(&input, &rows, ids_only), Vec::new())
         } else {
@@ -320,6 +328,7 @@ impl EngineCore {
                 return true;
             }
         };
+        let verify_start = Instant::now();
         self.mask_logits(&rows, &mut out);
         for r in rows {
             if r.completes {
@@ -328,12 +337,18 @@ impl EngineCore {
                 self.sched.set_computed(r.id, r.num_computed + r.num_tokens);
             }
         }
+        let verified = Instant::now();
         self.spec.end_step();
         let model = self.metrics.step_model_seconds - model_before;
         let secs = started.elapsed().as_secs_f64();
         self.metrics.step_host_seconds += (secs - model).max(0.0);
         // The whole step, host work included: it is what a stream waits between tokens.
         self.budget.observe(work, prefill_tokens, secs);
+        let phases = &mut self.metrics.step_host_phase_seconds;
+        phases[0] += (drafted - started).as_secs_f64();
+        phases[1] += (scheduled - drafted).as_secs_f64();
+        phases[2] += (verified - verify_start).as_secs_f64();
+        phases[3] += verified.elapsed().as_secs_f64();
         true
     }
 

@@ -24,4 +24,4 @@ mod trace;
 pub use api::*;
 pub use config::{EngineConfig, KPolicy, KProfile, ProposerKind, SpecConfig, SuffixParams};
 pub use handle::{Engine, EngineHandle, EngineInfo, RequestHandle, ServedModel};
-pub use metrics::{Histogram, MetricsSnapshot};
+pub use metrics::{Histogram, MetricsSnapshot, HOST_PHASES};

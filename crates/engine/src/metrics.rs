@@ -60,6 +60,12 @@ pub const E2E_BUCKETS: [f64; 14] = [
     0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 60.0, 120.0,
 ];
 
+/// Phases of a step's host work, in order: drafting (the proposer and the K plan),
+/// scheduling (blocks, the step's input, grammar states taken), verifying and emitting
+/// (acceptance, detokenising, stop rules, streaming, the drafter's append), the end of
+/// the step (K policy and step-budget bookkeeping).
+pub const HOST_PHASES: [&str; 4] = ["draft", "schedule", "verify_emit", "end"];
+
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct MetricsSnapshot {
     // Gauges.
@@ -76,6 +82,11 @@ pub struct MetricsSnapshot {
     /// Seconds engine steps spent around it on the host: planning drafts, scheduling,
     /// building the input, verifying, detokenising and streaming.
     pub step_host_seconds: f64,
+    /// The host part by phase ([`HOST_PHASES`]): where a step's host time goes.
+    pub step_host_phase_seconds: [f64; HOST_PHASES.len()],
+    /// Seconds the engine thread spent outside steps on admitting and finishing
+    /// requests (the drafter's per-request trees, grammar compilation, cleanup).
+    pub admin_seconds: f64,
     pub prompt_tokens: u64,
     pub generation_tokens: u64,
     pub prefix_cache_queried_tokens: u64,
@@ -111,6 +122,8 @@ impl Default for MetricsSnapshot {
             steps: 0,
             step_model_seconds: 0.0,
             step_host_seconds: 0.0,
+            step_host_phase_seconds: [0.0; HOST_PHASES.len()],
+            admin_seconds: 0.0,
             prompt_tokens: 0,
             generation_tokens: 0,
             prefix_cache_queried_tokens: 0,

@@ -105,6 +105,25 @@ pub fn render(m: &MetricsSnapshot, model_name: &str) -> String {
         "Seconds engine steps spent on the host around the forward (drafting, scheduling, verifying, streaming).",
         m.step_host_seconds,
     );
+    let labels: Vec<[(&str, &str); 1]> = wring_engine::HOST_PHASES
+        .iter()
+        .map(|&name| [("phase", name)])
+        .collect();
+    let phases: Vec<(&[(&str, &str)], f64)> = labels
+        .iter()
+        .zip(&m.step_host_phase_seconds)
+        .map(|(l, &v)| (&l[..], v))
+        .collect();
+    p.labeled_counter(
+        "wring:engine_step_host_phase_seconds_total",
+        "The host part of engine steps by phase: draft, schedule, verify_emit, end.",
+        &phases,
+    );
+    p.counter(
+        "wring:engine_admin_seconds_total",
+        "Seconds the engine thread spent admitting and finishing requests, outside steps.",
+        m.admin_seconds,
+    );
     p.labeled_counter(
         "vllm:request_success_total",
         "Finished requests by finish reason.",

@@ -323,6 +323,15 @@ async fn speculative_streams_carry_several_tokens_per_chunk_and_match_plain_gree
         steps > 0.0 && model > 0.0 && host > 0.0,
         "{steps} {model} {host}"
     );
+    // The host part by phase (its first series is drafting), and admission outside steps.
+    let draft = spec_srv
+        .metric("wring:engine_step_host_phase_seconds_total")
+        .await;
+    let admin = spec_srv.metric("wring:engine_admin_seconds_total").await;
+    assert!(
+        draft > 0.0 && draft <= host && admin > 0.0,
+        "{draft} {host} {admin}"
+    );
     spec_srv.shutdown().await.unwrap();
 }
 
