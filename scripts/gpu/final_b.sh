@@ -58,23 +58,13 @@ hostsplit() { # label serve-flags...
     local pid=$!
     for _ in $(seq 120); do curl -sf http://127.0.0.1:8200/v1/models > /dev/null 2>&1 && break; sleep 1; done
     for n in 1 32; do
-        local before=$(curl -s http://127.0.0.1:8200/metrics | grep -E '^wring:engine_step')
+        local before=$(curl -s http://127.0.0.1:8200/metrics)
         $PIN $W bench serve --base-url http://127.0.0.1:8200 --corpus mix --corpus-dir "$corp" \
             --concurrency $n --num-prompts $((n == 1 ? 8 : 32)) --runs 1 --warmup 0 --max-tokens 256 \
             --max-prompt-chars 6000 --device H200 --label "$label" --no-progress \
             --result-json "$B/$label-mix-c$n.json" > "$B/$label-mix-c$n.log" 2>&1
-        local after=$(curl -s http://127.0.0.1:8200/metrics | grep -E '^wring:engine_step')
-        python3 - "$label" "$n" "$before" "$after" <<'PY'
-import sys
-def parse(t):
-    return {l.split()[0]: float(l.split()[1]) for l in t.splitlines() if l.strip()}
-label, n, a, b = sys.argv[1], sys.argv[2], parse(sys.argv[3]), parse(sys.argv[4])
-d = {k: b[k] - a.get(k, 0.0) for k in b}
-steps = d.get("wring:engine_steps_total", 0)
-if steps:
-    print(f"{label} mix c={n}: {int(steps)} steps, model {1e3 * d['wring:engine_step_model_seconds_total'] / steps:.3f} ms/step, "
-          f"host {1e3 * d['wring:engine_step_host_seconds_total'] / steps:.3f} ms/step")
-PY
+        local after=$(curl -s http://127.0.0.1:8200/metrics)
+        python3 scripts/gpu/step_split.py "$label mix c=$n" "$before" "$after" "$B/$label-mix-c$n.log"
     done
     kill $pid; sleep 2; kill -9 $pid 2>/dev/null
 }

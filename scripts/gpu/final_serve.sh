@@ -8,13 +8,19 @@
 #   2. wring tune, concurrency 1, 8 prompts: no-spec, K = 4, adaptive;
 #   3. model vs host time per engine step (no-spec, K = 4; c = 1 and 32) from /metrics;
 #   4. a json_schema-constrained step's cost (structured_cost.py);
-#   5. fair steps on this machine's quiet CPU (issue 19 item 3; FAIR=0 skips).
+#   5. each GPU weight format with and without K = 4 (issue 21);
+#   6. fair steps on this machine's quiet CPU (issue 19 item 3; FAIR=0 skips).
+# PARTS (default tune32,tune1,hostsplit,structured,quant,fair) picks them; NAME the folder
+# and tarball under $OUT (serve_rerun.sh and host_phases.sh are such selections).
 # Flags from /tmp/wring-flags (written by the first call) apply to every server here.
 set -uo pipefail
 start=$(date +%s)
 # Optional parts (the quantized formats, fair steps) run only while the call has time left.
 left() { echo $(( ${CALL_S:-420} - ($(date +%s) - start) )); }
-OUT=${OUT:-/tmp/wring-out}; R=$OUT/serve; mkdir -p "$R"
+NAME=${NAME:-serve}
+OUT=${OUT:-/tmp/wring-out}; R=$OUT/$NAME; mkdir -p "$R"
+PARTS=,${PARTS:-tune32,tune1,hostsplit,structured,quant,fair},
+part() { [[ $PARTS == *",$1,"* ]]; }
 . scripts/gpu/cuda_env.sh
 export WRING_HOME=/tmp/wring-home CUDA_VISIBLE_DEVICES=0
 model=$WRING_HOME/models/SmolLM2-135M-Instruct.Q4_1.gguf
@@ -37,9 +43,9 @@ tune() { # concurrency prompts configs
     rm -rf "$dir/logs"
     sed -n '/^| corpus/,/^$/p;/^| configuration/,/^$/p' "$dir/report.md"
 }
-tune 32 ${C32_PROMPTS:-128} ${C32_CONFIGS:-nospec,suffix-k3,suffix-k4,suffix-k6,suffix-k8}
-tune 1 8 ${C1_CONFIGS:-nospec,suffix-k4,adaptive}
-for spec in "nospec" "suffix-k4 --speculative suffix --k-policy fixed:4 --pad"; do
+part tune32 && tune 32 ${C32_PROMPTS:-128} ${C32_CONFIGS:-nospec,suffix-k3,suffix-k4,suffix-k6,suffix-k8}
+part tune1 && tune 1 8 ${C1_CONFIGS:-nospec,suffix-k4,adaptive}
+part hostsplit && for spec in "nospec" "suffix-k4 --speculative suffix --k-policy fixed:4 --pad"; do
     set -- $spec; label=$1; shift
     $W serve --device cuda --port 8200 --kv-cache-mib 4096 "$@" > "$R/$label.serve.log" 2>&1 &
     pid=$!
@@ -47,21 +53,26 @@ for spec in "nospec" "suffix-k4 --speculative suffix --k-policy fixed:4 --pad"; 
     for n in 1 32; do
         before=$(curl -s http://127.0.0.1:8200/metrics)
         $W bench serve --base-url http://127.0.0.1:8200 --corpus mix --corpus-dir "$corp" --concurrency $n \
-            --num-prompts $((n == 1 ? 8 : 128)) --runs 1 --warmup 0 --max-tokens 256 --max-prompt-chars 6000 \
+            --num-prompts $((n == 1 ? 8 : ${HOST_C32_PROMPTS:-128})) --runs 1 --warmup 0 --max-tokens 256 --max-prompt-chars 6000 \
             --device H200 --label "$label" --no-progress --result-json "$R/$label-c$n.json" > "$R/$label-c$n.log" 2>&1
         after=$(curl -s http://127.0.0.1:8200/metrics)
+        echo "$after" > "$R/$label-c$n.metrics"
         python3 scripts/gpu/step_split.py "$label mix c=$n" "$before" "$after" "$R/$label-c$n.log"
     done
     kill $pid; sleep 2; kill -9 $pid 2>/dev/null
 done | tee "$R/hostsplit.txt"
-$W serve --device cuda --port 8201 --kv-cache-mib 4096 > "$R/structured.serve.log" 2>&1 &
-spid=$!
-for _ in $(seq 120); do curl -sf http://127.0.0.1:8201/v1/models > /dev/null 2>&1 && break; sleep 1; done
-timeout 150 python3 scripts/gpu/structured_cost.py http://127.0.0.1:8201 "$R/structured.json" 1 32 2>&1 | tee "$R/structured.txt"
-kill $spid; sleep 2; kill -9 $spid 2>/dev/null
+if part structured; then
+    $W serve --device cuda --port 8201 --kv-cache-mib 4096 > "$R/structured.serve.log" 2>&1 &
+    spid=$!
+    for _ in $(seq 120); do curl -sf http://127.0.0.1:8201/v1/models > /dev/null 2>&1 && break; sleep 1; done
+    timeout 150 python3 scripts/gpu/structured_cost.py http://127.0.0.1:8201 "$R/structured.json" 1 32 2>&1 | tee "$R/structured.txt"
+    kill $spid; sleep 2; kill -9 $spid 2>/dev/null
+fi
 # Issue 21: each GPU weight format with and without padded suffix K = 4, c=32, mix and
 # humaneval (quantised at load from the GGUF; the report names each format's gate verdict).
-if [ "$(left)" -gt 150 ]; then
+if ! part quant; then
+    :
+elif [ "$(left)" -gt 150 ]; then
     t0=$(date +%s)
     $W tune --model "$model" --configs nospec,suffix-k4 --weights ${QUANT_FORMATS:-bf16,fp8,int4,nvfp4} \
         --corpus mix,humaneval --corpus-dir "$corp" --concurrency 32 --max-tokens 256 --num-prompts 64 \
@@ -76,7 +87,7 @@ fi
 # Issue 19 item 3 on a quiet CPU (this machine's, the GPU idle): fair steps with the default
 # CPU weights and step-time target, server on 2 pinned cores, client on 2 others; and the
 # old fixed budget for comparison.
-if [ "${FAIR:-1}" = 1 ] && [ "$(left)" -gt 70 ]; then
+if part fair && [ "${FAIR:-1}" = 1 ] && [ "$(left)" -gt 70 ]; then
     for target in default 0; do
         [ "$(left)" -gt 40 ] || break
         extra=""; [ "$target" = 0 ] && extra="--step-time-target-ms 0"
@@ -88,4 +99,4 @@ if [ "${FAIR:-1}" = 1 ] && [ "$(left)" -gt 70 ]; then
         kill $fpid; sleep 2; kill -9 $fpid 2>/dev/null
     done
 fi
-cd "$OUT" && tar -czf serve.tgz serve && rm -rf serve
+cd "$OUT" && tar -czf "$NAME.tgz" "$NAME" && rm -rf "$NAME"

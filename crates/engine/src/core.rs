@@ -306,6 +306,7 @@ impl EngineCore {
         self.mark_admitted(&rows, shared);
         let ids_only = self.ids_only(&rows);
         let jobs = self.take_constraints(&rows, &drafts);
+        let constrained = !jobs.is_empty();
         let scheduled = Instant::now();
         let (out, jobs) = if jobs.is_empty() {
             (self.run_model(&input, &rows, ids_only), Vec::new())
@@ -329,7 +330,9 @@ impl EngineCore {
             }
         };
         let verify_start = Instant::now();
-        self.mask_logits(&rows, &mut out);
+        if constrained {
+            self.mask_logits(&rows, &mut out);
+        }
         for r in rows {
             if r.completes {
                 self.verify_and_emit(&r, &out, &drafts, shared);

@@ -195,7 +195,7 @@ pub fn matmul_q8(x: &[f32], t_rows: usize, w: &Q8Matrix) -> Vec<f32> {
         quantize_row(&x[t * cols..(t + 1) * cols], q, s)
     });
     #[cfg(target_arch = "x86_64")]
-    let simd = std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma");
+    let simd = super::simd::has_avx2();
     grouped(t_rows, w.rows, |t, tt, g, vals| {
         #[cfg(target_arch = "x86_64")]
         {

@@ -17,7 +17,6 @@ use crate::blaslt::{fp8_pad_tokens, fp8_shape_ok};
 use crate::device::Arg;
 use anyhow::anyhow;
 use std::sync::Arc;
-use wring_backend::{AttnShape, RopeSpec};
 
 /// Where an FP8 producer writes: E4M3 codes and per-token scales, or bf16.
 pub(super) struct Fp8Out {
@@ -55,6 +54,22 @@ impl CudaBackend {
     /// row scale themselves, so their output needs no rescale).
     pub(super) fn fp8_route(&self, x: &CudaTensor, w: &CudaMatrix) -> bool {
         x.dtype == DType::Fp8 || (self.fp8_fused_weights(w) && !self.gemv_takes(x, w))
+    }
+
+    /// A linear by the rule above: the FP8 W8A8 GEMM (its output may carry a pending
+    /// rescale) or the bf16 / gemv / quantized paths. `Backend::linear` and the fused
+    /// q|k|v and gate|up ops all take their GEMM from here.
+    pub(super) fn any_linear_op(
+        &mut self,
+        x: &CudaTensor,
+        w: &CudaMatrix,
+        bias: Option<&CudaVector>,
+    ) -> CudaTensor {
+        if self.fp8_route(x, w) {
+            self.fp8_linear_op(x, w, bias)
+        } else {
+            self.linear_op(x, w, bias)
+        }
     }
 
     /// `Backend::next_input_for`: remembers the consumer of the next GEMM input.
@@ -173,111 +188,6 @@ impl CudaBackend {
             );
         }
         out
-    }
-
-    /// `Backend::qkv_rope` for FP8 weights: the GEMM, then the q/k/v split with RoPE
-    /// (and the K/V pool store) applying the GEMM's rescale as it reads.
-    pub(super) fn fp8_qkv_rope_op(
-        &mut self,
-        layer: usize,
-        x: &CudaTensor,
-        w: &CudaMatrix,
-        shape: AttnShape,
-        rope: &RopeSpec,
-    ) -> (CudaTensor, CudaTensor, CudaTensor) {
-        let empty = || {
-            (
-                CudaTensor::empty(),
-                CudaTensor::empty(),
-                CudaTensor::empty(),
-            )
-        };
-        let (qd, kvd) = (
-            shape.n_heads * shape.head_dim,
-            shape.n_kv_heads * shape.head_dim,
-        );
-        if w.rows != qd + 2 * kvd {
-            self.fail(anyhow!(
-                "qkv_rope: fused weight has {} rows, expected {}",
-                w.rows,
-                qd + 2 * kvd
-            ));
-            return empty();
-        }
-        let Some(freqs) = self.rope_freqs_ptr(rope) else {
-            return empty();
-        };
-        let pools = self.kv.as_ref().filter(|kv| {
-            self.opts.fused_kv_store
-                && layer < kv.spec.layers
-                && kv.spec.head_dim == shape.head_dim
-                && kv.spec.n_kv_heads == shape.n_kv_heads
-        });
-        let (k_pool, v_pool, block_size) = match pools {
-            Some(kv) => {
-                let k_pool = kv.buf.ptr() + (2 * layer * kv.part_bytes) as u64;
-                (k_pool, k_pool + kv.part_bytes as u64, kv.spec.block_size)
-            }
-            None => (0, 0, 0),
-        };
-        let fused = self.fp8_linear_op(x, w, None);
-        let (rows, valid) = (x.rows, x.valid_rows);
-        let q = self.alloc(rows, qd, DType::F32, valid);
-        let k = self.alloc(rows, kvd, DType::F32, valid);
-        let v = self.alloc(rows, kvd, DType::F32, valid);
-        if !self.ok() {
-            return empty();
-        }
-        let r = fused.pending.take();
-        let (f, what) = if r.is_some() {
-            (self.kernels.rope_split_qkv_fp8, "rope_split_qkv_fp8")
-        } else {
-            (self.kernels.rope_split_qkv, "rope_split_qkv")
-        };
-        let mut args = vec![
-            Arg::Ptr(fused.ptr),
-            Arg::Ptr(q.ptr),
-            Arg::Ptr(k.ptr),
-            Arg::Ptr(v.ptr),
-            Arg::Ptr(self.meta_ptr(self.layout.off_positions)),
-            Arg::Ptr(freqs),
-            Arg::I32(shape.n_heads as i32),
-            Arg::I32(shape.n_kv_heads as i32),
-            Arg::I32(shape.head_dim as i32),
-            Arg::I32(rope.interleaved as i32),
-            Arg::Ptr(k_pool),
-            Arg::Ptr(v_pool),
-            Arg::Ptr(self.meta_ptr(self.layout.off_token_seq)),
-            Arg::Ptr(self.meta_ptr(self.layout.off_seq_bt_off)),
-            Arg::Ptr(self.meta_ptr(self.layout.off_block_tables)),
-            Arg::I32(block_size as i32),
-        ];
-        if let Some(r) = r {
-            args.extend([Arg::Ptr(r.xs), Arg::Ptr(r.ws)]);
-        }
-        self.kv_stored = (k_pool != 0).then_some(layer);
-        let blocks_per_token = (shape.n_heads + 2 * shape.n_kv_heads) as u32;
-        self.launch(f, (rows as u32, blocks_per_token, 1), 64, &args, what);
-        drop(fused);
-        (q, k, v)
-    }
-
-    /// `Backend::gate_up_silu` for FP8 gate|up weights: the GEMM, then SiLU·mul applying
-    /// its rescale and writing the down projection's input (E4M3 when that is an FP8 GEMM
-    /// that reads codes, else bf16).
-    pub(super) fn fp8_gate_up_silu_op(&mut self, x: &CudaTensor, w: &CudaMatrix) -> CudaTensor {
-        if !w.rows.is_multiple_of(2) {
-            self.fail(anyhow!(
-                "gate_up_silu: fused weight has an odd row count {}",
-                w.rows
-            ));
-            return CudaTensor::empty();
-        }
-        let gu = self.fp8_linear_op(x, w, None);
-        if !self.ok() {
-            return CudaTensor::empty();
-        }
-        self.silu_rows(&gu)
     }
 
     /// SiLU·mul of a gate|up output `[T][2n]` (a pending rescale applied) into the next

@@ -291,11 +291,18 @@ impl CudaBackend {
             self.kv_stored = (k_pool != 0).then_some(layer);
             return (q, k, v);
         }
-        let fused = self.linear_op(x, w, None);
+        // An FP8 GEMM leaves its rescale to the split, which applies it as it reads.
+        let fused = self.any_linear_op(x, w, None);
         if !self.ok() {
             return empty();
         }
-        let args = [
+        let rescale = fused.pending.take();
+        let (f, what) = if rescale.is_some() {
+            (self.kernels.rope_split_qkv_fp8, "rope_split_qkv_fp8")
+        } else {
+            (self.kernels.rope_split_qkv, "rope_split_qkv")
+        };
+        let mut args = vec![
             Arg::Ptr(fused.ptr),
             Arg::Ptr(q.ptr),
             Arg::Ptr(k.ptr),
@@ -313,15 +320,12 @@ impl CudaBackend {
             Arg::Ptr(self.meta_ptr(self.layout.off_block_tables)),
             Arg::I32(block_size as i32),
         ];
+        if let Some(r) = rescale {
+            args.extend([Arg::Ptr(r.xs), Arg::Ptr(r.ws)]);
+        }
         self.kv_stored = (k_pool != 0).then_some(layer);
         let blocks_per_token = (shape.n_heads + 2 * shape.n_kv_heads) as u32;
-        self.launch(
-            self.kernels.rope_split_qkv,
-            (x.rows as u32, blocks_per_token, 1),
-            64,
-            &args,
-            "rope_split_qkv",
-        );
+        self.launch(f, (x.rows as u32, blocks_per_token, 1), 64, &args, what);
         drop(fused);
         (q, k, v)
     }
@@ -334,6 +338,11 @@ impl CudaBackend {
             ));
             return CudaTensor::empty();
         }
+        let fp8 = self.fp8_route(x, w);
+        if !fp8 {
+            // The bf16 kernels write bf16: a down-projection hint is dropped.
+            self.fp8_next = None;
+        }
         if let Some((format, mut a)) = self.gemv_args(x, w, GemvEpilogue::Silu, 0) {
             let out = self.alloc(x.rows, w.rows / 2, DType::Bf16, x.valid_rows);
             if !self.ok() {
@@ -342,6 +351,15 @@ impl CudaBackend {
             a.h = out.ptr;
             self.gemv_launch(format, GemvEpilogue::Silu, a, w.rows / 64);
             return out;
+        }
+        if fp8 {
+            // SiLU·mul applies the FP8 GEMM's rescale and writes the down projection's
+            // input (E4M3 when that GEMM reads codes).
+            let gu = self.fp8_linear_op(x, w, None);
+            if !self.ok() {
+                return CudaTensor::empty();
+            }
+            return self.silu_rows(&gu);
         }
         let gu = self.linear_op(x, w, None);
         if !self.ok() {

@@ -652,10 +652,7 @@ impl Backend for CudaBackend {
     }
 
     fn linear(&mut self, x: &CudaTensor, w: &CudaMatrix, bias: Option<&CudaVector>) -> CudaTensor {
-        if self.fp8_route(x, w) {
-            return self.fp8_linear_op(x, w, bias);
-        }
-        self.linear_op(x, w, bias)
+        self.any_linear_op(x, w, bias)
     }
 
     fn rope(&mut self, x: &mut CudaTensor, n_heads: usize, head_dim: usize, rope: &RopeSpec) {
@@ -821,9 +818,6 @@ impl Backend for CudaBackend {
         shape: AttnShape,
         rope: &RopeSpec,
     ) -> (CudaTensor, CudaTensor, CudaTensor) {
-        if self.fp8_route(x, w) {
-            return self.fp8_qkv_rope_op(layer, x, w, shape, rope);
-        }
         self.qkv_rope_op(layer, x, w, shape, rope)
     }
 
@@ -844,11 +838,6 @@ impl Backend for CudaBackend {
     }
 
     fn gate_up_silu(&mut self, x: &CudaTensor, w: &CudaMatrix) -> CudaTensor {
-        if self.fp8_route(x, w) {
-            return self.fp8_gate_up_silu_op(x, w);
-        }
-        // The bf16 kernels write bf16: a down-projection hint is dropped.
-        self.fp8_next = None;
         self.gate_up_silu_op(x, w)
     }
 
