@@ -307,16 +307,24 @@ impl EngineCore {
         let ids_only = self.ids_only(&rows);
         let jobs = self.take_constraints(&rows, &drafts);
         let constrained = !jobs.is_empty();
+        // The drafter's deferred shared-tree updates run beside the model.
+        let background = self.spec.proposer().take_background();
         let scheduled = Instant::now();
-        let (out, jobs) = if jobs.is_empty() {
+        let (out, jobs) = if jobs.is_empty() && background.is_none() {
             (self.run_model(&input, &rows, ids_only), Vec::new())
         } else {
-            // The grammar masks of this step's positions are computed while the
-            // model runs (constrained sequences only).
+            // The grammar masks of this step's positions (constrained sequences only)
+            // are computed while the model runs, and so is the drafter's background work.
             std::thread::scope(|s| {
-                let masks = s.spawn(move || EngineCore::prepare_masks(jobs));
+                let background = background.map(|work| s.spawn(work));
+                let masks =
+                    (!jobs.is_empty()).then(|| s.spawn(move || EngineCore::prepare_masks(jobs)));
                 let out = self.run_model(&input, &rows, ids_only);
-                (out, masks.join().unwrap_or_default())
+                if let Some(Err(_)) = background.map(|h| h.join()) {
+                    tracing::error!("the drafter's background work panicked");
+                }
+                let masks = masks.map(|m| m.join().unwrap_or_default());
+                (out, masks.unwrap_or_default())
             })
         };
         self.return_constraints(&rows, jobs, shared);

@@ -1,15 +1,13 @@
-//! The drafter the engine talks to: request lifecycle, the global tree and its eviction.
+//! The drafter the engine talks to: request lifecycle, batch drafts, deferred mode.
 
-use std::collections::{BTreeMap, HashMap};
-use std::hash::BuildHasherDefault;
+use std::ops::Deref;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use rayon::prelude::*;
 
 use crate::config::MAX_TREE_DEPTH_LIMIT;
-use crate::tree::{EdgeHasher, SeqId, SpecParams, SuffixTree, MAX_TREE_TOKENS};
-
-/// Request-id maps: ids are engine-chosen integers, no need for a DoS-resistant hash.
-type IdMap<V> = HashMap<u64, V, BuildHasherDefault<EdgeHasher>>;
+use crate::global::{GlobalCache, GlobalOp, IdMap};
+use crate::tree::{SeqId, SpecParams, SuffixTree, MAX_TREE_TOKENS};
 use crate::{Draft, DrafterError, SuffixConfig};
 
 /// Shape of a draft.
@@ -24,29 +22,94 @@ pub enum DraftMode {
 /// Output length a request's own tree is sized for up front (it grows beyond if needed).
 const EXPECTED_OUTPUT_TOKENS: usize = 512;
 
+/// Batches of at least this many requests draft (and catch up on deferred appends) on the
+/// rayon pool. Waking the pool costs tens of µs, more than a few µs-long drafts: 8 requests
+/// took 42 µs through rayon vs ~25 µs in a loop (BENCHMARKS.md, drafter section).
+const PARALLEL_FROM: usize = 16;
+const MIN_PER_TASK: usize = 8;
+
 /// One in-flight request: a private tree over its prompt and everything emitted so far.
 #[derive(Debug)]
 struct ActiveRequest {
     tree: SuffixTree,
     seq: SeqId,
+    /// Deferred mode: emitted tokens not yet in `tree` (added before the next draft).
+    pending: Vec<u32>,
+    /// A deferred append hit the tree's size limit.
+    too_long: bool,
+    /// Its response in the global tree is the one its drafts may follow (false while
+    /// its admission is queued: the id could still name an older response there).
+    global_synced: bool,
+    /// Tokens queued for its response in the global tree, not yet handed out: the
+    /// response's window ends that many tokens before the request does.
+    global_lag: usize,
 }
 
-/// Suffix-tree drafter. Not internally locked: `speculate*` take `&self` and may run in
-/// parallel (the batch call does); mutations take `&mut self`.
+impl ActiveRequest {
+    fn catch_up(&mut self) {
+        if !self.pending.is_empty() {
+            if !self.tree.extend(self.seq, &self.pending) {
+                self.too_long = true;
+            }
+            self.pending.clear();
+        }
+    }
+}
+
+/// Suffix-tree drafter. `speculate*` take `&self` and may run in parallel (the batch call
+/// does); mutations take `&mut self`.
 ///
 /// A request's output enters the global tree as it is appended (as in ArcticInference), so
 /// concurrent requests can already draft from it; `stop_request` keeps it there and
 /// `abort_request` takes it out again.
+///
+/// Deferred mode ([`Self::enable_deferred_global`], what the engine uses): appends to a
+/// request's own tree wait for its next draft (then run in parallel across the batch), and
+/// every change to the global tree is queued until [`Self::take_global_work`] hands the
+/// queue to the caller, who runs it on another thread while the model computes. Drafts then
+/// see the global tree as of one step earlier; they stay deterministic (the work is always
+/// applied, in order, before the next draft reads the tree) and verification keeps the
+/// output lossless whatever the drafts are.
 #[derive(Debug)]
 pub struct SuffixDrafter {
     cfg: SuffixConfig,
     active: IdMap<ActiveRequest>,
-    global: SuffixTree,
-    /// Responses in the global tree, oldest first (key: admission order).
-    cached: BTreeMap<u64, (u64, SeqId)>,
-    /// Request id -> (admission order, sequence in the global tree).
-    cached_by_id: IdMap<(u64, SeqId)>,
-    next_admission: u64,
+    global: Arc<Mutex<GlobalCache>>,
+    /// Deferred mode: global changes not yet handed out (None: applied at once).
+    queued: Option<Vec<GlobalOp>>,
+}
+
+/// Queued changes to a drafter's global tree, to be applied (`run`) before its next draft;
+/// the drafter's readers wait on the tree's lock while it runs.
+#[must_use = "queued global-tree changes are lost unless run"]
+pub struct GlobalWork {
+    global: Arc<Mutex<GlobalCache>>,
+    ops: Vec<GlobalOp>,
+}
+
+impl GlobalWork {
+    pub fn run(self) {
+        let mut g = lock(&self.global);
+        for op in self.ops {
+            g.apply(op);
+        }
+    }
+}
+
+/// Read access to the global tree (holds its lock).
+pub struct GlobalTreeRef<'a>(MutexGuard<'a, GlobalCache>);
+
+impl Deref for GlobalTreeRef<'_> {
+    type Target = SuffixTree;
+    fn deref(&self) -> &SuffixTree {
+        &self.0.tree
+    }
+}
+
+/// A panic while applying global work leaves a tree that is still well formed (every op
+/// completes or never starts its mutation), so a poisoned lock is taken over.
+fn lock(global: &Mutex<GlobalCache>) -> MutexGuard<'_, GlobalCache> {
+    global.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl SuffixDrafter {
@@ -63,18 +126,60 @@ impl SuffixDrafter {
     }
 
     fn build(cfg: SuffixConfig) -> Self {
+        let global = GlobalCache::new(
+            cfg.max_tree_depth,
+            cfg.max_cached_requests,
+            cfg.max_cached_tokens,
+        );
         Self {
-            global: SuffixTree::new(cfg.max_tree_depth),
+            global: Arc::new(Mutex::new(global)),
             cfg,
             active: IdMap::default(),
-            cached: BTreeMap::new(),
-            cached_by_id: IdMap::default(),
-            next_admission: 0,
+            queued: None,
         }
     }
 
     pub fn config(&self) -> &SuffixConfig {
         &self.cfg
+    }
+
+    /// Switches to deferred mode (see the type's docs); changes made so far stay applied.
+    pub fn enable_deferred_global(&mut self) {
+        self.queued.get_or_insert_with(Vec::new);
+    }
+
+    /// The global-tree changes queued since the last call (deferred mode), if any.
+    pub fn take_global_work(&mut self) -> Option<GlobalWork> {
+        let ops = std::mem::take(self.queued.as_mut()?);
+        if ops.is_empty() {
+            return None;
+        }
+        // The work runs before the next draft reads the tree (the caller's contract).
+        for r in self.active.values_mut() {
+            r.global_synced = true;
+            r.global_lag = 0;
+        }
+        Some(GlobalWork {
+            global: Arc::clone(&self.global),
+            ops,
+        })
+    }
+
+    /// Applies every queued global change and deferred append now.
+    pub fn catch_up(&mut self) {
+        if let Some(work) = self.take_global_work() {
+            work.run();
+        }
+        for r in self.active.values_mut() {
+            r.catch_up();
+        }
+    }
+
+    fn global_op(&mut self, op: GlobalOp) {
+        match self.queued.as_mut() {
+            Some(q) => q.push(op),
+            None => lock(&self.global).apply(op),
+        }
     }
 
     fn global_enabled(&self) -> bool {
@@ -111,79 +216,35 @@ impl SuffixDrafter {
         if !tree.extend(seq, prompt) {
             return Err(DrafterError::TooLong(MAX_TREE_TOKENS as u64));
         }
-        self.active.insert(id, ActiveRequest { tree, seq });
-        self.evict_id(id);
-        if self.global_enabled() {
-            self.admit(id);
-            self.evict_over_request_limit(id);
-        }
+        let req = ActiveRequest {
+            tree,
+            seq,
+            pending: Vec::new(),
+            too_long: false,
+            global_synced: self.queued.is_none(),
+            global_lag: 0,
+        };
+        self.active.insert(id, req);
+        self.global_op(GlobalOp::Start(id));
         Ok(())
-    }
-
-    fn admit(&mut self, id: u64) {
-        let seq = self.global.add_sequence();
-        let order = self.next_admission;
-        self.next_admission += 1;
-        self.cached.insert(order, (id, seq));
-        self.cached_by_id.insert(id, (order, seq));
-    }
-
-    /// Takes a response out of the global tree; false when it is not there.
-    fn evict_id(&mut self, id: u64) -> bool {
-        match self.cached_by_id.remove(&id) {
-            Some((order, seq)) => {
-                self.cached.remove(&order);
-                self.global.remove(seq);
-                true
-            }
-            None => false,
-        }
-    }
-
-    /// Evicts the oldest response other than `keep`'s; false when there is none.
-    fn evict_oldest_except(&mut self, keep: Option<u64>) -> bool {
-        let victim = self
-            .cached
-            .values()
-            .map(|&(id, _)| id)
-            .find(|&id| Some(id) != keep);
-        victim.is_some_and(|id| self.evict_id(id))
-    }
-
-    fn evict_over_request_limit(&mut self, newest: u64) {
-        if let Some(limit) = self.cfg.max_cached_requests {
-            while self.cached.len() > limit && self.evict_oldest_except(Some(newest)) {}
-        }
-    }
-
-    /// Oldest first; the request being appended to goes last, and goes too if it alone is
-    /// over the budget.
-    fn evict_over_token_budget(&mut self, current: u64) {
-        if let Some(budget) = self.cfg.max_cached_tokens {
-            while self.global.num_tokens() > budget {
-                if !self.evict_oldest_except(Some(current)) && !self.evict_id(current) {
-                    break;
-                }
-            }
-        }
     }
 
     /// Records tokens the request actually emitted (never rejected draft tokens).
     pub fn append(&mut self, id: u64, tokens: &[u32]) -> Result<(), DrafterError> {
         self.check_vocab(id, tokens)?;
+        let deferred = self.queued.is_some();
         let req = self
             .active
             .get_mut(&id)
             .ok_or(DrafterError::UnknownRequest(id))?;
-        if !req.tree.extend(req.seq, tokens) {
+        if deferred {
+            req.pending.extend_from_slice(tokens);
+            req.global_lag += tokens.len();
+        } else if !req.tree.extend(req.seq, tokens) {
             return Err(DrafterError::TooLong(MAX_TREE_TOKENS as u64));
         }
-        if let Some(&(_, seq)) = self.cached_by_id.get(&id) {
-            if !self.global.extend(seq, tokens) {
-                // The global tree is full to its counters' limit: drop this response from it.
-                self.evict_id(id);
-            }
-            self.evict_over_token_budget(id);
+        if self.global_enabled() {
+            self.global_op(GlobalOp::Append(id, tokens.to_vec()));
         }
         Ok(())
     }
@@ -193,9 +254,7 @@ impl SuffixDrafter {
         self.active
             .remove(&id)
             .ok_or(DrafterError::UnknownRequest(id))?;
-        if let Some(&(_, seq)) = self.cached_by_id.get(&id) {
-            self.global.seal(seq);
-        }
+        self.global_op(GlobalOp::Stop(id));
         Ok(())
     }
 
@@ -204,7 +263,7 @@ impl SuffixDrafter {
         self.active
             .remove(&id)
             .ok_or(DrafterError::UnknownRequest(id))?;
-        self.evict_id(id);
+        self.global_op(GlobalOp::Abort(id));
         Ok(())
     }
 
@@ -220,8 +279,19 @@ impl SuffixDrafter {
 
     /// Drafts from the request's own tree and from the global tree over the last
     /// `max_tree_depth` tokens of its sequence; the higher score wins, ties go to its own tree.
+    /// In deferred mode tokens appended since the last batch draft are not seen here.
     pub fn speculate_mode(
         &self,
+        id: u64,
+        max_k: usize,
+        mode: DraftMode,
+    ) -> Result<Draft, DrafterError> {
+        self.speculate_with(&lock(&self.global), id, max_k, mode)
+    }
+
+    fn speculate_with(
+        &self,
+        global: &GlobalCache,
         id: u64,
         max_k: usize,
         mode: DraftMode,
@@ -230,6 +300,9 @@ impl SuffixDrafter {
             .active
             .get(&id)
             .ok_or(DrafterError::UnknownRequest(id))?;
+        if req.too_long {
+            return Err(DrafterError::TooLong(MAX_TREE_TOKENS as u64));
+        }
         let params = SpecParams {
             max_k,
             max_spec_factor: self.cfg.max_spec_factor,
@@ -239,62 +312,67 @@ impl SuffixDrafter {
         };
         let context = req.tree.tokens(req.seq).unwrap_or_default();
         let own = req.tree.speculate_after(context, Some(req.seq), &params);
-        if self.global.num_tokens() == 0 {
+        if global.tree.num_tokens() == 0 {
             return Ok(own);
         }
-        let response = self.cached_by_id.get(&id).map(|&(_, seq)| seq);
-        let global = self.global.speculate_after(context, response, &params);
-        Ok(if own.score >= global.score {
-            own
-        } else {
-            global
-        })
+        let response = global.response(id).filter(|_| req.global_synced);
+        let other = global
+            .tree
+            .speculate_after_lagged(context, response, req.global_lag, &params);
+        Ok(if own.score >= other.score { own } else { other })
     }
 
     /// Path-mode drafts for a whole batch of `(request id, max_k)`, in parallel.
-    pub fn speculate_batch(&self, reqs: &[(u64, usize)]) -> Vec<Result<Draft, DrafterError>> {
+    pub fn speculate_batch(&mut self, reqs: &[(u64, usize)]) -> Vec<Result<Draft, DrafterError>> {
         self.speculate_batch_mode(reqs, DraftMode::Path)
     }
 
+    /// Drafts for a batch: first the requests' deferred appends (in parallel for large
+    /// batches: each touches only its own tree), then the drafts, small batches on the
+    /// calling thread and large ones in tasks of several requests.
     pub fn speculate_batch_mode(
-        &self,
+        &mut self,
         reqs: &[(u64, usize)],
         mode: DraftMode,
     ) -> Vec<Result<Draft, DrafterError>> {
-        // Waking the pool costs tens of µs, more than a few µs-long drafts: 8 requests took
-        // 42 µs through rayon vs ~25 µs in a loop (BENCHMARKS.md, drafter section), so small batches
-        // stay on the calling thread and large ones split into tasks of several requests.
-        const PARALLEL_FROM: usize = 16;
-        const MIN_PER_TASK: usize = 8;
+        let mut behind: Vec<&mut ActiveRequest> = self
+            .active
+            .values_mut()
+            .filter(|r| !r.pending.is_empty())
+            .collect();
+        if behind.len() >= PARALLEL_FROM {
+            behind
+                .par_iter_mut()
+                .with_min_len(MIN_PER_TASK)
+                .for_each(|r| r.catch_up());
+        } else {
+            behind.iter_mut().for_each(|r| r.catch_up());
+        }
+        let global = lock(&self.global);
+        let this = &*self;
         if reqs.len() < PARALLEL_FROM {
             return reqs
                 .iter()
-                .map(|&(id, k)| self.speculate_mode(id, k, mode))
+                .map(|&(id, k)| this.speculate_with(&global, id, k, mode))
                 .collect();
         }
+        let global = &*global;
         reqs.par_iter()
             .with_min_len(MIN_PER_TASK)
-            .map(|&(id, k)| self.speculate_mode(id, k, mode))
+            .map(|&(id, k)| this.speculate_with(global, id, k, mode))
             .collect()
     }
 
     /// Empties the global tree. Active requests keep going; their next tokens are cached anew.
     pub fn reset_global(&mut self) {
-        self.global.clear();
-        self.cached.clear();
-        self.cached_by_id.clear();
-        if self.global_enabled() {
-            let mut ids: Vec<u64> = self.active.keys().copied().collect();
-            ids.sort_unstable();
-            for id in ids {
-                self.admit(id);
-            }
-        }
+        let mut ids: Vec<u64> = self.active.keys().copied().collect();
+        ids.sort_unstable();
+        self.global_op(GlobalOp::Reset(ids));
     }
 
-    /// Bytes held by the global tree.
+    /// Bytes held by the global tree (changes applied so far).
     pub fn global_memory_bytes(&self) -> usize {
-        self.global.memory_bytes()
+        lock(&self.global).tree.memory_bytes()
     }
 
     /// Bytes held by the active requests' own trees.
@@ -302,14 +380,14 @@ impl SuffixDrafter {
         self.active.values().map(|r| r.tree.memory_bytes()).sum()
     }
 
-    /// Response tokens indexed by the global tree.
+    /// Response tokens indexed by the global tree (changes applied so far).
     pub fn global_cached_tokens(&self) -> usize {
-        self.global.num_tokens()
+        lock(&self.global).tree.num_tokens()
     }
 
-    /// Responses indexed by the global tree (active ones included).
+    /// Responses indexed by the global tree, active ones included (changes applied so far).
     pub fn global_cached_requests(&self) -> usize {
-        self.cached.len()
+        lock(&self.global).num_cached()
     }
 
     pub fn num_active(&self) -> usize {
@@ -320,46 +398,24 @@ impl SuffixDrafter {
         self.active.contains_key(&id)
     }
 
-    /// Tokens of an active request (prompt and emitted output).
+    /// Tokens of an active request (prompt and emitted output; in deferred mode, those
+    /// added to its tree so far).
     pub fn request_tokens(&self, id: u64) -> Option<&[u32]> {
         self.active.get(&id).and_then(|r| r.tree.tokens(r.seq))
     }
 
-    /// The global tree (read-only; for tests and diagnostics).
-    pub fn global_tree(&self) -> &SuffixTree {
-        &self.global
+    /// The global tree (read-only, locked while held; for tests and diagnostics).
+    pub fn global_tree(&self) -> GlobalTreeRef<'_> {
+        GlobalTreeRef(lock(&self.global))
     }
 
     /// Checks every tree's invariants and the cache bookkeeping.
     pub fn check_integrity(&self) -> Result<(), String> {
-        self.global
-            .check_integrity()
-            .map_err(|e| format!("global tree: {e}"))?;
+        lock(&self.global).check_integrity()?;
         for (id, req) in &self.active {
             req.tree
                 .check_integrity()
                 .map_err(|e| format!("request {id}: {e}"))?;
-        }
-        if self.cached.len() != self.cached_by_id.len()
-            || self.cached.len() != self.global.num_seqs()
-        {
-            return Err("cache bookkeeping out of step with the global tree".into());
-        }
-        if let Some(limit) = self.cfg.max_cached_requests {
-            if self.cached.len() > limit.max(1) {
-                return Err(format!(
-                    "{} cached responses over the limit {limit}",
-                    self.cached.len()
-                ));
-            }
-        }
-        if let Some(budget) = self.cfg.max_cached_tokens {
-            if self.global.num_tokens() > budget {
-                return Err(format!(
-                    "{} cached tokens over the budget {budget}",
-                    self.global.num_tokens()
-                ));
-            }
         }
         Ok(())
     }

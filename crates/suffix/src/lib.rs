@@ -12,7 +12,8 @@
 //!   open leaves, reference-counted token storage) and its integrity checker.
 //! - `eval` / `replay`: offline trace replay behind `wring drafter-eval`.
 //!
-//! Module map: `config` (parameters), `draft` (output), `drafter` (lifecycle, eviction, batch),
+//! Module map: `config` (parameters), `draft` (output), `drafter` (lifecycle, batch, deferred mode), `global` (the
+//! global tree's bookkeeping and eviction),
 //! `tree/{mod,order,speculate,integrity,hash}`.
 
 mod config;
@@ -20,11 +21,12 @@ mod draft;
 mod drafter;
 mod error;
 pub mod eval;
+mod global;
 pub mod replay;
 pub mod tree;
 
 pub use config::{SuffixConfig, MAX_TREE_DEPTH_LIMIT};
 pub use draft::Draft;
-pub use drafter::{DraftMode, SuffixDrafter};
+pub use drafter::{DraftMode, GlobalTreeRef, GlobalWork, SuffixDrafter};
 pub use error::DrafterError;
 pub use tree::{SeqId, SpecParams, SuffixTree, MAX_TREE_TOKENS};

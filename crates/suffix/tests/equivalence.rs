@@ -232,3 +232,37 @@ proptest! {
         }
     }
 }
+
+proptest! {
+    /// A sequence whose last `lag` tokens are not in the tree yet: following its window down
+    /// by those tokens finds the same matches as walking each one from the root.
+    #[test]
+    fn lagged_window_drafts_equal_root_walks(
+        others in prop::collection::vec(prop::collection::vec(0u32..4, 1..40), 0..4),
+        tokens in prop::collection::vec(0u32..4, 2..80),
+        lag in 0usize..10,
+        depth in 1usize..24,
+        max_k in 1usize..8,
+        tree_mode in any::<bool>(),
+    ) {
+        let lag = lag.min(tokens.len() - 1);
+        let mut t = SuffixTree::new(depth);
+        for o in &others {
+            let s = t.add_sequence();
+            t.extend(s, o);
+        }
+        let seq = t.add_sequence();
+        t.extend(seq, &tokens[..tokens.len() - lag]);
+        let p = wring_suffix::SpecParams {
+            max_k,
+            max_spec_factor: 1.0,
+            max_spec_offset: 0.0,
+            min_token_prob: 0.1,
+            tree: tree_mode,
+        };
+        prop_assert_eq!(
+            t.speculate_after_lagged(&tokens, Some(seq), lag, &p),
+            t.speculate(&tokens, &p)
+        );
+    }
+}

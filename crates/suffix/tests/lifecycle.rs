@@ -171,11 +171,11 @@ fn batch_equals_one_by_one() {
     for n in [16u64, 40] {
         let mut reqs: Vec<(u64, usize)> = (0..n).map(|id| (id, 2 + id as usize % 7)).collect();
         reqs.insert(3, (999, 4));
-        check_batch(&d, &reqs);
+        check_batch(&mut d, &reqs);
     }
 }
 
-fn check_batch(d: &SuffixDrafter, reqs: &[(u64, usize)]) {
+fn check_batch(d: &mut SuffixDrafter, reqs: &[(u64, usize)]) {
     for mode in [DraftMode::Path, DraftMode::Tree] {
         let batch = d.speculate_batch_mode(reqs, mode);
         assert_eq!(batch.len(), reqs.len());
@@ -196,5 +196,76 @@ fn reset_keeps_active_requests_caching() {
     assert_eq!(d.global_cached_tokens(), 0);
     d.append(1, &[5]).unwrap();
     assert_eq!(d.global_cached_tokens(), 1);
+    d.check_integrity().unwrap();
+}
+
+/// A deterministic stream of lifecycle calls over a few requests.
+fn drive(d: &mut SuffixDrafter, round: u64) {
+    let id = round % 5;
+    let tokens: Vec<u32> = (0..(round % 4 + 1))
+        .map(|i| ((round * 7 + i) % 9) as u32)
+        .collect();
+    match round % 11 {
+        0 if round > 0 => {
+            let _ = d.stop_request(id);
+        }
+        5 => {
+            let _ = d.abort_request(id);
+        }
+        10 if round % 33 == 10 => d.reset_global(),
+        _ => {
+            if !d.is_active(id) {
+                d.start_request(id, &[1, 2, 3, id as u32]).unwrap();
+            }
+            d.append(id, &tokens).unwrap();
+        }
+    }
+}
+
+#[test]
+fn deferred_mode_catches_up_to_the_immediate_one() {
+    let cfg = SuffixConfig {
+        max_cached_tokens: Some(60),
+        ..SuffixConfig::default()
+    };
+    let mut now = drafter(cfg.clone());
+    let mut later = drafter(cfg);
+    later.enable_deferred_global();
+    for round in 0..300u64 {
+        drive(&mut now, round);
+        drive(&mut later, round);
+        if round % 3 == 2 {
+            later.catch_up();
+            assert_eq!(
+                now.global_tree().path_counts(),
+                later.global_tree().path_counts()
+            );
+            assert_eq!(now.global_cached_requests(), later.global_cached_requests());
+            for id in 0..5 {
+                assert_eq!(now.request_tokens(id), later.request_tokens(id));
+                assert_eq!(now.speculate(id, 4), later.speculate(id, 4));
+            }
+            later.check_integrity().unwrap();
+        }
+    }
+}
+
+#[test]
+fn deferred_drafts_see_own_tokens_at_once_and_global_ones_after_the_work_runs() {
+    let mut d = drafter(SuffixConfig::default());
+    d.enable_deferred_global();
+    d.start_request(1, &[1, 2, 3]).unwrap();
+    d.append(1, &[4, 5]).unwrap();
+    assert_eq!(d.request_tokens(1), Some(&[1, 2, 3][..]));
+    assert_eq!(d.global_cached_tokens(), 0);
+    let drafts = d.speculate_batch(&[(1, 2)]);
+    assert!(drafts[0].is_ok());
+    assert_eq!(d.request_tokens(1), Some(&[1, 2, 3, 4, 5][..]));
+    assert_eq!(d.global_cached_tokens(), 0);
+    let work = d.take_global_work().expect("start and append queued");
+    assert!(d.take_global_work().is_none());
+    std::thread::spawn(move || work.run()).join().unwrap();
+    assert_eq!(d.global_cached_tokens(), 2);
+    assert_eq!(d.global_cached_requests(), 1);
     d.check_integrity().unwrap();
 }

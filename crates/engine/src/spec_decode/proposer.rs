@@ -22,6 +22,12 @@ pub trait Proposer: Send {
     fn propose(&mut self, reqs: &[(u64, usize)]) -> Vec<DraftProposal>;
     /// Clears shared state (admin reset).
     fn reset_global(&mut self) {}
+    /// Work on shared state the proposer deferred (the suffix drafter's global tree),
+    /// which the engine runs on another thread while the model computes; the engine
+    /// joins it before the next `propose`.
+    fn take_background(&mut self) -> Option<Box<dyn FnOnce() + Send>> {
+        None
+    }
 }
 
 /// Speculation off.

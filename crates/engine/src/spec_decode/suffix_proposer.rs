@@ -19,8 +19,12 @@ impl SuffixProposer {
             vocab_size: u32::try_from(vocab_size).ok(),
             ..SuffixConfig::default()
         };
-        let drafter = SuffixDrafter::try_new(cfg)
+        let mut drafter = SuffixDrafter::try_new(cfg)
             .map_err(|e| anyhow::anyhow!("suffix drafter configuration: {e}"))?;
+        // Global-tree appends cost several µs a token once the tree is large (every
+        // suffix of the last 64 tokens walks a shared path); deferred, they run beside
+        // the model's step instead of between steps.
+        drafter.enable_deferred_global();
         Ok(Self { drafter })
     }
 
@@ -71,5 +75,9 @@ impl Proposer for SuffixProposer {
     }
     fn reset_global(&mut self) {
         self.drafter.reset_global();
+    }
+    fn take_background(&mut self) -> Option<Box<dyn FnOnce() + Send>> {
+        let work = self.drafter.take_global_work()?;
+        Some(Box::new(move || work.run()))
     }
 }

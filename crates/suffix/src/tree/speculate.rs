@@ -27,9 +27,12 @@ impl SpecParams {
 impl SuffixTree {
     /// Where the tree path spelling `pattern` ends: (node, tokens of its label consumed).
     fn find_path(&self, pattern: &[u32]) -> Option<(u32, usize)> {
-        let mut node = ROOT;
-        let mut idx = 0usize;
-        let mut label: &[u32] = &[];
+        self.walk(ROOT, 0, pattern)
+    }
+
+    /// Follows `pattern` down from position `idx` of `node`'s label.
+    fn walk(&self, mut node: u32, mut idx: usize, pattern: &[u32]) -> Option<(u32, usize)> {
+        let mut label: &[u32] = if node == ROOT { &[] } else { self.label(node) };
         for &t in pattern {
             if idx == label.len() {
                 node = self.child(node, t)?;
@@ -59,21 +62,48 @@ impl SuffixTree {
     /// `context`: its window of growing suffixes already holds the matches of the last
     /// tokens, so those need no walk from the root.
     pub fn speculate_after(&self, context: &[u32], tail: Option<SeqId>, p: &SpecParams) -> Draft {
+        self.speculate_after_lagged(context, tail, 0, p)
+    }
+
+    /// Like `speculate_after`, where `tail`'s tokens end `context` but for its last `lag`
+    /// tokens (not appended to this tree yet): the window's matches are followed down by
+    /// those tokens, read-only. The draft is the one `speculate` would give on this tree.
+    pub fn speculate_after_lagged(
+        &self,
+        context: &[u32],
+        tail: Option<SeqId>,
+        lag: usize,
+        p: &SpecParams,
+    ) -> Draft {
+        let full = context;
         let context = &context[context.len().saturating_sub(self.max_depth)..];
-        let window = tail.and_then(|s| self.window(s));
+        let window = tail
+            .and_then(|s| self.window(s))
+            .filter(|_| lag < context.len());
         let known = window.map_or(0, |w| w.len());
-        debug_assert!(tail.is_none_or(|s| self.tokens(s).is_some_and(|t| {
-            let n = known.min(context.len());
-            t[t.len() - n..] == context[context.len() - n..]
-        })));
+        debug_assert!(
+            window.is_none()
+                || tail.is_some_and(|s| self.tokens(s).is_some_and(|t| {
+                    let ended = &full[..full.len() - lag];
+                    let n = known.min(ended.len());
+                    t[t.len() - n..] == ended[ended.len() - n..]
+                }))
+        );
+        let recent = &context[context.len() - lag.min(context.len())..];
         let mut matches: Vec<(u32, usize)> = Vec::with_capacity(context.len());
         for match_len in 1..context.len() {
-            if match_len <= known {
-                let node = window.unwrap()[known - match_len] & !super::OPEN_ENTRY;
-                matches.push((node, self.len(node) as usize));
-                continue;
-            }
-            match self.find_path(&context[context.len() - match_len..]) {
+            // Suffixes longer than the lag that the window knows: its entry ends the
+            // suffix without the recent tokens; follow them from there.
+            let in_window = match_len
+                .checked_sub(lag)
+                .filter(|&m| m >= 1 && m <= known)
+                .map(|m| window.unwrap()[known - m] & !super::OPEN_ENTRY);
+            let found = match in_window {
+                Some(node) if lag == 0 => Some((node, self.len(node) as usize)),
+                Some(node) => self.walk(node, self.len(node) as usize, recent),
+                None => self.find_path(&context[context.len() - match_len..]),
+            };
+            match found {
                 Some(m) => matches.push(m),
                 None => break,
             }
