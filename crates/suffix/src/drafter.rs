@@ -28,32 +28,29 @@ const EXPECTED_OUTPUT_TOKENS: usize = 512;
 const PARALLEL_FROM: usize = 16;
 const MIN_PER_TASK: usize = 8;
 
-/// One in-flight request: a private tree over its prompt and everything emitted so far.
+/// A request's private tree over its prompt and everything emitted so far.
+#[derive(Debug)]
+struct OwnTree {
+    tree: SuffixTree,
+    /// An append hit the tree's size limit (deferred appends report it at the next draft).
+    too_long: bool,
+}
+
+/// One in-flight request. Its tree is shared with the deferred work that appends to it.
 #[derive(Debug)]
 struct ActiveRequest {
-    tree: SuffixTree,
+    own: Arc<Mutex<OwnTree>>,
     seq: SeqId,
-    /// Deferred mode: emitted tokens not yet in `tree` (added before the next draft).
-    pending: Vec<u32>,
-    /// A deferred append hit the tree's size limit.
-    too_long: bool,
+    /// Deferred mode: tokens emitted since the work was last handed out. They are in
+    /// neither tree yet; drafts follow both trees' windows down by them.
+    recent: Vec<u32>,
     /// Its response in the global tree is the one its drafts may follow (false while
     /// its admission is queued: the id could still name an older response there).
     global_synced: bool,
-    /// Tokens queued for its response in the global tree, not yet handed out: the
-    /// response's window ends that many tokens before the request does.
-    global_lag: usize,
 }
 
-impl ActiveRequest {
-    fn catch_up(&mut self) {
-        if !self.pending.is_empty() {
-            if !self.tree.extend(self.seq, &self.pending) {
-                self.too_long = true;
-            }
-            self.pending.clear();
-        }
-    }
+fn lock_own(own: &Mutex<OwnTree>) -> MutexGuard<'_, OwnTree> {
+    own.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Suffix-tree drafter. `speculate*` take `&self` and may run in parallel (the batch call
@@ -63,13 +60,15 @@ impl ActiveRequest {
 /// concurrent requests can already draft from it; `stop_request` keeps it there and
 /// `abort_request` takes it out again.
 ///
-/// Deferred mode ([`Self::enable_deferred_global`], what the engine uses): appends to a
-/// request's own tree wait for its next draft (then run in parallel across the batch), and
-/// every change to the global tree is queued until [`Self::take_global_work`] hands the
-/// queue to the caller, who runs it on another thread while the model computes. Drafts then
-/// see the global tree as of one step earlier; they stay deterministic (the work is always
-/// applied, in order, before the next draft reads the tree) and verification keeps the
-/// output lossless whatever the drafts are.
+/// Deferred mode ([`Self::enable_deferred_global`], what the engine uses): appends to the
+/// requests' own trees and every change to the global tree are queued until
+/// [`Self::take_global_work`] hands them to the caller, who runs them on another thread
+/// while the model computes. Drafts read trees one step behind and follow each tree's
+/// window of the request's suffixes down by the tokens not yet added (read-only), which
+/// finds the matches a walk from the root would: the drafts are those of trees without the
+/// last step's tokens of other requests, deterministic (the work is always applied, in
+/// order, before the next draft reads the trees), and verification keeps the output
+/// lossless whatever the drafts are.
 #[derive(Debug)]
 pub struct SuffixDrafter {
     cfg: SuffixConfig,
@@ -81,17 +80,54 @@ pub struct SuffixDrafter {
 
 /// Queued changes to a drafter's global tree, to be applied (`run`) before its next draft;
 /// the drafter's readers wait on the tree's lock while it runs.
-#[must_use = "queued global-tree changes are lost unless run"]
+#[must_use = "queued tree changes are lost unless run"]
 pub struct GlobalWork {
     global: Arc<Mutex<GlobalCache>>,
     ops: Vec<GlobalOp>,
+    /// Appends to the requests' own trees (each touches only its own tree).
+    own: Vec<(Arc<Mutex<OwnTree>>, SeqId, Vec<u32>)>,
 }
 
 impl GlobalWork {
+    /// Tokens the work adds to the trees (a measure of its cost: a few µs per token once
+    /// the global tree is large).
+    pub fn tokens(&self) -> usize {
+        let global: usize = self
+            .ops
+            .iter()
+            .map(|op| match op {
+                GlobalOp::Append(_, t) => t.len(),
+                _ => 1,
+            })
+            .sum();
+        global + self.own.iter().map(|(_, _, t)| t.len()).sum::<usize>()
+    }
+
+    /// Applies the work: the global tree's changes in order, beside the requests' own
+    /// appends (in parallel for large batches).
     pub fn run(self) {
-        let mut g = lock(&self.global);
-        for op in self.ops {
-            g.apply(op);
+        let global = || {
+            let mut g = lock(&self.global);
+            for op in self.ops {
+                g.apply(op);
+            }
+        };
+        let append = |(own, seq, tokens): &(Arc<Mutex<OwnTree>>, SeqId, Vec<u32>)| {
+            let mut own = lock_own(own);
+            if !own.tree.extend(*seq, tokens) {
+                own.too_long = true;
+            }
+        };
+        if self.own.len() >= PARALLEL_FROM {
+            rayon::join(global, || {
+                self.own
+                    .par_iter()
+                    .with_min_len(MIN_PER_TASK / 2)
+                    .for_each(append)
+            });
+        } else {
+            global();
+            self.own.iter().for_each(append);
         }
     }
 }
@@ -151,17 +187,18 @@ impl SuffixDrafter {
     /// The global-tree changes queued since the last call (deferred mode), if any.
     pub fn take_global_work(&mut self) -> Option<GlobalWork> {
         let ops = std::mem::take(self.queued.as_mut()?);
-        if ops.is_empty() {
-            return None;
-        }
-        // The work runs before the next draft reads the tree (the caller's contract).
+        // The work runs before the next draft reads the trees (the caller's contract).
+        let mut own = Vec::new();
         for r in self.active.values_mut() {
             r.global_synced = true;
-            r.global_lag = 0;
+            if !r.recent.is_empty() {
+                own.push((Arc::clone(&r.own), r.seq, std::mem::take(&mut r.recent)));
+            }
         }
-        Some(GlobalWork {
+        (!ops.is_empty() || !own.is_empty()).then(|| GlobalWork {
             global: Arc::clone(&self.global),
             ops,
+            own,
         })
     }
 
@@ -169,9 +206,6 @@ impl SuffixDrafter {
     pub fn catch_up(&mut self) {
         if let Some(work) = self.take_global_work() {
             work.run();
-        }
-        for r in self.active.values_mut() {
-            r.catch_up();
         }
     }
 
@@ -213,16 +247,23 @@ impl SuffixDrafter {
         let mut tree = SuffixTree::new(self.cfg.max_tree_depth);
         tree.reserve(prompt.len() + EXPECTED_OUTPUT_TOKENS);
         let seq = tree.add_sequence();
-        if !tree.extend(seq, prompt) {
+        let deferred = self.queued.is_some();
+        // Deferred mode: the prompt is indexed by the next work, like emitted tokens.
+        if !deferred && !tree.extend(seq, prompt) {
             return Err(DrafterError::TooLong(MAX_TREE_TOKENS as u64));
         }
         let req = ActiveRequest {
-            tree,
+            own: Arc::new(Mutex::new(OwnTree {
+                tree,
+                too_long: false,
+            })),
             seq,
-            pending: Vec::new(),
-            too_long: false,
-            global_synced: self.queued.is_none(),
-            global_lag: 0,
+            recent: if deferred {
+                prompt.to_vec()
+            } else {
+                Vec::new()
+            },
+            global_synced: !deferred,
         };
         self.active.insert(id, req);
         self.global_op(GlobalOp::Start(id));
@@ -238,9 +279,8 @@ impl SuffixDrafter {
             .get_mut(&id)
             .ok_or(DrafterError::UnknownRequest(id))?;
         if deferred {
-            req.pending.extend_from_slice(tokens);
-            req.global_lag += tokens.len();
-        } else if !req.tree.extend(req.seq, tokens) {
+            req.recent.extend_from_slice(tokens);
+        } else if !lock_own(&req.own).tree.extend(req.seq, tokens) {
             return Err(DrafterError::TooLong(MAX_TREE_TOKENS as u64));
         }
         if self.global_enabled() {
@@ -300,7 +340,8 @@ impl SuffixDrafter {
             .active
             .get(&id)
             .ok_or(DrafterError::UnknownRequest(id))?;
-        if req.too_long {
+        let own_tree = lock_own(&req.own);
+        if own_tree.too_long {
             return Err(DrafterError::TooLong(MAX_TREE_TOKENS as u64));
         }
         let params = SpecParams {
@@ -310,46 +351,48 @@ impl SuffixDrafter {
             min_token_prob: self.cfg.min_token_prob,
             tree: mode == DraftMode::Tree,
         };
-        let context = req.tree.tokens(req.seq).unwrap_or_default();
-        let own = req.tree.speculate_after(context, Some(req.seq), &params);
+        let stored = own_tree.tree.tokens(req.seq).unwrap_or_default();
+        // Deferred mode: the context ends with tokens neither tree has yet.
+        let lag = req.recent.len();
+        let joined;
+        let context = if lag == 0 {
+            stored
+        } else {
+            let keep = self.cfg.max_tree_depth.saturating_sub(lag);
+            joined = [
+                &stored[stored.len().saturating_sub(keep)..],
+                &req.recent[..],
+            ]
+            .concat();
+            &joined[..]
+        };
+        let own = own_tree
+            .tree
+            .speculate_after_lagged(context, Some(req.seq), lag, &params);
         if global.tree.num_tokens() == 0 {
             return Ok(own);
         }
         let response = global.response(id).filter(|_| req.global_synced);
         let other = global
             .tree
-            .speculate_after_lagged(context, response, req.global_lag, &params);
+            .speculate_after_lagged(context, response, lag, &params);
         Ok(if own.score >= other.score { own } else { other })
     }
 
     /// Path-mode drafts for a whole batch of `(request id, max_k)`, in parallel.
-    pub fn speculate_batch(&mut self, reqs: &[(u64, usize)]) -> Vec<Result<Draft, DrafterError>> {
+    pub fn speculate_batch(&self, reqs: &[(u64, usize)]) -> Vec<Result<Draft, DrafterError>> {
         self.speculate_batch_mode(reqs, DraftMode::Path)
     }
 
-    /// Drafts for a batch: first the requests' deferred appends (in parallel for large
-    /// batches: each touches only its own tree), then the drafts, small batches on the
-    /// calling thread and large ones in tasks of several requests.
+    /// Drafts for a batch: small batches on the calling thread, large ones in tasks of
+    /// several requests.
     pub fn speculate_batch_mode(
-        &mut self,
+        &self,
         reqs: &[(u64, usize)],
         mode: DraftMode,
     ) -> Vec<Result<Draft, DrafterError>> {
-        let mut behind: Vec<&mut ActiveRequest> = self
-            .active
-            .values_mut()
-            .filter(|r| !r.pending.is_empty())
-            .collect();
-        if behind.len() >= PARALLEL_FROM {
-            behind
-                .par_iter_mut()
-                .with_min_len(MIN_PER_TASK)
-                .for_each(|r| r.catch_up());
-        } else {
-            behind.iter_mut().for_each(|r| r.catch_up());
-        }
         let global = lock(&self.global);
-        let this = &*self;
+        let this = self;
         if reqs.len() < PARALLEL_FROM {
             return reqs
                 .iter()
@@ -377,7 +420,10 @@ impl SuffixDrafter {
 
     /// Bytes held by the active requests' own trees.
     pub fn active_memory_bytes(&self) -> usize {
-        self.active.values().map(|r| r.tree.memory_bytes()).sum()
+        self.active
+            .values()
+            .map(|r| lock_own(&r.own).tree.memory_bytes())
+            .sum()
     }
 
     /// Response tokens indexed by the global tree (changes applied so far).
@@ -398,10 +444,12 @@ impl SuffixDrafter {
         self.active.contains_key(&id)
     }
 
-    /// Tokens of an active request (prompt and emitted output; in deferred mode, those
-    /// added to its tree so far).
-    pub fn request_tokens(&self, id: u64) -> Option<&[u32]> {
-        self.active.get(&id).and_then(|r| r.tree.tokens(r.seq))
+    /// Tokens of an active request: prompt and emitted output (in deferred mode those not
+    /// yet in its tree too).
+    pub fn request_tokens(&self, id: u64) -> Option<Vec<u32>> {
+        let r = self.active.get(&id)?;
+        let own = lock_own(&r.own);
+        Some([own.tree.tokens(r.seq)?, &r.recent[..]].concat())
     }
 
     /// The global tree (read-only, locked while held; for tests and diagnostics).
@@ -413,7 +461,8 @@ impl SuffixDrafter {
     pub fn check_integrity(&self) -> Result<(), String> {
         lock(&self.global).check_integrity()?;
         for (id, req) in &self.active {
-            req.tree
+            lock_own(&req.own)
+                .tree
                 .check_integrity()
                 .map_err(|e| format!("request {id}: {e}"))?;
         }

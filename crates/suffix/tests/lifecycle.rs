@@ -40,7 +40,7 @@ fn bad_requests_get_errors_and_change_nothing() {
         d.append(1, &[4, 4000]),
         Err(DrafterError::OutOfVocabulary { token: 4000, .. })
     ));
-    assert_eq!(d.request_tokens(1), Some(&[1, 2, 3][..]));
+    assert_eq!(d.request_tokens(1), Some(vec![1, 2, 3]));
     assert_eq!(d.global_cached_tokens(), 0);
     d.stop_request(1).unwrap();
     assert_eq!(d.stop_request(1), Err(DrafterError::UnknownRequest(1)));
@@ -251,21 +251,34 @@ fn deferred_mode_catches_up_to_the_immediate_one() {
 }
 
 #[test]
-fn deferred_drafts_see_own_tokens_at_once_and_global_ones_after_the_work_runs() {
+fn deferred_drafts_see_queued_tokens_and_the_work_adds_them() {
     let mut d = drafter(SuffixConfig::default());
     d.enable_deferred_global();
-    d.start_request(1, &[1, 2, 3]).unwrap();
-    d.append(1, &[4, 5]).unwrap();
-    assert_eq!(d.request_tokens(1), Some(&[1, 2, 3][..]));
-    assert_eq!(d.global_cached_tokens(), 0);
+    d.start_request(1, &[7, 8, 9, 7, 8]).unwrap();
+    // Even the prompt waits for the work.
+    let unindexed = d.active_memory_bytes();
+    assert!(d.speculate_batch(&[(1, 2)])[0].as_ref().unwrap().is_empty());
+    d.take_global_work().expect("start queued").run();
+    assert!(
+        d.active_memory_bytes() > unindexed,
+        "the work indexed the prompt"
+    );
+    d.append(1, &[9, 7]).unwrap();
+    assert_eq!(d.request_tokens(1), Some(vec![7, 8, 9, 7, 8, 9, 7]));
+    // The draft follows the queued "9 7" down the prompt's "7 8 9 7 8": "8" ends it.
     let drafts = d.speculate_batch(&[(1, 2)]);
-    assert!(drafts[0].is_ok());
-    assert_eq!(d.request_tokens(1), Some(&[1, 2, 3, 4, 5][..]));
+    assert_eq!(drafts[0].as_ref().unwrap().tokens, vec![8]);
     assert_eq!(d.global_cached_tokens(), 0);
-    let work = d.take_global_work().expect("start and append queued");
+    let work = d.take_global_work().expect("appends queued");
     assert!(d.take_global_work().is_none());
     std::thread::spawn(move || work.run()).join().unwrap();
     assert_eq!(d.global_cached_tokens(), 2);
     assert_eq!(d.global_cached_requests(), 1);
+    assert!(
+        d.active_memory_bytes() > unindexed,
+        "the work indexed the prompt"
+    );
+    assert_eq!(d.request_tokens(1), Some(vec![7, 8, 9, 7, 8, 9, 7]));
+    assert!(d.speculate_batch(&[(1, 2)])[0].is_ok());
     d.check_integrity().unwrap();
 }

@@ -77,7 +77,13 @@ impl Proposer for SuffixProposer {
         self.drafter.reset_global();
     }
     fn take_background(&mut self) -> Option<Box<dyn FnOnce() + Send>> {
+        // Below this many tokens the work costs about what starting a thread for it does.
+        const BACKGROUND_FROM_TOKENS: usize = 24;
         let work = self.drafter.take_global_work()?;
+        if work.tokens() < BACKGROUND_FROM_TOKENS {
+            work.run();
+            return None;
+        }
         Some(Box::new(move || work.run()))
     }
 }
