@@ -12,6 +12,7 @@ use wring_model::runner::ModelRunner;
 use wring_model::Tokenizer;
 
 use crate::api::{EngineEvent, FinishReason, TokenLogprob};
+use crate::background::BackgroundWorker;
 use crate::block_manager::BlockManager;
 use crate::channel::{Command, Shared, Submission};
 use crate::config::{EngineConfig, KPolicy};
@@ -33,6 +34,8 @@ pub(crate) struct EngineCore {
     sched: Scheduler,
     requests: HashMap<u64, RequestState>,
     spec: SpecDecoder,
+    /// Runs the drafter's deferred tree updates beside the model.
+    background: BackgroundWorker,
     /// Sizes each step's prefill chunk from measured step times (fair steps).
     budget: StepBudgeter,
     cfg: EngineConfig,
@@ -102,6 +105,7 @@ impl EngineCore {
             sched,
             requests: HashMap::new(),
             spec,
+            background: BackgroundWorker::default(),
             cfg,
             eos,
             tokenizer,
@@ -281,6 +285,8 @@ impl EngineCore {
     fn step(&mut self, shared: &Weak<Shared>) -> bool {
         let started = Instant::now();
         let model_before = self.metrics.step_model_seconds;
+        self.background.wait();
+        let waited = Instant::now();
         let drafts = self.plan_drafts();
         let drafted = Instant::now();
         let decoding = self.sched.decoding_ids();
@@ -307,24 +313,21 @@ impl EngineCore {
         let ids_only = self.ids_only(&rows);
         let jobs = self.take_constraints(&rows, &drafts);
         let constrained = !jobs.is_empty();
-        // The drafter's deferred shared-tree updates run beside the model.
-        let background = self.spec.proposer().take_background();
+        // The drafter's deferred tree updates run beside the model (and the emitting
+        // of its tokens); the next step's draft waits for them.
+        if let Some(work) = self.spec.proposer().take_background() {
+            self.background.submit(work);
+        }
         let scheduled = Instant::now();
-        let (out, jobs) = if jobs.is_empty() && background.is_none() {
+        let (out, jobs) = if jobs.is_empty() {
             (self.run_model(&input, &rows, ids_only), Vec::new())
         } else {
-            // The grammar masks of this step's positions (constrained sequences only)
-            // are computed while the model runs, and so is the drafter's background work.
+            // The grammar masks of this step's positions are computed while the
+            // model runs (constrained sequences only).
             std::thread::scope(|s| {
-                let background = background.map(|work| s.spawn(work));
-                let masks =
-                    (!jobs.is_empty()).then(|| s.spawn(move || EngineCore::prepare_masks(jobs)));
+                let masks = s.spawn(move || EngineCore::prepare_masks(jobs));
                 let out = self.run_model(&input, &rows, ids_only);
-                if let Some(Err(_)) = background.map(|h| h.join()) {
-                    tracing::error!("the drafter's background work panicked");
-                }
-                let masks = masks.map(|m| m.join().unwrap_or_default());
-                (out, masks.unwrap_or_default())
+                (out, masks.join().unwrap_or_default())
             })
         };
         self.return_constraints(&rows, jobs, shared);
@@ -356,10 +359,11 @@ impl EngineCore {
         // The whole step, host work included: it is what a stream waits between tokens.
         self.budget.observe(work, prefill_tokens, secs);
         let phases = &mut self.metrics.step_host_phase_seconds;
-        phases[0] += (drafted - started).as_secs_f64();
-        phases[1] += (scheduled - drafted).as_secs_f64();
-        phases[2] += (verified - verify_start).as_secs_f64();
-        phases[3] += verified.elapsed().as_secs_f64();
+        phases[0] += (waited - started).as_secs_f64();
+        phases[1] += (drafted - waited).as_secs_f64();
+        phases[2] += (scheduled - drafted).as_secs_f64();
+        phases[3] += (verified - verify_start).as_secs_f64();
+        phases[4] += verified.elapsed().as_secs_f64();
         true
     }
 

@@ -3,6 +3,7 @@
 //! verification, K policies), sampling, stop handling and metrics.
 
 pub mod api;
+mod background;
 pub mod block_manager;
 mod channel;
 pub mod config;

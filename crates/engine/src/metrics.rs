@@ -60,11 +60,12 @@ pub const E2E_BUCKETS: [f64; 14] = [
     0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 60.0, 120.0,
 ];
 
-/// Phases of a step's host work, in order: drafting (the proposer and the K plan),
-/// scheduling (blocks, the step's input, grammar states taken), verifying and emitting
-/// (acceptance, detokenising, stop rules, streaming, the drafter's append), the end of
-/// the step (K policy and step-budget bookkeeping).
-pub const HOST_PHASES: [&str; 4] = ["draft", "schedule", "verify_emit", "end"];
+/// Phases of a step's host work, in order: waiting for the drafter's deferred tree
+/// updates (run beside the previous step's model), drafting (the proposer and the K
+/// plan), scheduling (blocks, the step's input, grammar states taken), verifying and
+/// emitting (acceptance, detokenising, stop rules, streaming, queueing the drafter's
+/// appends), the end of the step (K policy and step-budget bookkeeping).
+pub const HOST_PHASES: [&str; 5] = ["drafter_wait", "draft", "schedule", "verify_emit", "end"];
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct MetricsSnapshot {

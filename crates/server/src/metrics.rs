@@ -116,7 +116,7 @@ pub fn render(m: &MetricsSnapshot, model_name: &str) -> String {
         .collect();
     p.labeled_counter(
         "wring:engine_step_host_phase_seconds_total",
-        "The host part of engine steps by phase: draft, schedule, verify_emit, end.",
+        "The host part of engine steps by phase: drafter_wait, draft, schedule, verify_emit, end.",
         &phases,
     );
     p.counter(

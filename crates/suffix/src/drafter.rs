@@ -22,11 +22,13 @@ pub enum DraftMode {
 /// Output length a request's own tree is sized for up front (it grows beyond if needed).
 const EXPECTED_OUTPUT_TOKENS: usize = 512;
 
-/// Batches of at least this many requests draft (and catch up on deferred appends) on the
-/// rayon pool. Waking the pool costs tens of µs, more than a few µs-long drafts: 8 requests
-/// took 42 µs through rayon vs ~25 µs in a loop (BENCHMARKS.md, drafter section).
+/// Batches of at least this many requests draft on the rayon pool. Waking the pool costs
+/// tens of µs, more than a few µs-long drafts: 8 requests took 42 µs through rayon vs
+/// ~25 µs in a loop (BENCHMARKS.md, drafter section). Drafts that follow windows down
+/// a large global tree cost ~10-30 µs each on the H200's host (cache misses), so large
+/// batches split into tasks of two.
 const PARALLEL_FROM: usize = 16;
-const MIN_PER_TASK: usize = 8;
+const MIN_PER_TASK: usize = 2;
 
 /// A request's private tree over its prompt and everything emitted so far.
 #[derive(Debug)]
@@ -103,31 +105,21 @@ impl GlobalWork {
         global + self.own.iter().map(|(_, _, t)| t.len()).sum::<usize>()
     }
 
-    /// Applies the work: the global tree's changes in order, beside the requests' own
-    /// appends (in parallel for large batches).
+    /// Applies the work: the global tree's changes in order, then the requests' own
+    /// appends. One thread: it runs beside the model's step, whose host thread and the
+    /// drafting pool should keep their cores.
     pub fn run(self) {
-        let global = || {
+        {
             let mut g = lock(&self.global);
             for op in self.ops {
                 g.apply(op);
             }
-        };
-        let append = |(own, seq, tokens): &(Arc<Mutex<OwnTree>>, SeqId, Vec<u32>)| {
+        }
+        for (own, seq, tokens) in &self.own {
             let mut own = lock_own(own);
             if !own.tree.extend(*seq, tokens) {
                 own.too_long = true;
             }
-        };
-        if self.own.len() >= PARALLEL_FROM {
-            rayon::join(global, || {
-                self.own
-                    .par_iter()
-                    .with_min_len(MIN_PER_TASK / 2)
-                    .for_each(append)
-            });
-        } else {
-            global();
-            self.own.iter().for_each(append);
         }
     }
 }
