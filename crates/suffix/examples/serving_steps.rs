@@ -5,7 +5,7 @@
 //! accepts the draft's prefix that matches the recorded output plus one token, appends them,
 //! and replaces finished requests. Reports, per step, the time on the engine's critical path
 //! (drafts, appends, request starts/stops) and, in deferred mode, the global-tree work the
-//! engine runs beside the model. `cargo run --release -p wring-suffix --example serving_steps`
+//! engine runs beside the model. `cargo run --release -p wring-suffix --example serving_steps [ROUNDS [GAP_US]]`
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -31,7 +31,7 @@ struct Tally {
     drafts: Duration,
 }
 
-fn run(trace: &[TraceRequest], deferred: bool) -> Tally {
+fn run(trace: &[TraceRequest], deferred: bool, gap: Duration) -> Tally {
     let cfg = SuffixConfig {
         max_tree_depth: 64,
         ..SuffixConfig::default()
@@ -70,6 +70,8 @@ fn run(trace: &[TraceRequest], deferred: bool) -> Tally {
             work.run();
             t.background += w.elapsed();
         }
+        // The model's step: the drafting pool goes idle meanwhile, as in serving.
+        std::thread::sleep(gap);
         let emit = Instant::now();
         live.retain_mut(|s| {
             let out = &s.req.output_ids[s.emitted..];
@@ -102,16 +104,22 @@ fn main() {
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared"));
     let trace = load_trace(&shared.join("traces/smollm2_llamacpp_greedy_96.jsonl"))
         .expect("the trace under $WRING_SHARED/traces");
-    let rounds: usize = std::env::args()
-        .nth(1)
-        .and_then(|a| a.parse().ok())
-        .unwrap_or(5);
+    let arg = |i: usize, default: u64| {
+        std::env::args()
+            .nth(i)
+            .and_then(|a| a.parse().ok())
+            .unwrap_or(default)
+    };
+    let rounds = arg(1, 5) as usize;
+    // Microseconds between a step's drafts and its emit (the model's forward).
+    let gap = Duration::from_micros(arg(2, 0));
+    println!("rounds {rounds}, model step emulated by a {gap:?} sleep");
     println!("| mode | steps | tokens/step | critical path µs/step | of which drafts | beside the model µs/step | request starts µs/step |");
     println!("|---|---:|---:|---:|---:|---:|---:|");
     for deferred in [false, true, false, true] {
         let mut best: Option<Tally> = None;
         for _ in 0..rounds {
-            let t = run(&trace, deferred);
+            let t = run(&trace, deferred, gap);
             if best.as_ref().is_none_or(|b| t.critical < b.critical) {
                 best = Some(t);
             }

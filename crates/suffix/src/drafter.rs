@@ -22,13 +22,13 @@ pub enum DraftMode {
 /// Output length a request's own tree is sized for up front (it grows beyond if needed).
 const EXPECTED_OUTPUT_TOKENS: usize = 512;
 
-/// Batches of at least this many requests draft on the rayon pool. Waking the pool costs
-/// tens of µs, more than a few µs-long drafts: 8 requests took 42 µs through rayon vs
-/// ~25 µs in a loop (BENCHMARKS.md, drafter section). Drafts that follow windows down
-/// a large global tree cost ~10-30 µs each on the H200's host (cache misses), so large
-/// batches split into tasks of two.
-const PARALLEL_FROM: usize = 16;
-const MIN_PER_TASK: usize = 2;
+/// Batches of at least this many requests draft on the rayon pool, in tasks of
+/// `MIN_PER_TASK`. In serving the pool sleeps through each model step, and waking it costs
+/// more than it saves: 32 drafts after a 2.5 ms idle gap took 150-220 µs through rayon vs
+/// 70-90 µs in a loop, and 35-43 vs 21-23 µs without the gap (`serving_steps` example,
+/// BENCHMARKS.md "Drafter work beside the model").
+const PARALLEL_FROM: usize = 128;
+const MIN_PER_TASK: usize = 16;
 
 /// A request's private tree over its prompt and everything emitted so far.
 #[derive(Debug)]

@@ -163,12 +163,12 @@ fn eviction_by_token_budget_bounds_memory() {
 #[test]
 fn batch_equals_one_by_one() {
     let mut d = drafter(SuffixConfig::default());
-    for id in 0..40u64 {
+    for id in 0..200u64 {
         let prompt: Vec<u32> = (0..40).map(|i| ((i * (id + 3)) % 11) as u32).collect();
         d.start_request(id, &prompt).unwrap();
     }
-    // 16 requests (one thread) and 40 (split across rayon tasks).
-    for n in [16u64, 40] {
+    // 16 requests (one thread) and 200 (split across rayon tasks).
+    for n in [16u64, 200] {
         let mut reqs: Vec<(u64, usize)> = (0..n).map(|id| (id, 2 + id as usize % 7)).collect();
         reqs.insert(3, (999, 4));
         check_batch(&mut d, &reqs);
