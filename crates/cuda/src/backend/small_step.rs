@@ -62,6 +62,69 @@ pub(super) struct SmallSteps {
     pub four_bit_layers: bool,
 }
 
+/// The inputs of the path decision: the options and what the backend holds.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct PathRules {
+    pub path: SmallStepPath,
+    pub graphs_on: bool,
+    pub small_linear_max_t: usize,
+    pub gemv_4bit_max_t: usize,
+    pub fused_norm: bool,
+    pub four_bit_layers: bool,
+    pub sharded: bool,
+}
+
+impl PathRules {
+    /// Whether the layer linears of a step of `tokens` take the gemv kernels on `dense_gemv`.
+    fn layers_take_gemv(&self, tokens: usize, dense_gemv: bool) -> bool {
+        if self.four_bit_layers {
+            tokens <= self.gemv_4bit_max_t.min(GEMV_MAX_T)
+        } else {
+            dense_gemv
+        }
+    }
+
+    /// The path for `dense_gemv` at `tokens`: dense gemv only up to `small_linear_max_t`,
+    /// the norm fused when the layers run gemv, the option allows it, and this backend is
+    /// not a tensor-parallel rank.
+    pub(crate) fn path_with(&self, tokens: usize, dense_gemv: bool) -> StepPath {
+        let dense_gemv =
+            dense_gemv && tokens > 0 && tokens <= self.small_linear_max_t.min(GEMV_MAX_T);
+        StepPath {
+            dense_gemv,
+            fused_norm: self.fused_norm
+                && !self.sharded
+                && tokens > 0
+                && self.layers_take_gemv(tokens, dense_gemv),
+        }
+    }
+
+    /// The variants `Auto` captures and times for a graph key of `tokens` (gemv first), or
+    /// None when the key is not measured: not `Auto`, too many tokens, 4-bit layers (they
+    /// stay gemv), or a tensor-parallel rank (each rank would time alone and could choose
+    /// otherwise).
+    pub(crate) fn measured_variants(&self, tokens: usize) -> Option<[StepPath; 2]> {
+        let measured = self.path == SmallStepPath::Auto
+            && self.graphs_on
+            && tokens <= self.small_linear_max_t.min(GEMV_MAX_T)
+            && !self.four_bit_layers
+            && !self.sharded;
+        let v = [self.path_with(tokens, true), self.path_with(tokens, false)];
+        (measured && v[0] != v[1]).then_some(v)
+    }
+
+    /// The path of a step of `tokens` (padded): forced by the option, or `Auto`'s choice
+    /// for its graph key, else cuBLAS (what steps ran before `Auto`).
+    pub(crate) fn resolve(&self, tokens: usize, chosen: Option<StepPath>) -> StepPath {
+        let dense_gemv = match self.path {
+            SmallStepPath::Gemv => true,
+            SmallStepPath::Cublas => false,
+            SmallStepPath::Auto => chosen.is_some_and(|p| p.dense_gemv),
+        };
+        self.path_with(tokens, dense_gemv)
+    }
+}
+
 impl CudaBackend {
     /// Most tokens a step's dense linears may carry to take the gemv kernels (0: none).
     pub(super) fn dense_gemv_max_t(&self) -> usize {
@@ -72,52 +135,27 @@ impl CudaBackend {
         }
     }
 
-    /// Whether the layer linears of a step of `tokens` take the gemv kernels on `dense_gemv`.
-    fn layers_take_gemv(&self, tokens: usize, dense_gemv: bool) -> bool {
-        if self.small.four_bit_layers {
-            tokens <= self.opts.gemv_4bit_max_t.min(GEMV_MAX_T)
-        } else {
-            dense_gemv && tokens <= self.opts.small_linear_max_t.min(GEMV_MAX_T)
+    fn path_rules(&self) -> PathRules {
+        PathRules {
+            path: self.opts.small_step_path,
+            graphs_on: self.opts.graphs == GraphMode::On,
+            small_linear_max_t: self.opts.small_linear_max_t,
+            gemv_4bit_max_t: self.opts.gemv_4bit_max_t,
+            fused_norm: self.opts.fused_norm,
+            four_bit_layers: self.small.four_bit_layers,
+            sharded: self.group.is_some(),
         }
     }
 
-    /// The path for `dense_gemv` at `tokens`: the norm fused when the layers run gemv, the
-    /// option allows it, and this backend is not a tensor-parallel rank.
-    fn path_with(&self, tokens: usize, dense_gemv: bool) -> StepPath {
-        let dense_gemv = dense_gemv && tokens <= self.opts.small_linear_max_t.min(GEMV_MAX_T);
-        StepPath {
-            dense_gemv,
-            fused_norm: self.opts.fused_norm
-                && self.group.is_none()
-                && tokens > 0
-                && self.layers_take_gemv(tokens, dense_gemv),
-        }
-    }
-
-    /// The variants `Auto` captures and times for `key` (gemv first), or None when the key
-    /// is not measured: not `Auto`, too many tokens, 4-bit layers (they stay gemv), or a
-    /// tensor-parallel rank (each rank would time alone and could choose otherwise).
     fn measured_variants(&self, key: GraphKey) -> Option<[StepPath; 2]> {
-        let tokens = key.bucket * key.query_len;
-        let measured = self.opts.small_step_path == SmallStepPath::Auto
-            && self.opts.graphs == GraphMode::On
-            && tokens <= self.opts.small_linear_max_t.min(GEMV_MAX_T)
-            && !self.small.four_bit_layers
-            && self.group.is_none();
-        measured.then(|| [self.path_with(tokens, true), self.path_with(tokens, false)])
+        self.path_rules()
+            .measured_variants(key.bucket * key.query_len)
     }
 
-    /// The path of a step of `tokens` (padded) with graph key `key`: forced by the option,
-    /// or `Auto`'s choice for the key, else cuBLAS (what steps ran before `Auto`).
+    /// The path of a step of `tokens` (padded) with graph key `key` ([`PathRules::resolve`]).
     pub(super) fn resolve_step_path(&self, tokens: usize, key: Option<GraphKey>) -> StepPath {
-        let dense_gemv = match self.opts.small_step_path {
-            SmallStepPath::Gemv => true,
-            SmallStepPath::Cublas => false,
-            SmallStepPath::Auto => key
-                .and_then(|k| self.small.choices.get(&k))
-                .is_some_and(|(p, _)| p.dense_gemv),
-        };
-        self.path_with(tokens, dense_gemv)
+        let chosen = key.and_then(|k| self.small.choices.get(&k)).map(|c| c.0);
+        self.path_rules().resolve(tokens, chosen)
     }
 
     /// Called when a capture of the step's key starts: the first variant to capture when
@@ -129,10 +167,8 @@ impl CudaBackend {
             return;
         }
         if let Some([first, second]) = self.measured_variants(key) {
-            if first != second {
-                self.path = first;
-                self.small.queue = vec![second];
-            }
+            self.path = first;
+            self.small.queue = vec![second];
         }
     }
 
@@ -259,5 +295,108 @@ impl CudaBackend {
         self.small.choices.clear();
         self.small.queue.clear();
         self.small.captured.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rules(path: SmallStepPath) -> PathRules {
+        PathRules {
+            path,
+            graphs_on: true,
+            small_linear_max_t: 8,
+            gemv_4bit_max_t: 8,
+            fused_norm: true,
+            four_bit_layers: false,
+            sharded: false,
+        }
+    }
+    const CUBLAS: StepPath = StepPath {
+        dense_gemv: false,
+        fused_norm: false,
+    };
+    const GEMV_FUSED: StepPath = StepPath {
+        dense_gemv: true,
+        fused_norm: true,
+    };
+
+    #[test]
+    fn forced_paths_and_the_token_bound() {
+        let g = rules(SmallStepPath::Gemv);
+        assert_eq!(g.resolve(1, None), GEMV_FUSED);
+        assert_eq!(g.resolve(8, None), GEMV_FUSED);
+        assert_eq!(
+            g.resolve(9, None),
+            CUBLAS,
+            "more tokens than the gemv buckets"
+        );
+        assert_eq!(
+            rules(SmallStepPath::Cublas).resolve(1, Some(GEMV_FUSED)),
+            CUBLAS
+        );
+        let unfused = PathRules {
+            fused_norm: false,
+            ..g
+        };
+        assert_eq!(
+            unfused.resolve(4, None),
+            StepPath {
+                dense_gemv: true,
+                fused_norm: false
+            }
+        );
+        let bounded = PathRules {
+            small_linear_max_t: 2,
+            ..g
+        };
+        assert_eq!(bounded.resolve(4, None), CUBLAS);
+    }
+
+    #[test]
+    fn auto_measures_small_keys_and_follows_the_choice() {
+        let a = rules(SmallStepPath::Auto);
+        assert_eq!(a.measured_variants(1), Some([GEMV_FUSED, CUBLAS]));
+        assert_eq!(a.measured_variants(8), Some([GEMV_FUSED, CUBLAS]));
+        assert_eq!(a.measured_variants(9), None);
+        // Before a choice (eager steps, the first sighting) cuBLAS; then the choice.
+        assert_eq!(a.resolve(1, None), CUBLAS);
+        assert_eq!(a.resolve(1, Some(GEMV_FUSED)), GEMV_FUSED);
+        assert_eq!(a.resolve(1, Some(CUBLAS)), CUBLAS);
+        let off = PathRules {
+            graphs_on: false,
+            ..a
+        };
+        assert_eq!(off.measured_variants(1), None);
+    }
+
+    #[test]
+    fn ranks_never_fuse_nor_measure_and_four_bit_layers_stay_gemv() {
+        let ranks = PathRules {
+            sharded: true,
+            ..rules(SmallStepPath::Auto)
+        };
+        assert_eq!(ranks.measured_variants(1), None);
+        assert!(rules(SmallStepPath::Gemv).path_with(1, true).fused_norm);
+        let sharded_gemv = PathRules {
+            sharded: true,
+            ..rules(SmallStepPath::Gemv)
+        };
+        assert!(!sharded_gemv.resolve(1, None).fused_norm);
+        let four = PathRules {
+            four_bit_layers: true,
+            ..rules(SmallStepPath::Auto)
+        };
+        assert_eq!(four.measured_variants(1), None);
+        // cuBLAS for the dense lm head, the 4-bit layers on gemv with the norm fused.
+        assert_eq!(
+            four.resolve(1, None),
+            StepPath {
+                dense_gemv: false,
+                fused_norm: true
+            }
+        );
+        assert!(!four.resolve(9, None).fused_norm);
     }
 }
