@@ -1,6 +1,8 @@
 //! The layer flow with the norms inside the projections (`Backend::fuses_norm_into_linear`):
 //! taken exactly when the backend asks, on one rank with stacked projections, and, through
 //! the trait's default compositions, the same logits bit for bit as the plain flow on the CPU.
+//! Also the runner's side of `Backend::capture_again` (a step captured once per variant, the
+//! kept variant's replay returned).
 
 use anyhow::Result;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -17,6 +19,14 @@ struct Asking {
     inner: CpuBackend,
     asks: bool,
     fused_calls: Arc<AtomicUsize>,
+    /// Pretend captures: variants to capture per step (0: none), captures so far, the
+    /// first variant's output (the one "kept"), `embed` calls (one per `compute`), and
+    /// whether `replay` handed the kept output back.
+    variants: usize,
+    captured: usize,
+    kept: Option<CpuTensor>,
+    computes: Arc<AtomicUsize>,
+    replayed: Arc<AtomicUsize>,
 }
 
 impl Backend for Asking {
@@ -40,7 +50,28 @@ impl Backend for Asking {
         self.inner.begin_step(step)
     }
     fn embed(&mut self, table: &CpuMatrix) -> CpuTensor {
+        self.computes.fetch_add(1, Ordering::Relaxed);
         self.inner.embed(table)
+    }
+    fn begin_capture(&mut self) -> bool {
+        self.captured < self.variants
+    }
+    fn end_capture(&mut self, out: &CpuTensor) -> bool {
+        self.captured += 1;
+        if self.captured == 1 {
+            self.kept = Some(out.clone());
+        }
+        true
+    }
+    fn capture_again(&mut self) -> bool {
+        self.captured < self.variants
+    }
+    fn replay(&mut self) -> Result<Option<CpuTensor>> {
+        if self.variants > 1 && self.captured == self.variants {
+            self.replayed.fetch_add(1, Ordering::Relaxed);
+            return Ok(self.kept.take());
+        }
+        Ok(None)
     }
     fn rms_norm(&mut self, x: &CpuTensor, w: &CpuVector, eps: f32) -> CpuTensor {
         self.inner.rms_norm(x, w, eps)
@@ -157,13 +188,22 @@ fn run_steps(r: &mut dyn ModelRunner) -> Vec<Vec<f32>> {
     out
 }
 
-fn runner(asks: bool) -> (LlamaRunner<Asking>, Arc<AtomicUsize>) {
-    let calls = Arc::new(AtomicUsize::new(0));
-    let b = Asking {
+fn asking(asks: bool, variants: usize) -> Asking {
+    Asking {
         inner: CpuBackend::new(CpuWeights::F32),
         asks,
-        fused_calls: calls.clone(),
-    };
+        fused_calls: Arc::new(AtomicUsize::new(0)),
+        variants,
+        captured: 0,
+        kept: None,
+        computes: Arc::new(AtomicUsize::new(0)),
+        replayed: Arc::new(AtomicUsize::new(0)),
+    }
+}
+
+fn runner(asks: bool) -> (LlamaRunner<Asking>, Arc<AtomicUsize>) {
+    let b = asking(asks, 0);
+    let calls = b.fused_calls.clone();
     let src = WeightSource::Dummy { seed: 11 };
     (
         LlamaRunner::new(b, tiny_config(), &src, 8, 16).unwrap(),
@@ -213,6 +253,45 @@ fn norm_in_linear_flow_gives_the_plain_flows_logits_bit_for_bit_on_the_cpu() {
         assert_eq!(
             g.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
             w.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+        );
+    }
+}
+
+#[test]
+fn a_step_captured_as_two_variants_runs_both_and_returns_the_kept_ones_replay() {
+    let step = || {
+        let mut s = StepInput::default();
+        s.seqs.push(SeqInput {
+            query_start: 0,
+            query_len: 4,
+            context_len: 4,
+            block_table: vec![0],
+        });
+        s.tokens = vec![5, 6, 7, 8];
+        s.positions = vec![0, 1, 2, 3];
+        s.logit_rows = vec![3];
+        s
+    };
+    let src = WeightSource::Dummy { seed: 3 };
+    let mut plain =
+        LlamaRunner::new(CpuBackend::new(CpuWeights::F32), tiny_config(), &src, 8, 16).unwrap();
+    let want = plain.forward(&step()).unwrap().data;
+    for variants in [1usize, 2, 3] {
+        let b = asking(false, variants);
+        let (computes, replayed) = (b.computes.clone(), b.replayed.clone());
+        let mut r = LlamaRunner::new(b, tiny_config(), &src, 8, 16).unwrap();
+        let got = r.forward(&step()).unwrap().data;
+        assert_eq!(got, want, "{variants} variant(s)");
+        assert_eq!(
+            computes.load(Ordering::Relaxed),
+            variants,
+            "one compute per variant"
+        );
+        let replays = replayed.load(Ordering::Relaxed);
+        assert_eq!(
+            replays,
+            usize::from(variants > 1),
+            "the kept variant is replayed"
         );
     }
 }
