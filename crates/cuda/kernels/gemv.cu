@@ -103,17 +103,30 @@ template <int TB>
 __device__ __forceinline__ void gv_norm_scales(const GemvArgs& a, float* scale) {
     __shared__ float warp_ss[TB][8];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    // Every token's two chains advance together (2 TB independent loads in flight per
+    // step); each chain still adds its columns in ascending order.
+    float sa[TB], sb[TB];
+#pragma unroll
+    for (int t = 0; t < TB; ++t) { sa[t] = 0.0f; sb[t] = 0.0f; }
+    for (int c = threadIdx.x; c < a.K; c += 256) {
+        const bool second = c + 128 < a.K;
+#pragma unroll
+        for (int t = 0; t < TB; ++t) {
+            if (t < a.T) {
+                const float* xr = a.xf + (size_t)t * a.K;
+                const float xa = xr[c];
+                sa[t] += xa * xa;
+                if (second) {
+                    const float xb = xr[c + 128];
+                    sb[t] += xb * xb;
+                }
+            }
+        }
+    }
 #pragma unroll
     for (int t = 0; t < TB; ++t) {
-        float sa = 0.0f, sb = 0.0f;
-        if (t < a.T) {
-            const float* xr = a.xf + (size_t)t * a.K;
-            for (int c = threadIdx.x; c < a.K; c += 256) sa += xr[c] * xr[c];
-            for (int c = threadIdx.x + 128; c < a.K; c += 256) sb += xr[c] * xr[c];
-        }
-        sa = warp_sum(sa);
-        sb = warp_sum(sb);
-        if (lane == 0) { warp_ss[t][warp] = sa; warp_ss[t][warp + 4] = sb; }
+        const float wa = warp_sum(sa[t]), wb = warp_sum(sb[t]);
+        if (lane == 0) { warp_ss[t][warp] = wa; warp_ss[t][warp + 4] = wb; }
     }
     __syncthreads();
     if (warp == 0) {
