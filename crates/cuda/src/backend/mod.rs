@@ -15,11 +15,12 @@ mod linear;
 mod qlinear;
 mod rows;
 mod small_step;
+mod step_path;
 mod tensor;
 mod tensor_parallel;
 mod transfer;
 
-pub use small_step::SmallStepChoice;
+pub use step_path::SmallStepChoice;
 pub use tensor::{CudaMatrix, CudaTensor, CudaVector};
 pub use transfer::measure_copy_bandwidth;
 use transfer::{copy_to_host, to_bf16_bits, upload_f32, upload_slice};
@@ -107,9 +108,9 @@ pub struct CudaBackend {
     /// feeds, taken by the op that produces it (`fp8.rs`).
     fp8_next: Option<(usize, usize)>,
     /// This step's linear path (`small_step.rs`), set by `begin_step` and the captures.
-    path: small_step::StepPath,
+    path: step_path::StepPath,
     /// `SmallStepPath::Auto`'s choices and the variants of the key being captured.
-    small: small_step::SmallSteps,
+    small: step_path::SmallSteps,
 }
 
 impl CudaBackend {
