@@ -201,30 +201,6 @@ impl CudaBackend {
         });
     }
 
-    /// How dense linears of small steps run from now on (graphs and `Auto`'s choices are
-    /// dropped when it changes).
-    pub fn set_small_step_path(&mut self, path: SmallStepPath) {
-        if self.opts.small_step_path != path {
-            self.drop_graphs();
-        }
-        self.opts.small_step_path = path;
-    }
-
-    /// Norm and residual fused into the gemv launches on the gemv path, or not (graphs and
-    /// choices dropped when it changes).
-    pub fn set_fused_norm(&mut self, on: bool) {
-        if self.opts.fused_norm != on {
-            self.drop_graphs();
-        }
-        self.opts.fused_norm = on;
-    }
-
-    /// Drops the captured graphs and the small-step choices made for them.
-    fn drop_graphs(&mut self) {
-        self.graphs.clear();
-        self.clear_small_step_choices();
-    }
-
     /// As [`Self::set_small_linear_max_t`], with a separate bound for int4/nvfp4 weights.
     pub fn set_gemv_max_t(&mut self, t: usize, four_bit: usize) {
         let (t, four_bit) = (t.min(32), four_bit.min(32));

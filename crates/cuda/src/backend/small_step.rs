@@ -9,7 +9,7 @@
 use super::step_path::{PathRules, SmallStepChoice, StepPath, GEMV_MAX_T};
 use super::CudaBackend;
 use crate::graphs::GraphKey;
-use crate::options::GraphMode;
+use crate::options::{GraphMode, SmallStepPath};
 use std::time::Instant;
 
 /// Replays of each candidate graph before timing, and timed replays.
@@ -17,6 +17,29 @@ const WARMUP_REPLAYS: usize = 3;
 const TIMED_REPLAYS: usize = 20;
 
 impl CudaBackend {
+    /// How dense linears of small steps run from now on (graphs and `Auto`'s choices are
+    /// dropped when it changes).
+    pub fn set_small_step_path(&mut self, path: SmallStepPath) {
+        if self.opts.small_step_path != path {
+            self.drop_graphs();
+        }
+        self.opts.small_step_path = path;
+    }
+
+    /// Norm and residual fused into the gemv launches on the gemv path, or not (graphs and
+    /// choices dropped when it changes).
+    pub fn set_fused_norm(&mut self, on: bool) {
+        if self.opts.fused_norm != on {
+            self.drop_graphs();
+        }
+        self.opts.fused_norm = on;
+    }
+
+    /// Drops the captured graphs and the small-step choices made for them.
+    pub(super) fn drop_graphs(&mut self) {
+        self.graphs.clear();
+        self.clear_small_step_choices();
+    }
     /// Most tokens a step's dense linears may carry to take the gemv kernels (0: none).
     pub(super) fn dense_gemv_max_t(&self) -> usize {
         if self.path.dense_gemv {
