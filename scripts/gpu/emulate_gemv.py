@@ -3,7 +3,10 @@
 chunk, mma.m16n8k16 fragments, x staging, split partials and the last block's fixed-order
 sum, the store / silu / qkv epilogues with both RoPE layouts) against a numpy reference, for
 every weight format, token bucket and a split and unsplit K. Host only: run it after editing
-the kernel's index arithmetic. The split rule is linear.rs `gemv_splits`, mirrored here."""
+the kernel's index arithmetic. The split rule is linear.rs `gemv_splits`, mirrored here.
+Also the fused norm prologue (gv_norm_scales: 128 threads playing norm.cu's 256, so the
+staged values are rms_norm's bits) and the residual epilogue (y += the last block's sum),
+against norm.cu's order and a float64 reference."""
 import numpy as np
 
 rng = np.random.default_rng(0)
@@ -204,6 +207,103 @@ def tile_row(epi, gi, w, rows, D):
     return head * D + 16 * (2 * p + (w & 1) + (w >> 1) * (D // 32))
 
 
+def warp_sum(v):
+    """common.cuh warp_sum over 32 f32 lanes: the xor butterfly (every lane ends equal)."""
+    v = np.asarray(v, np.float32).copy()
+    for o in (16, 8, 4, 2, 1):
+        v = (v + v[np.arange(32) ^ o]).astype(np.float32)
+    assert (v == v[0]).all()
+    return v[0]
+
+
+def fma32(a, b, c):
+    """fmaf on f32 (the contracted `ss += x * x`): the product is exact in float64; the sum is
+    rounded to f64 and then to f32 (a double rounding that can differ from the device in the
+    last bit, rarely; both orders below use it alike)."""
+    return np.float32(np.float64(a) * np.float64(b) + np.float64(c))
+
+
+def rms_scale_norm_cu(xr, eps):
+    """norm.cu rms_norm_row's scale with blockDim 256: thread t sums columns t, t + 256, ...
+    in order, block_sum = warp_sum per warp, then warp_sum of the 8 warp sums."""
+    K = len(xr)
+    ss = np.zeros(256, np.float32)
+    for t in range(256):
+        for c in range(t, K, 256):
+            ss[t] = fma32(xr[c], xr[c], ss[t])
+    warps = [warp_sum(ss[32 * w: 32 * w + 32]) for w in range(8)]
+    r = warp_sum(np.array(warps + [0.0] * 24, np.float32))
+    return np.float32(1.0) / np.sqrt(np.float32(r / np.float32(K) + np.float32(eps)), dtype=np.float32)
+
+
+def rms_scale_gemv(xr, eps):
+    """gemv.cu gv_norm_scales with 128 threads: thread tid plays virtual threads tid (sa)
+    and tid + 128 (sb); warp w's sums land in warp_ss[w] and warp_ss[w + 4]."""
+    K = len(xr)
+    sa = np.zeros(128, np.float32)
+    sb = np.zeros(128, np.float32)
+    for tid in range(128):
+        for c in range(tid, K, 256):
+            sa[tid] = fma32(xr[c], xr[c], sa[tid])
+        for c in range(tid + 128, K, 256):
+            sb[tid] = fma32(xr[c], xr[c], sb[tid])
+    warp_ss = [0.0] * 8
+    for w in range(4):
+        warp_ss[w] = warp_sum(sa[32 * w: 32 * w + 32])
+        warp_ss[w + 4] = warp_sum(sb[32 * w: 32 * w + 32])
+    r = warp_sum(np.array(warp_ss + [0.0] * 24, np.float32))
+    return np.float32(1.0) / np.sqrt(np.float32(r / np.float32(K) + np.float32(eps)), dtype=np.float32)
+
+
+def norm_stage(xf, nw, scales):
+    """The prologue's staged values: f2bf(x * scale * w), left to right in f32."""
+    return bf16((xf * scales[:, None]).astype(np.float32) * nw[None, :])
+
+
+def check_norm_prologue(fmt, rows, K, TB, T, epi, eps=1e-5, D=64):
+    """The fused prologue: scales bitwise equal to norm.cu's, the GEMM over the staged values
+    within 1e-5 of float64 on those values, and within bf16 rounding of float64 rms_norm."""
+    m = Mat(fmt, rows, K)
+    xf = (rng.standard_normal((T, K)) * 3).astype(np.float32)
+    xf[:, ::97] *= 20  # outlier columns, as real residual streams have
+    nw = (0.5 + rng.random(K)).astype(np.float32)
+    s_gemv = np.array([rms_scale_gemv(xf[t], eps) for t in range(T)], np.float32)
+    s_norm = np.array([rms_scale_norm_cu(xf[t], eps) for t in range(T)], np.float32)
+    same = (s_gemv == s_norm).all()
+    s64 = 1.0 / np.sqrt((xf.astype(np.float64) ** 2).mean(axis=1) + eps)
+    scale_err = np.abs(s_gemv / s64 - 1).max()
+    h = norm_stage(xf, nw, s_gemv)
+    got, S = run_kernel(m, h, T, TB, epi, D)
+    ref_h = (h.astype(np.float64) @ m.wf.astype(np.float64).T).T
+    err = np.abs(got - ref_h).max() / max(np.abs(ref_h).max(), 1e-9)
+    h64 = xf.astype(np.float64) * s64[:, None] * nw[None, :].astype(np.float64)
+    ref64 = (h64 @ m.wf.astype(np.float64).T).T
+    err64 = np.abs(got - ref64).max() / max(np.abs(ref64).max(), 1e-9)
+    ok = same and scale_err < 1e-6 and err < 1e-5 and err64 < 2e-2
+    print(f"{fmt:5} {epi:5} norm prologue rows {rows:5} K {K:5} TB {TB} T {T} splits {S}: "
+          f"scales = norm.cu {same}, scale rel err {scale_err:.1e}, gemm rel err {err:.1e}, "
+          f"vs f64 rms_norm {err64:.1e} {'ok' if ok else 'BAD'}")
+    return ok
+
+
+def check_residual_epilogue(fmt, rows, K, TB, T):
+    """The store epilogue with accumulate: y + (the last block's split-order sum), the same
+    f32 add add_rms_norm does with the stored sum, and within tolerance of float64."""
+    m = Mat(fmt, rows, K)
+    x = bf16(rng.standard_normal((T, K)).astype(np.float32))
+    y0 = (rng.standard_normal((T, rows)) * 4).astype(np.float32)
+    got, S = run_kernel(m, x, T, TB, "store")
+    sums = got.T.astype(np.float32)  # [T][rows], what the plain store writes
+    fused = (y0 + sums).astype(np.float32)      # epilogue: *y + res
+    unfused = (y0 + sums).astype(np.float32)    # add_rms_norm: x[c] += y[c]
+    ref = y0.astype(np.float64) + (x.astype(np.float64) @ m.wf.astype(np.float64).T)
+    err = np.abs(fused - ref).max() / max(np.abs(ref).max(), 1e-9)
+    ok = (fused == unfused).all() and err < 1e-5
+    print(f"{fmt:5} store residual epilogue rows {rows:5} K {K:5} TB {TB} T {T} splits {S}: "
+          f"rel err {err:.1e} {'ok' if ok else 'BAD'}")
+    return ok
+
+
 def run_kernel(m, x, T, TB, epi, D=64):
     """Full sums per row and token the epilogue sees: res[row][t]."""
     W = W_OF[m.fmt]; CW = 4 * W
@@ -345,4 +445,11 @@ if __name__ == "__main__":
         ok &= check(fmt, 128, 576, 8, 5, "silu", smooth=fmt in ("int4", "nvfp4"))
         ok &= check(fmt, 3 * 128, 256, 4, 4, "qkv", D=128, interleaved=False)
         ok &= check(fmt, 3 * 64, 2560, 2, 2, "qkv", D=64, interleaved=True)  # K 2560: splits >= 2 (smem cap)
+        # The fused norm prologue (K 576: 135M's hidden, 2.25 passes of 256 columns; K 2560:
+        # split K) and the residual epilogue.
+        ok &= check_norm_prologue(fmt, 128, 576, 8, 5, "silu")
+        ok &= check_norm_prologue(fmt, 3 * 64, 2560, 2, 2, "qkv")
+        ok &= check_norm_prologue(fmt, 96, 320, 1, 1, "store")
+        ok &= check_residual_epilogue(fmt, 96, 320, 4, 3)
+        ok &= check_residual_epilogue(fmt, 64, 2560, 8, 8)
     print("ALL OK" if ok else "FAILURES")

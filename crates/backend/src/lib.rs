@@ -193,6 +193,59 @@ pub trait Backend: Send {
         unreachable!("gate_up_silu is only called when fuses_projections() is true")
     }
 
+    /// True when this step should run the layer flow with the RMSNorms inside the q|k|v
+    /// and gate|up projections and the residual adds inside the o and down projections
+    /// ([`Backend::rms_norm_qkv_rope`], [`Backend::rms_norm_gate_up_silu`],
+    /// [`Backend::linear_add_residual`]); asked after `begin_step`. Only consulted with
+    /// fused projections on one rank. The defaults below compose the plain ops, so the
+    /// answer changes launches, never values the default composition would not give.
+    fn fuses_norm_into_linear(&self) -> bool {
+        false
+    }
+    /// `x += input · Wᵀ` (the residual add after the o and down projections).
+    fn linear_add_residual(
+        &mut self,
+        x: &mut Self::Tensor,
+        input: &Self::Tensor,
+        w: &Self::Matrix,
+    ) {
+        let y = self.linear(input, w, None);
+        self.add_assign(x, &y);
+    }
+    /// [`Backend::qkv_rope`] of `rms_norm(x, norm, eps)`.
+    #[allow(clippy::too_many_arguments)]
+    fn rms_norm_qkv_rope(
+        &mut self,
+        layer: usize,
+        x: &Self::Tensor,
+        norm: &Self::Vector,
+        eps: f32,
+        w: &Self::Matrix,
+        shape: AttnShape,
+        rope: &RopeSpec,
+    ) -> (Self::Tensor, Self::Tensor, Self::Tensor) {
+        let h = self.rms_norm(x, norm, eps);
+        self.qkv_rope(layer, &h, w, shape, rope)
+    }
+    /// [`Backend::gate_up_silu`] of `rms_norm(x, norm, eps)`.
+    fn rms_norm_gate_up_silu(
+        &mut self,
+        x: &Self::Tensor,
+        norm: &Self::Vector,
+        eps: f32,
+        w: &Self::Matrix,
+    ) -> Self::Tensor {
+        let h = self.rms_norm(x, norm, eps);
+        self.gate_up_silu(&h, w)
+    }
+    /// Called after a successful `end_capture`: true when the backend wants the same step
+    /// captured once more (another variant of the same shape, to time them). When it
+    /// answers false after several captures of one step, `replay` gives the step's output
+    /// (the variant it kept).
+    fn capture_again(&mut self) -> bool {
+        false
+    }
+
     // Tensor parallelism (`wring_model::shard`). The defaults are one rank, which needs
     // no collective; a backend that joins a group of ranks overrides all of them.
 

@@ -4,6 +4,14 @@
 //   gemv_*_silu   silu(gate) * up of stacked gate|up rows, bf16  (gate|up)
 //   gemv_*_qkv    RoPE on q and k, q as f32 rows, k and v into the KV pool (or f32 rows):
 //                 the arithmetic of rope.cu's rope_split_qkv
+// Two optional fusions remove the norm and residual launches of a layer (run-time flags, no
+// builds of their own):
+//   norm prologue (norm_w non-null): the input is the f32 residual stream xf, and each block
+//                 computes every token row's RMS itself (the whole row, in norm.cu's order:
+//                 256 virtual threads over columns c, c + 256, ..., then block_sum's tree), so
+//                 the staged bf16 values are rms_norm's bits whatever the split;
+//   residual epilogue (accumulate, store only): y += the row's sum instead of y = sum, the
+//                 f32 add add_rms_norm would have done, in the last block's fixed order.
 // Weight formats (template F): bf16, fp8 E4M3 with an f32 scale per row, int4 (two codes a
 // byte, f32 scale and zero per (row, group of a multiple of 128), optional AWQ smooth per
 // input column), nvfp4 (E2M1 codes, E4M3 scale per 16 inputs, f32 per row): the device
@@ -79,9 +87,57 @@ struct GemvArgs {
     const u32* seq_bt_off;
     const u32* block_tables;
     const float* inv_freq;
+    const float* xf;              // norm prologue: [T][K] f32 residual rows (x unused)
+    const float* norm_w;          // norm prologue: [K] f32 weights, or null (x is the input)
     int T, K, rows, splits, chunks_per_split, group;
     int n_heads, n_kv_heads, head_dim, interleaved, block_size;
+    float eps;                    // norm prologue
+    int accumulate;               // store: y += sum (the residual add) instead of y = sum
 };
+
+// Norm prologue: the rms_norm scale of each token row of xf (rows >= T get 0), computed the
+// way norm.cu's 256-thread rms_norm does: virtual thread v sums x[c]^2 over c = v, v + 256,
+// ... in order, each virtual warp reduces with warp_sum, and block_sum's second warp_sum adds
+// the 8 warp sums. This block's 128 threads each play virtual threads tid and tid + 128.
+template <int TB>
+__device__ __forceinline__ void gv_norm_scales(const GemvArgs& a, float* scale) {
+    __shared__ float warp_ss[TB][8];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    // Every token's two chains advance together (2 TB independent loads in flight per
+    // step); each chain still adds its columns in ascending order.
+    float sa[TB], sb[TB];
+#pragma unroll
+    for (int t = 0; t < TB; ++t) { sa[t] = 0.0f; sb[t] = 0.0f; }
+    for (int c = threadIdx.x; c < a.K; c += 256) {
+        const bool second = c + 128 < a.K;
+#pragma unroll
+        for (int t = 0; t < TB; ++t) {
+            if (t < a.T) {
+                const float* xr = a.xf + (size_t)t * a.K;
+                const float xa = xr[c];
+                sa[t] += xa * xa;
+                if (second) {
+                    const float xb = xr[c + 128];
+                    sb[t] += xb * xb;
+                }
+            }
+        }
+    }
+#pragma unroll
+    for (int t = 0; t < TB; ++t) {
+        const float wa = warp_sum(sa[t]), wb = warp_sum(sb[t]);
+        if (lane == 0) { warp_ss[t][warp] = wa; warp_ss[t][warp + 4] = wb; }
+    }
+    __syncthreads();
+    if (warp == 0) {
+        for (int t = 0; t < TB; ++t) {
+            const float r = warp_sum(lane < 8 ? warp_ss[t][lane] : 0.0f);
+            if (lane == 0) scale[t] = t < a.T ? rsqrtf(r / (float)a.K + a.eps) : 0.0f;
+        }
+    }
+    __syncthreads();
+}
+
 
 __device__ __forceinline__ void gv_pdl_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -222,6 +278,7 @@ __device__ __forceinline__ void gemv(const GemvArgs& a) {
     // Each warp's ring: chunk slot, piece (rows g, g + 8, meta), lane.
     __shared__ __align__(16) uint4 ring[S][GV_WARPS][NP][32];
     __shared__ float res[GV_WARPS][16][TB];
+    __shared__ float norm_scale[TB];
     __shared__ u32 last_flag;
 
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -284,18 +341,39 @@ __device__ __forceinline__ void gemv(const GemvArgs& a) {
     }
     const bool smooth = QUANT4 && a.smooth != nullptr;
     gv_pdl_wait();
-    // The tokens' columns of this range, zero past T and past K; AWQ smooth applied, and
-    // each 8 columns permuted into the format's fragment order.
+    const bool norm = a.norm_w != nullptr;
+    if (norm) gv_norm_scales<TB>(a, norm_scale);
+    // The tokens' columns of this range, zero past T and past K (normalised first with the
+    // norm prologue: rms_norm's bf16 values); AWQ smooth applied, and each 8 columns
+    // permuted into the format's fragment order.
     {
         const int vec = cps * CW / 8;
         for (int i = threadIdx.x; i < TB * vec; i += blockDim.x) {
             const int t = i / vec, v = i % vec;
-            uint4 val = make_uint4(0, 0, 0, 0);
-            if (t < a.T && 8 * v < kr) val = *(const uint4*)(a.x + (size_t)t * a.K + kbase + 8 * v);
-            const u32 in[4] = {val.x, val.y, val.z, val.w};
             u32 e[8];
+            if (norm) {
+                const bool in = t < a.T && 8 * v < kr;
+                const int col = kbase + 8 * v;
+                const float s = norm_scale[t];
+                float xv[8] = {0, 0, 0, 0, 0, 0, 0, 0}, wv[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+                if (in) {
+                    const float4* xp = (const float4*)(a.xf + (size_t)t * a.K + col);
+                    const float4* wp = (const float4*)(a.norm_w + col);
+                    const float4 x0 = xp[0], x1 = xp[1], w0 = __ldg(wp), w1 = __ldg(wp + 1);
+                    xv[0] = x0.x; xv[1] = x0.y; xv[2] = x0.z; xv[3] = x0.w;
+                    xv[4] = x1.x; xv[5] = x1.y; xv[6] = x1.z; xv[7] = x1.w;
+                    wv[0] = w0.x; wv[1] = w0.y; wv[2] = w0.z; wv[3] = w0.w;
+                    wv[4] = w1.x; wv[5] = w1.y; wv[6] = w1.z; wv[7] = w1.w;
+                }
 #pragma unroll
-            for (int j = 0; j < 8; ++j) e[j] = (in[j >> 1] >> (16 * (j & 1))) & 0xFFFFu;
+                for (int j = 0; j < 8; ++j) e[j] = in ? (u32)f2bf(xv[j] * s * wv[j]) : 0u;
+            } else {
+                uint4 val = make_uint4(0, 0, 0, 0);
+                if (t < a.T && 8 * v < kr) val = *(const uint4*)(a.x + (size_t)t * a.K + kbase + 8 * v);
+                const u32 in[4] = {val.x, val.y, val.z, val.w};
+#pragma unroll
+                for (int j = 0; j < 8; ++j) e[j] = (in[j >> 1] >> (16 * (j & 1))) & 0xFFFFu;
+            }
             if (smooth && t < a.T && 8 * v < kr) {
 #pragma unroll
                 for (int j = 0; j < 8; ++j) {
@@ -407,7 +485,9 @@ __device__ __forceinline__ void gemv(const GemvArgs& a) {
         for (int i = threadIdx.x; i < GV_WARPS * 16 * T; i += blockDim.x) {
             const int t = i / (GV_WARPS * 16), r = i % (GV_WARPS * 16);
             const int row = gv_tile_row<E>(a, gi, r / 16) + r % 16;
-            if (row < a.rows) a.y[(size_t)t * a.rows + row] = res[r / 16][r % 16][t];
+            if (row >= a.rows) continue;
+            float* y = a.y + (size_t)t * a.rows + row;
+            *y = a.accumulate ? *y + res[r / 16][r % 16][t] : res[r / 16][r % 16][t];
         }
     } else if constexpr (E == GV_SILU) {
         const int n = a.rows / 2;

@@ -1,6 +1,8 @@
 //! CUDA graphs of whole forward steps, keyed by (batch bucket, query length). A key is
 //! captured the second time it is seen (the first eager run warms cuBLAS and the
-//! caches), then replayed; a key whose capture fails runs eagerly for good.
+//! caches), then replayed; a key whose capture fails runs eagerly for good. A key may be
+//! captured as several candidates (variants of one step) that are replayed and timed
+//! before one is kept (`backend/small_step.rs`).
 
 use anyhow::{anyhow, Result};
 use cudarc::driver::{sys, CudaGraph, CudaStream};
@@ -32,6 +34,8 @@ pub struct Graphs {
     entries: HashMap<GraphKey, Entry>,
     seen: HashMap<GraphKey, u32>,
     failed: HashSet<GraphKey>,
+    /// Captured variants of a key waiting to be timed, by index.
+    candidates: HashMap<GraphKey, Vec<Option<Entry>>>,
     capturing: Option<GraphKey>,
     replays: u64,
 }
@@ -116,8 +120,49 @@ impl Graphs {
     /// are captured afresh.
     pub fn clear(&mut self) {
         self.entries.clear();
+        self.candidates.clear();
         self.seen.clear();
         self.failed.clear();
+    }
+
+    /// Moves the graph just captured for `key` aside as candidate `index`, so the key can be
+    /// captured again.
+    pub fn set_candidate(&mut self, key: GraphKey, index: usize) {
+        if let Some(e) = self.entries.remove(&key) {
+            let c = self.candidates.entry(key).or_default();
+            if c.len() <= index {
+                c.resize_with(index + 1, || None);
+            }
+            c[index] = Some(e);
+        }
+    }
+
+    /// Replays candidate `index` of `key`.
+    pub fn launch_candidate(&mut self, key: GraphKey, index: usize) -> Result<()> {
+        let e = self
+            .candidates
+            .get(&key)
+            .and_then(|c| c.get(index))
+            .and_then(Option::as_ref)
+            .ok_or_else(|| anyhow!("no candidate graph {index} for {key:?}"))?;
+        e.graph
+            .launch()
+            .map_err(|err| anyhow!("replaying candidate graph {index} of {key:?}: {err:?}"))
+    }
+
+    /// Keeps candidate `index` as the graph of `key` and drops the others.
+    pub fn keep_candidate(&mut self, key: GraphKey, index: usize) {
+        if let Some(mut c) = self.candidates.remove(&key) {
+            if let Some(e) = c.get_mut(index).and_then(Option::take) {
+                self.entries.insert(key, e);
+            }
+        }
+    }
+
+    /// Drops every candidate of `key`.
+    pub fn drop_candidates(&mut self, key: GraphKey) {
+        self.candidates.remove(&key);
+        self.entries.remove(&key);
     }
 
     /// Nodes of the graph captured for `key` (each a kernel launch or a memory op).

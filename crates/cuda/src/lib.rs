@@ -23,11 +23,15 @@ mod options;
 mod params;
 pub mod qweights;
 
-pub use backend::{measure_copy_bandwidth, CudaBackend, CudaMatrix, CudaTensor, CudaVector};
+pub use backend::{
+    measure_copy_bandwidth, CudaBackend, CudaMatrix, CudaTensor, CudaVector, SmallStepChoice,
+};
 pub use blas::GemmTuneReport;
 pub use graphs::GraphKey;
 pub use loader::{ensure_cuda_libraries, ensure_nvrtc};
-pub use options::{AttentionKernel, CudaOptions, GraphMode, DEFAULT_SMALL_LINEAR_MAX_T};
+pub use options::{
+    AttentionKernel, CudaOptions, GraphMode, SmallStepPath, DEFAULT_SMALL_LINEAR_MAX_T,
+};
 
 /// CUDA devices present (0 when the driver is missing or sees none).
 pub fn device_count() -> anyhow::Result<usize> {

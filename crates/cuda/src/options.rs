@@ -28,9 +28,25 @@ pub enum AttentionKernel {
     Reference,
 }
 
-/// The default of `WRING_CUDA_SMALL_LINEAR_MAX_T`: off until an H200 run shows the gemv
-/// path faster than cuBLAS (then 8).
-pub const DEFAULT_SMALL_LINEAR_MAX_T: usize = 0;
+/// The default of `WRING_CUDA_SMALL_LINEAR_MAX_T`: bf16/fp8 steps of up to 8 tokens may take
+/// the gemv kernels; whether they do is [`SmallStepPath`]'s call.
+pub const DEFAULT_SMALL_LINEAR_MAX_T: usize = 8;
+
+/// How bf16/fp8 (dense) linears of steps of at most `small_linear_max_t` tokens run
+/// (`WRING_CUDA_SMALL_STEP_PATH`). The gemv path is faster than cuBLAS for the 135M model at
+/// batch 1 and slower at batch 8 and for the 8B model (BENCHMARKS), so by default each
+/// captured shape is timed both ways.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SmallStepPath {
+    /// Each captured graph key of at most 8 tokens is captured on both paths, each replayed
+    /// and timed, and the faster kept for good (`backend/small_step.rs`); steps that replay
+    /// no graph take cuBLAS unless their key already chose gemv.
+    Auto,
+    /// Always the gemv kernels (with the norm fused when `fused_norm`).
+    Gemv,
+    /// Always cuBLAS (the default before `Auto`).
+    Cublas,
+}
 
 /// The default of `WRING_CUDA_GEMV_4BIT_MAX_T`: int4 and nvfp4 weights take the gemv kernels
 /// for steps of up to 8 tokens (H200, dummy Llama-3.1-8B decode: 1.37× and 1.81× faster than
@@ -58,6 +74,15 @@ pub struct CudaOptions {
     /// The same for int4 and nvfp4 weights (`WRING_CUDA_GEMV_4BIT_MAX_T`; default
     /// [`DEFAULT_GEMV_4BIT_MAX_T`]); `WRING_CUDA_SMALL_LINEAR_MAX_T` sets both.
     pub gemv_4bit_max_t: usize,
+    /// Which path dense linears of small steps take (`WRING_CUDA_SMALL_STEP_PATH` = auto |
+    /// gemv | cublas; default auto). Setting `WRING_CUDA_SMALL_LINEAR_MAX_T` alone forces
+    /// gemv (0: cublas), what it meant before `auto`.
+    pub small_step_path: SmallStepPath,
+    /// On the gemv path, the RMSNorm runs in the prologue of the q|k|v and gate|up gemv and
+    /// the residual add in the epilogue of the o and down gemv (`Backend::fuses_norm_into_linear`:
+    /// 5 launches a layer instead of 7; `WRING_CUDA_FUSED_NORM` = on | off, default on). Never
+    /// on a tensor-parallel rank.
+    pub fused_norm: bool,
     /// Launch wring's kernels with programmatic dependent launch (sm_90+): each may start
     /// while the previous kernel drains (`WRING_CUDA_PDL` = on | off).
     pub pdl: bool,
@@ -106,6 +131,8 @@ impl Default for CudaOptions {
             pdl: true,
             small_linear_max_t: DEFAULT_SMALL_LINEAR_MAX_T,
             gemv_4bit_max_t: DEFAULT_GEMV_4BIT_MAX_T,
+            small_step_path: SmallStepPath::Auto,
+            fused_norm: true,
             fused: true,
             fused_kv_store: true,
             weights: None,
@@ -141,10 +168,21 @@ fn switch(name: &str, v: &str) -> Result<bool> {
     }
 }
 
+/// auto | gemv | cublas.
+fn parse_small_step_path(v: &str) -> Result<SmallStepPath> {
+    Ok(match v.trim() {
+        "auto" => SmallStepPath::Auto,
+        "gemv" => SmallStepPath::Gemv,
+        "cublas" => SmallStepPath::Cublas,
+        other => bail!("WRING_CUDA_SMALL_STEP_PATH={other:?}: expected auto, gemv or cublas"),
+    })
+}
+
 impl CudaOptions {
     /// `WRING_CUDA_GRAPHS` = on | off | pad-only, `WRING_CUDA_GRAPH_BUCKETS` = 1,2,4,...,
     /// `WRING_CUDA_GRAPH_K` = 1,4,6,8,12 (verify lengths 1+K; decode is always included),
     /// `WRING_CUDA_MAX_TOKENS` = 8192, `WRING_CUDA_ATTENTION` = mma | split | reference, `WRING_CUDA_PDL` = on | off, `WRING_CUDA_SMALL_LINEAR_MAX_T` = 0..=32,
+    /// `WRING_CUDA_SMALL_STEP_PATH` = auto | gemv | cublas, `WRING_CUDA_FUSED_NORM` = on | off,
     /// `WRING_CUDA_FUSED` = on | off, `WRING_CUDA_FUSED_KV_STORE` = on | off, `WRING_CUDA_WEIGHTS` = bf16 | fp8 | int4 | nvfp4, `WRING_CUDA_QUANT_KERNELS` = off | on,
     /// `WRING_CUDA_QGEMM_MAX_T` = 0..=32, `WRING_CUDA_FP8_FUSED` = on | off, `WRING_CUDA_GEMM_TUNE` = off | on.
     pub fn from_env() -> Result<Self> {
@@ -185,6 +223,18 @@ impl CudaOptions {
                     format!("WRING_CUDA_SMALL_LINEAR_MAX_T={v:?}: expected an integer from 0 to 32")
                 })?;
             o.gemv_4bit_max_t = o.small_linear_max_t;
+            // What the setting meant before `auto`: gemv up to N tokens, or cuBLAS.
+            o.small_step_path = if o.small_linear_max_t > 0 {
+                SmallStepPath::Gemv
+            } else {
+                SmallStepPath::Cublas
+            };
+        }
+        if let Some(v) = var("WRING_CUDA_SMALL_STEP_PATH") {
+            o.small_step_path = parse_small_step_path(&v)?;
+        }
+        if let Some(v) = var("WRING_CUDA_FUSED_NORM") {
+            o.fused_norm = switch("WRING_CUDA_FUSED_NORM", &v)?;
         }
         if let Some(v) = var("WRING_CUDA_GEMV_4BIT_MAX_T") {
             o.gemv_4bit_max_t = v
@@ -267,6 +317,20 @@ mod tests {
         assert_eq!(list("X", "8, 4,4").unwrap(), vec![4, 8]);
         assert!(list("X", "4,a").is_err());
         assert!(list("X", "0").is_err());
+    }
+
+    #[test]
+    fn small_step_paths_parse() {
+        assert_eq!(parse_small_step_path("auto").unwrap(), SmallStepPath::Auto);
+        assert_eq!(parse_small_step_path(" gemv").unwrap(), SmallStepPath::Gemv);
+        assert_eq!(
+            parse_small_step_path("cublas").unwrap(),
+            SmallStepPath::Cublas
+        );
+        assert!(parse_small_step_path("fast").is_err());
+        let o = CudaOptions::default();
+        assert_eq!(o.small_step_path, SmallStepPath::Auto);
+        assert!(o.fused_norm);
     }
 
     #[test]

@@ -58,6 +58,10 @@ pub(crate) struct GemvArgs {
     pub seq_bt_off: u64,
     pub block_tables: u64,
     pub inv_freq: u64,
+    /// Norm prologue: the f32 residual rows the kernel normalises (then `x` is unused).
+    pub xf: u64,
+    /// Norm prologue: the f32 norm weights; 0 = no prologue, `x` is the bf16 input.
+    pub norm_w: u64,
     pub t: i32,
     pub k: i32,
     pub rows: i32,
@@ -69,6 +73,9 @@ pub(crate) struct GemvArgs {
     pub head_dim: i32,
     pub interleaved: i32,
     pub block_size: i32,
+    pub eps: f32,
+    /// Store epilogue: 1 = `y += sum` (the residual add), 0 = `y = sum`.
+    pub accumulate: i32,
 }
 
 /// Token buckets the gemv kernels are built for (`_t1` .. `_t8`): a step of T tokens runs
@@ -173,10 +180,11 @@ mod tests {
 
     #[test]
     fn gemv_args_match_the_kernels_struct() {
-        // 20 pointers, 11 ints (kernels/gemv.cu GemvArgs), padded to 8 bytes.
-        assert_eq!(std::mem::size_of::<GemvArgs>(), 20 * 8 + 11 * 4 + 4);
-        assert_eq!(std::mem::offset_of!(GemvArgs, t), 160);
-        assert_eq!(std::mem::offset_of!(GemvArgs, block_size), 200);
+        // 22 pointers, 11 ints, a float and an int (kernels/gemv.cu GemvArgs), padded to 8.
+        assert_eq!(std::mem::size_of::<GemvArgs>(), 22 * 8 + 13 * 4 + 4);
+        assert_eq!(std::mem::offset_of!(GemvArgs, t), 176);
+        assert_eq!(std::mem::offset_of!(GemvArgs, block_size), 216);
+        assert_eq!(std::mem::offset_of!(GemvArgs, accumulate), 224);
     }
 
     #[test]

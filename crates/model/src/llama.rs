@@ -53,6 +53,21 @@ pub struct LlamaRunner<B: Backend> {
     lm_head: Option<B::Matrix>,
     rope: RopeSpec,
     kv: KvSpec,
+    /// Every layer's q|k|v and gate|up are stacked (`Proj::Fused`): what the flow with the
+    /// norms inside the projections needs.
+    projections_fused: bool,
+}
+
+/// Whether a step runs [`LlamaRunner::compute_norm_in_linear`]: the backend asks for it
+/// (`Backend::fuses_norm_into_linear`, per step), the projections are stacked, and the
+/// model is not split (a rank's o and down outputs need their all-reduce before the add).
+/// The one place the choice is made.
+pub fn takes_norm_in_linear_flow(
+    sharded: bool,
+    projections_fused: bool,
+    backend_asks: bool,
+) -> bool {
+    backend_asks && projections_fused && !sharded
 }
 
 impl<B: Backend> LlamaRunner<B> {
@@ -201,6 +216,9 @@ impl<B: Backend> LlamaRunner<B> {
             inv_freq: cfg.rope_inv_freq(),
             interleaved: cfg.rope_interleaved,
         };
+        let projections_fused = layers
+            .iter()
+            .all(|w| matches!((&w.qkv, &w.gate_up), (Proj::Fused(_), Proj::Fused(_))));
         Ok(Self {
             backend,
             cfg,
@@ -211,6 +229,7 @@ impl<B: Backend> LlamaRunner<B> {
             lm_head,
             rope,
             kv,
+            projections_fused,
         })
     }
 }
@@ -231,6 +250,14 @@ impl<B: Backend> LlamaRunner<B> {
     /// rank's part, the o and down outputs are partial sums completed by one all-reduce
     /// each, and the logits are this rank's vocabulary slice.
     fn compute(&mut self) -> B::Tensor {
+        let sharded = self.shard.ranks > 1;
+        if takes_norm_in_linear_flow(
+            sharded,
+            self.projections_fused,
+            self.backend.fuses_norm_into_linear(),
+        ) {
+            return self.compute_norm_in_linear();
+        }
         let b = &mut self.backend;
         let c = &self.cfg;
         let shape = AttnShape {
@@ -238,7 +265,6 @@ impl<B: Backend> LlamaRunner<B> {
             n_kv_heads: self.shard.n_kv_heads(),
             head_dim: c.head_dim,
         };
-        let sharded = self.shard.ranks > 1;
         let eps = c.rms_norm_eps;
         let mut x = if sharded {
             // Ids outside this rank's vocabulary give zero rows; the sum has every row.
@@ -296,6 +322,38 @@ impl<B: Backend> LlamaRunner<B> {
         let x = b.rms_norm(&x, &self.norm, eps);
         b.linear(&x, self.lm_head.as_ref().unwrap_or(&self.embed), None)
     }
+
+    /// [`Self::compute`] with each RMSNorm inside the projection that reads it and each
+    /// residual add inside the projection whose output it adds (one rank, stacked
+    /// projections): per layer q|k|v (norm, RoPE, K/V store), attention, o (+= x),
+    /// gate|up (norm, SiLU·mul), down (+= x). The same values as `compute` by the trait's
+    /// default compositions; the CUDA gemv kernels give the same bits in fewer launches.
+    fn compute_norm_in_linear(&mut self) -> B::Tensor {
+        let b = &mut self.backend;
+        let c = &self.cfg;
+        let shape = AttnShape {
+            n_heads: self.shard.n_heads(),
+            n_kv_heads: self.shard.n_kv_heads(),
+            head_dim: c.head_dim,
+        };
+        let eps = c.rms_norm_eps;
+        let mut x = b.embed(&self.embed);
+        for (l, w) in self.layers.iter().enumerate() {
+            let (Proj::Fused(qkv), Proj::Fused(gate_up)) = (&w.qkv, &w.gate_up) else {
+                unreachable!("takes_norm_in_linear_flow checked every layer's projections")
+            };
+            let (q, k, v) = b.rms_norm_qkv_rope(l, &x, &w.attn_norm, eps, qkv, shape, &self.rope);
+            b.next_input_for(&w.o);
+            let a = b.attention(l, &q, &k, &v, shape);
+            b.linear_add_residual(&mut x, &a, &w.o);
+            b.next_input_for(&w.down);
+            let m = b.rms_norm_gate_up_silu(&x, &w.ffn_norm, eps, gate_up);
+            b.linear_add_residual(&mut x, &m, &w.down);
+        }
+        let x = b.gather_logit_rows(&x);
+        let x = b.rms_norm(&x, &self.norm, eps);
+        b.linear(&x, self.lm_head.as_ref().unwrap_or(&self.embed), None)
+    }
 }
 
 impl<B: Backend> LlamaRunner<B> {
@@ -307,13 +365,31 @@ impl<B: Backend> LlamaRunner<B> {
         if let Some(t) = self.backend.replay()? {
             return Ok(t);
         }
-        let capturing = self.backend.begin_capture();
-        let logits = self.compute();
-        if capturing && !self.backend.end_capture(&logits) {
+        // A backend may capture the step more than once (variants of one shape it times
+        // and chooses between: `Backend::capture_again`); its `replay` is then the output.
+        let mut captures = 0;
+        loop {
+            let capturing = self.backend.begin_capture();
+            let logits = self.compute();
+            if !capturing {
+                return Ok(logits);
+            }
+            if !self.backend.end_capture(&logits) {
+                drop(logits);
+                return Ok(self.compute());
+            }
+            captures += 1;
+            let again = self.backend.capture_again();
+            if !again && captures == 1 {
+                return Ok(logits);
+            }
             drop(logits);
-            return Ok(self.compute());
+            if !again {
+                return self.backend.replay()?.ok_or_else(|| {
+                    anyhow::anyhow!("no graph kept after timing the captured variants")
+                });
+            }
         }
-        Ok(logits)
     }
 
     /// Greedy next-token ids of the step's logit rows; the argmax runs on the device

@@ -21,6 +21,9 @@
 //! `gpu_check quant-bench [OUT]` — dummy llama-3.1-8b per weight scheme: load time, weight
 //!   memory, decode and verify step times against the HBM roofline, per linear path
 //!   (QUANT_BENCH_*); rows to OUT (a .json path, or a folder for quant.json).
+//! `gpu_check fused-norm [OUT_DIR]` — the gemv path with the norm and residual fused into
+//!   its launches vs unfused gemv and cuBLAS (dummy 135M and 8B), replay = eager, verify =
+//!   plain greedy; step times and kernels per step for cublas, gemv, gemv+fused and auto.
 //! `gpu_check fp8-fused MODEL` — FP8 weights: the fused activation path vs quantise + GEMM
 //!   + rescale per GEMM (`WRING_CUDA_FP8_FUSED=off`), logits compared.
 
@@ -35,6 +38,8 @@ use wring_model::{ModelConfig, ModelRunner};
 
 #[path = "support/attention.rs"]
 mod attention;
+#[path = "support/fused_norm.rs"]
+mod fused_norm;
 #[path = "support/gemv.rs"]
 mod gemv;
 #[path = "support/quant.rs"]
@@ -59,6 +64,7 @@ fn main() -> Result<()> {
         "fp8-fused" => quant::fp8_fused_check(arg(&args, 2)?),
         "qgemm" => quant::gemm_check(),
         "gemv" => gemv::run(args.get(2).map(String::as_str)),
+        "fused-norm" => fused_norm::run(args.get(2).map(String::as_str)),
         "attention" => attention::check(),
         "steps" => steps::run(arg(&args, 2)?),
         "tp" => tp::run(&args[1..]),
@@ -68,7 +74,7 @@ fn main() -> Result<()> {
             arg(&args, 4)?.parse()?,
             arg(&args, 5)?.parse()?,
         ),
-        _ => bail!("usage: gpu_check golden MODEL GOLDEN | graphs MODEL | bench MODEL | cpu-compare MODEL | quant MODEL [GOLDEN] | quant-bench [OUT] | fp8-fused MODEL | qgemm | gemv [OUT_DIR] | attention | steps OUT_DIR | tp ... | profile MODEL BATCH Q CTX (MODEL: a .gguf, dummy or dummy-8b)"),
+        _ => bail!("usage: gpu_check golden MODEL GOLDEN | graphs MODEL | bench MODEL | cpu-compare MODEL | quant MODEL [GOLDEN] | quant-bench [OUT] | fp8-fused MODEL | qgemm | gemv [OUT_DIR] | fused-norm [OUT_DIR] | attention | steps OUT_DIR | tp ... | profile MODEL BATCH Q CTX (MODEL: a .gguf, dummy or dummy-8b)"),
     }
 }
 
@@ -450,7 +456,8 @@ fn graphs(model: &str) -> Result<()> {
         r.backend_mut().set_small_linear_max_t(8);
         let small = r.forward(&s)?;
         r.backend_mut()
-            .set_small_linear_max_t(env.small_linear_max_t);
+            .set_gemv_max_t(env.small_linear_max_t, env.gemv_4bit_max_t);
+        r.backend_mut().set_small_step_path(env.small_step_path);
         let (d, scale) = cublas
             .data
             .iter()
@@ -478,7 +485,11 @@ fn graphs(model: &str) -> Result<()> {
         for (k, pos, seqs) in &results {
             // Within one linear path a row's bits do not depend on the step's shape (the gemv
             // kernels and the attention kernel), so verify must reproduce plain decode.
-            if b == 1 && env.small_linear_max_t >= 8 {
+            // (Not under `auto`: decode and verify keys may choose different paths.)
+            if b == 1
+                && env.small_linear_max_t >= 8
+                && env.small_step_path == wring_cuda::SmallStepPath::Gemv
+            {
                 all_same &= *seqs == b;
             }
             println!(

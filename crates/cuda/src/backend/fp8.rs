@@ -40,7 +40,7 @@ impl CudaBackend {
     /// its condition here).
     pub(super) fn fp8_gemm_input(&mut self, t: usize, n_in: usize, n_out: usize) -> bool {
         // Steps the gemv kernels take read bf16 activations (W8A16 there).
-        if t <= self.opts.small_linear_max_t.min(super::linear::GEMV_MAX_T) {
+        if t <= self.dense_gemv_max_t() {
             return false;
         }
         let tp = fp8_pad_tokens(t);

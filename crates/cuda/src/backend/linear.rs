@@ -1,7 +1,9 @@
 //! Linears: cuBLAS for bf16 weights, `qlinear` for quantized ones, and for steps of at most
 //! `GEMV_MAX_T` tokens (and `small_linear_max_t`) the weight-streaming kernels of
 //! kernels/gemv.cu for every format, with the work after the GEMM (RoPE and the K/V store,
-//! SiLU·mul) in the same launch.
+//! SiLU·mul) in the same launch. On a step whose path fuses the norm
+//! (`small_step.rs`), the q|k|v and gate|up gemv normalise the f32 residual stream in their
+//! prologue and the o and down gemv add into it in their epilogue.
 
 use super::tensor::{CudaMatrix, CudaTensor, CudaVector, DType, Weights};
 use super::CudaBackend;
@@ -17,25 +19,35 @@ pub(crate) const GEMV_MAX_T: usize = GEMV_BUCKETS[GEMV_BUCKETS.len() - 1];
 impl CudaBackend {
     /// Whether a plain (store) linear over `w` with input `x` runs the gemv kernels.
     pub(super) fn gemv_takes(&self, x: &CudaTensor, w: &CudaMatrix) -> bool {
-        self.gemv_args(x, w, GemvEpilogue::Store, 0).is_some()
+        self.gemv_args(x, w, GemvEpilogue::Store, 0, None).is_some()
     }
 
     /// The gemv arguments that describe `w` (format and weight pointers) when the gemv
     /// kernels can run `x · wᵀ` with `epilogue`: few enough tokens, shapes they tile, and
-    /// the counters allocated. The caller fills in the outputs.
+    /// the counters allocated. The caller fills in the outputs. With `norm` (weights, eps)
+    /// `x` is the f32 residual stream, normalised in the kernel's prologue; else bf16.
     fn gemv_args(
         &self,
         x: &CudaTensor,
         w: &CudaMatrix,
         epilogue: GemvEpilogue,
         head_dim: usize,
+        norm: Option<(&CudaVector, f32)>,
     ) -> Option<(GemvFormat, GemvArgs)> {
         let max_t = match w.w {
             Weights::Int4 { .. } | Weights::Nvfp4 { .. } => self.opts.gemv_4bit_max_t,
-            _ => self.opts.small_linear_max_t,
+            _ => self.dense_gemv_max_t(),
         }
         .min(GEMV_MAX_T);
-        if x.rows == 0 || x.rows > max_t || x.dtype != DType::Bf16 {
+        let dtype = if norm.is_some() {
+            DType::F32
+        } else {
+            DType::Bf16
+        };
+        if x.rows == 0 || x.rows > max_t || x.dtype != dtype {
+            return None;
+        }
+        if norm.is_some_and(|(nw, _)| nw.len != x.cols) {
             return None;
         }
         if !w.cols.is_multiple_of(32) || !w.rows.is_multiple_of(16) || x.cols != w.cols {
@@ -43,7 +55,6 @@ impl CudaBackend {
         }
         let opt = |s: &Option<crate::device::DeviceBuffer>| s.as_ref().map_or(0, |b| b.ptr());
         let mut a = GemvArgs {
-            x: x.ptr,
             t: x.rows as i32,
             k: w.cols as i32,
             rows: w.rows as i32,
@@ -92,6 +103,14 @@ impl CudaBackend {
                 GemvFormat::Nvfp4
             }
         };
+        match norm {
+            Some((nw, eps)) => {
+                a.xf = x.ptr;
+                a.norm_w = nw.buf.ptr();
+                a.eps = eps;
+            }
+            None => a.x = x.ptr,
+        }
         let groups = Self::gemv_groups(w.rows, epilogue, head_dim)?;
         (groups <= self.gemv_counter_words).then_some((format, a))
     }
@@ -145,7 +164,7 @@ impl CudaBackend {
 
     /// `x · wᵀ` as f32 rows through the gemv kernels, when they take this step.
     fn gemv_store(&mut self, x: &CudaTensor, w: &CudaMatrix) -> Option<CudaTensor> {
-        let (format, mut a) = self.gemv_args(x, w, GemvEpilogue::Store, 0)?;
+        let (format, mut a) = self.gemv_args(x, w, GemvEpilogue::Store, 0, None)?;
         let out = self.alloc(x.rows, w.rows, DType::F32, x.valid_rows);
         if !self.ok() {
             return Some(out);
@@ -173,9 +192,7 @@ impl CudaBackend {
             return CudaTensor::empty();
         }
         let out = match &w.w {
-            _ if self.gemv_args(x, w, GemvEpilogue::Store, 0).is_some() => {
-                self.gemv_store(x, w).unwrap_or_else(CudaTensor::empty)
-            }
+            _ if self.gemv_takes(x, w) => self.gemv_store(x, w).unwrap_or_else(CudaTensor::empty),
             Weights::Bf16(buf) => {
                 let out = self.alloc(x.rows, w.rows, DType::F32, x.valid_rows);
                 if !self.ok() {
@@ -219,6 +236,57 @@ impl CudaBackend {
         out
     }
 
+    /// `Backend::linear_add_residual`: `resid += input · wᵀ`, the add in the gemv epilogue
+    /// when the gemv kernels take the step (else a linear and an add).
+    pub(super) fn linear_add_residual_op(
+        &mut self,
+        resid: &mut CudaTensor,
+        input: &CudaTensor,
+        w: &CudaMatrix,
+    ) {
+        if !self.expect(resid, DType::F32, "linear_add_residual") {
+            return;
+        }
+        let gemv = self.gemv_args(input, w, GemvEpilogue::Store, 0, None);
+        match gemv {
+            Some((format, mut a)) if resid.rows == input.rows && resid.cols == w.rows => {
+                a.y = resid.ptr;
+                a.accumulate = 1;
+                self.gemv_launch(format, GemvEpilogue::Store, a, w.rows.div_ceil(64));
+            }
+            _ => {
+                let y = self.any_linear_op(input, w, None);
+                if self.ok() {
+                    self.settle(&y);
+                    self.add_assign_op(resid, &y);
+                }
+            }
+        }
+    }
+
+    /// `Backend::rms_norm_qkv_rope`: [`Self::qkv_rope_op`] of `rms_norm(x)`, the norm in
+    /// the gemv prologue when the gemv kernels take the step.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn rms_norm_qkv_rope_op(
+        &mut self,
+        layer: usize,
+        x: &CudaTensor,
+        norm: &CudaVector,
+        eps: f32,
+        w: &CudaMatrix,
+        shape: AttnShape,
+        rope: &RopeSpec,
+    ) -> (CudaTensor, CudaTensor, CudaTensor) {
+        if self
+            .gemv_args(x, w, GemvEpilogue::Qkv, shape.head_dim, Some((norm, eps)))
+            .is_some()
+        {
+            return self.qkv_rope_normed(layer, x, w, shape, rope, Some((norm, eps)));
+        }
+        let h = self.rms_norm_op(x, norm, eps);
+        self.qkv_rope_op(layer, &h, w, shape, rope)
+    }
+
     pub(super) fn qkv_rope_op(
         &mut self,
         layer: usize,
@@ -226,6 +294,20 @@ impl CudaBackend {
         w: &CudaMatrix,
         shape: AttnShape,
         rope: &RopeSpec,
+    ) -> (CudaTensor, CudaTensor, CudaTensor) {
+        self.qkv_rope_normed(layer, x, w, shape, rope, None)
+    }
+
+    /// The q|k|v projection with RoPE; with `norm`, `x` is the f32 residual stream and the
+    /// gemv kernels (the caller checked they take it) normalise it first.
+    fn qkv_rope_normed(
+        &mut self,
+        layer: usize,
+        x: &CudaTensor,
+        w: &CudaMatrix,
+        shape: AttnShape,
+        rope: &RopeSpec,
+        norm: Option<(&CudaVector, f32)>,
     ) -> (CudaTensor, CudaTensor, CudaTensor) {
         let empty = || {
             (
@@ -264,7 +346,7 @@ impl CudaBackend {
             }
             None => (0, 0, 0),
         };
-        let gemv = self.gemv_args(x, w, GemvEpilogue::Qkv, shape.head_dim);
+        let gemv = self.gemv_args(x, w, GemvEpilogue::Qkv, shape.head_dim, norm);
         let q = self.alloc(x.rows, qd, DType::F32, x.valid_rows);
         let k = self.alloc(x.rows, kvd, DType::F32, x.valid_rows);
         let v = self.alloc(x.rows, kvd, DType::F32, x.valid_rows);
@@ -290,6 +372,12 @@ impl CudaBackend {
             self.gemv_launch(format, GemvEpilogue::Qkv, a, w.rows / 64);
             self.kv_stored = (k_pool != 0).then_some(layer);
             return (q, k, v);
+        }
+        if norm.is_some() {
+            self.fail(anyhow!(
+                "qkv_rope: the norm prologue needs the gemv kernels"
+            ));
+            return empty();
         }
         // An FP8 GEMM leaves its rescale to the split, which applies it as it reads.
         let fused = self.any_linear_op(x, w, None);
@@ -330,6 +418,41 @@ impl CudaBackend {
         (q, k, v)
     }
 
+    /// `Backend::rms_norm_gate_up_silu`: [`Self::gate_up_silu_op`] of `rms_norm(x)`, the
+    /// norm in the gemv prologue when the gemv kernels take the step.
+    pub(super) fn rms_norm_gate_up_silu_op(
+        &mut self,
+        x: &CudaTensor,
+        norm: &CudaVector,
+        eps: f32,
+        w: &CudaMatrix,
+    ) -> CudaTensor {
+        let fused = w.rows.is_multiple_of(2)
+            && self
+                .gemv_args(x, w, GemvEpilogue::Silu, 0, Some((norm, eps)))
+                .is_some();
+        if !fused {
+            // The hint (the down projection's input format) is for the SiLU, not the norm.
+            let hint = self.fp8_next.take();
+            let h = self.rms_norm_op(x, norm, eps);
+            self.fp8_next = hint;
+            return self.gate_up_silu_op(&h, w);
+        }
+        // The gemv kernel writes bf16: a down-projection hint is dropped.
+        self.fp8_next = None;
+        let Some((format, mut a)) = self.gemv_args(x, w, GemvEpilogue::Silu, 0, Some((norm, eps)))
+        else {
+            return CudaTensor::empty();
+        };
+        let out = self.alloc(x.rows, w.rows / 2, DType::Bf16, x.valid_rows);
+        if !self.ok() {
+            return out;
+        }
+        a.h = out.ptr;
+        self.gemv_launch(format, GemvEpilogue::Silu, a, w.rows / 64);
+        out
+    }
+
     pub(super) fn gate_up_silu_op(&mut self, x: &CudaTensor, w: &CudaMatrix) -> CudaTensor {
         if !w.rows.is_multiple_of(2) {
             self.fail(anyhow!(
@@ -343,7 +466,7 @@ impl CudaBackend {
             // The bf16 kernels write bf16: a down-projection hint is dropped.
             self.fp8_next = None;
         }
-        if let Some((format, mut a)) = self.gemv_args(x, w, GemvEpilogue::Silu, 0) {
+        if let Some((format, mut a)) = self.gemv_args(x, w, GemvEpilogue::Silu, 0, None) {
             let out = self.alloc(x.rows, w.rows / 2, DType::Bf16, x.valid_rows);
             if !self.ok() {
                 return out;

@@ -14,10 +14,13 @@ mod fp8;
 mod linear;
 mod qlinear;
 mod rows;
+mod small_step;
+mod step_path;
 mod tensor;
 mod tensor_parallel;
 mod transfer;
 
+pub use step_path::SmallStepChoice;
 pub use tensor::{CudaMatrix, CudaTensor, CudaVector};
 pub use transfer::measure_copy_bandwidth;
 use transfer::{copy_to_host, to_bf16_bits, upload_f32, upload_slice};
@@ -29,7 +32,7 @@ use crate::device::{launch, launch_struct, Arg, DeviceBuffer, PinnedBuffer};
 use crate::graphs::{GraphKey, Graphs};
 use crate::kernels::Kernels;
 use crate::meta::{stage_step, Padding, StepLayout};
-use crate::options::{AttentionKernel, CudaOptions, GraphMode};
+use crate::options::{AttentionKernel, CudaOptions, GraphMode, SmallStepPath};
 use crate::qweights::{quantize_for_load, DeviceMatrix};
 use anyhow::{anyhow, bail, ensure, Context, Result};
 use cudarc::driver::{result, sys, CudaContext, CudaStream};
@@ -104,6 +107,10 @@ pub struct CudaBackend {
     /// `Backend::next_input_for`: (n_in, n_out) of the FP8 weight the next GEMM input
     /// feeds, taken by the op that produces it (`fp8.rs`).
     fp8_next: Option<(usize, usize)>,
+    /// This step's linear path (`small_step.rs`), set by `begin_step` and the captures.
+    path: step_path::StepPath,
+    /// `SmallStepPath::Auto`'s choices and the variants of the key being captured.
+    small: step_path::SmallSteps,
 }
 
 impl CudaBackend {
@@ -172,6 +179,8 @@ impl CudaBackend {
             group: None,
             row_maxima: None,
             fp8_next: None,
+            path: Default::default(),
+            small: Default::default(),
         })
     }
 
@@ -180,17 +189,23 @@ impl CudaBackend {
     }
 
     /// The weight-streaming gemv kernels for steps of at most `t` tokens (capped at 8; 0:
-    /// cuBLAS and the quantized GEMMs always); captured graphs are dropped and captured
-    /// again.
+    /// cuBLAS and the quantized GEMMs always), forced (`SmallStepPath::Gemv`, or `Cublas`
+    /// for 0) as `WRING_CUDA_SMALL_LINEAR_MAX_T` alone does; captured graphs are dropped
+    /// and captured again.
     pub fn set_small_linear_max_t(&mut self, t: usize) {
         self.set_gemv_max_t(t, t);
+        self.set_small_step_path(if t > 0 {
+            SmallStepPath::Gemv
+        } else {
+            SmallStepPath::Cublas
+        });
     }
 
     /// As [`Self::set_small_linear_max_t`], with a separate bound for int4/nvfp4 weights.
     pub fn set_gemv_max_t(&mut self, t: usize, four_bit: usize) {
         let (t, four_bit) = (t.min(32), four_bit.min(32));
         if (self.opts.small_linear_max_t, self.opts.gemv_4bit_max_t) != (t, four_bit) {
-            self.graphs.clear();
+            self.drop_graphs();
         }
         self.opts.small_linear_max_t = t;
         self.opts.gemv_4bit_max_t = four_bit;
@@ -206,7 +221,7 @@ impl CudaBackend {
     pub fn set_pdl(&mut self, on: bool) {
         let on = on && self.arch.0 >= 9;
         if self.opts.pdl != on {
-            self.graphs.clear();
+            self.drop_graphs();
         }
         self.opts.pdl = on;
     }
@@ -215,7 +230,7 @@ impl CudaBackend {
     /// hold the previous kernel) and captured again.
     pub fn set_attention(&mut self, kernel: AttentionKernel) {
         if self.opts.attention != kernel {
-            self.graphs.clear();
+            self.drop_graphs();
         }
         self.opts.attention = kernel;
     }
@@ -621,6 +636,8 @@ impl Backend for CudaBackend {
         }
         .map_err(|e| anyhow!("copying step metadata to the GPU failed: {e:?}"))?;
         self.layout = layout;
+        self.clear_pending_variants();
+        self.path = self.resolve_step_path(self.layout.tokens, key);
         self.max_query_len = key.map_or_else(
             || step.seqs.iter().map(|s| s.query_len).max().unwrap_or(0),
             |k| k.query_len,
@@ -768,12 +785,14 @@ impl Backend for CudaBackend {
             self.fail(e);
             return false;
         }
+        self.begin_variant_captures();
         match self.graphs.begin(&self.stream, key) {
             Ok(()) => true,
             Err(e) => {
                 tracing::warn!(
                     "CUDA graph capture for {key:?} could not start: {e:#}; running eagerly"
                 );
+                self.abandon_variant_captures();
                 false
             }
         }
@@ -788,9 +807,45 @@ impl Backend for CudaBackend {
                 tracing::warn!(
                     "CUDA graph capture failed: {e:#}; this shape runs eagerly from now on"
                 );
+                self.abandon_variant_captures();
                 false
             }
         }
+    }
+
+    fn capture_again(&mut self) -> bool {
+        self.capture_again_op()
+    }
+
+    fn fuses_norm_into_linear(&self) -> bool {
+        self.path.fused_norm
+    }
+
+    fn linear_add_residual(&mut self, x: &mut CudaTensor, input: &CudaTensor, w: &CudaMatrix) {
+        self.linear_add_residual_op(x, input, w)
+    }
+
+    fn rms_norm_qkv_rope(
+        &mut self,
+        layer: usize,
+        x: &CudaTensor,
+        norm: &CudaVector,
+        eps: f32,
+        w: &CudaMatrix,
+        shape: AttnShape,
+        rope: &RopeSpec,
+    ) -> (CudaTensor, CudaTensor, CudaTensor) {
+        self.rms_norm_qkv_rope_op(layer, x, norm, eps, w, shape, rope)
+    }
+
+    fn rms_norm_gate_up_silu(
+        &mut self,
+        x: &CudaTensor,
+        norm: &CudaVector,
+        eps: f32,
+        w: &CudaMatrix,
+    ) -> CudaTensor {
+        self.rms_norm_gate_up_silu_op(x, norm, eps, w)
     }
 
     fn finish_step(&mut self) -> Result<()> {

@@ -75,6 +75,8 @@ impl CudaBackend {
         // Every quantized matrix may take the dequantising path (large steps, or FP8
         // shapes cuBLASLt does not take): the scratch holds its largest tile.
         self.scratch_bytes = self.scratch_bytes.max(tile_rows(rows, cols) * cols * 2);
+        // Layers of 4-bit weights keep their own gemv bound (small_step.rs).
+        self.small.four_bit_layers |= matches!(w, Weights::Int4 { .. } | Weights::Nvfp4 { .. });
         Ok(CudaMatrix { w, rows, cols })
     }
 

@@ -372,6 +372,12 @@ pub fn bench(out: Option<&str>) -> Result<()> {
                     other => anyhow::bail!("QUANT_BENCH_VARIANTS: unknown variant {other:?}"),
                 };
                 r.backend_mut().set_gemv_max_t(small, four_bit);
+                // gemv / off force the dense path too; default keeps the environment's.
+                r.backend_mut().set_small_step_path(match variant {
+                    "gemv" => wring_cuda::SmallStepPath::Gemv,
+                    "off" => wring_cuda::SmallStepPath::Cublas,
+                    _ => CudaOptions::from_env()?.small_step_path,
+                });
                 for &(batch, q) in &shapes {
                     let launches = r.backend().gemv_launches();
                     let g = time_steps(&mut r, batch, q, ctx, 12)?;
@@ -525,7 +531,11 @@ pub fn gemm_check() -> Result<()> {
         };
         // Steps of up to this many tokens run the gemv kernels: fp8 weights with bf16
         // activations there (no E4M3 activations).
-        let gemv_t = opts.small_linear_max_t.min(8);
+        let gemv_t = if opts.small_step_path == wring_cuda::SmallStepPath::Gemv {
+            opts.small_linear_max_t.min(8)
+        } else {
+            0
+        };
         let mut b = CudaBackend::new(0, opts)?;
         let (wm, wref) = match scheme {
             None => (

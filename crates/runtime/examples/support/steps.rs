@@ -29,15 +29,16 @@ fn roofline_bytes(cfg: &ModelConfig, batch: usize, ctx: usize) -> f64 {
     (weights + kv) as f64
 }
 
-/// A backend configuration to time: (attention kernel, small-step linear max tokens, PDL).
-fn variant(name: &str) -> Result<(AttentionKernel, usize, bool)> {
+/// A backend configuration to time: (attention kernel, small-step linear max tokens forced
+/// (None: the environment's path, `auto` by default), PDL).
+fn variant(name: &str) -> Result<(AttentionKernel, Option<usize>, bool)> {
     let d = CudaOptions::from_env()?;
     Ok(match name {
-        "default" => (d.attention, d.small_linear_max_t, d.pdl),
-        "gemv" | "small" => (d.attention, 8, d.pdl),
-        "nosmall" => (d.attention, 0, d.pdl),
-        "nopdl" => (d.attention, d.small_linear_max_t, false),
-        "before" => (AttentionKernel::Split, 0, false),
+        "default" => (d.attention, None, d.pdl),
+        "gemv" | "small" => (d.attention, Some(8), d.pdl),
+        "nosmall" => (d.attention, Some(0), d.pdl),
+        "nopdl" => (d.attention, None, false),
+        "before" => (AttentionKernel::Split, Some(0), false),
         other => anyhow::bail!("STEPS_VARIANTS: unknown variant {other:?}"),
     })
 }
@@ -101,7 +102,15 @@ pub fn run(out_dir: &str) -> Result<()> {
         for name in &variants {
             let (kernel, small, pdl) = variant(name)?;
             r.backend_mut().set_attention(kernel);
-            r.backend_mut().set_small_linear_max_t(small);
+            match small {
+                Some(t) => r.backend_mut().set_small_linear_max_t(t),
+                None => {
+                    let d = CudaOptions::from_env()?;
+                    r.backend_mut()
+                        .set_gemv_max_t(d.small_linear_max_t, d.gemv_4bit_max_t);
+                    r.backend_mut().set_small_step_path(d.small_step_path);
+                }
+            }
             r.backend_mut().set_pdl(pdl);
             r.backend_mut().set_graph_mode(GraphMode::On);
             let mut decode_ms = std::collections::HashMap::new();
