@@ -21,10 +21,13 @@ impl SuffixProposer {
         };
         let mut drafter = SuffixDrafter::try_new(cfg)
             .map_err(|e| anyhow::anyhow!("suffix drafter configuration: {e}"))?;
-        // Global-tree appends cost several µs a token once the tree is large (every
+        // Tree updates cost several µs a token once the global tree is large (every
         // suffix of the last 64 tokens walks a shared path); deferred, they run beside
-        // the model's step instead of between steps.
-        drafter.enable_deferred_global();
+        // the model's step instead of between steps. `WRING_SUFFIX_DEFERRED=off` keeps
+        // them between steps (for side-by-side measurements).
+        if std::env::var("WRING_SUFFIX_DEFERRED").as_deref() != Ok("off") {
+            drafter.enable_deferred_global();
+        }
         Ok(Self { drafter })
     }
 

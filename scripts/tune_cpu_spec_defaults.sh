@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Issue 19 item 4: is `--speculative suffix` (the CPU default: unpadded, adaptive K) ever
+# slower than no speculation on this CPU? `wring tune` on all seven corpora at concurrency
+# 1, 8 and 64, default weights (`--cpu-weights auto`), greedy, 64 output tokens. Run it on a
+# quiet machine (nothing else compiling); writes $OUT/c{1,8,64}/report.md.
+#   OUT=results/tune-cpu-spec-defaults-<date> scripts/tune_cpu_spec_defaults.sh
+set -uo pipefail
+cd "$(dirname "$0")/.."
+W=${WRING:-target/release/wring}
+OUT=${OUT:-results/tune-cpu-spec-defaults-$(date +%F)}
+CORPORA=${CORPUS_DIR:-../shared/corpora}
+mkdir -p "$OUT"
+common=(--configs nospec,suffix --max-tokens 64 --runs 1 --max-spread 1 --corpus all
+        --corpus-dir "$CORPORA" --no-progress)
+for spec in ${LEVELS:-"1:3:1:6000" "8:8:2:6000" "64:64:4:1500"}; do
+    IFS=: read -r c n warm chars <<<"$spec"
+    t0=$(date +%s)
+    "$W" tune "${common[@]}" --concurrency "$c" --num-prompts "$n" --warmup "$warm" \
+        --max-prompt-chars "$chars" --out "$OUT/c$c" > "$OUT/c$c.log" 2>&1
+    echo "== c=$c n=$n rc=$? in $(( $(date +%s) - t0 )) s, load $(cut -d' ' -f1-3 /proc/loadavg)"
+    rm -rf "$OUT/c$c/logs"
+    sed -n '/^| configuration/,/^$/p' "$OUT/c$c/report.md"
+done
