@@ -354,6 +354,10 @@ impl EngineCore {
         let verified = Instant::now();
         self.spec.end_step();
         let model = self.metrics.step_model_seconds - model_before;
+        if prefill_tokens > 0 {
+            self.metrics.steps_with_prefill += 1;
+            self.metrics.step_model_seconds_with_prefill += model;
+        }
         let secs = started.elapsed().as_secs_f64();
         self.metrics.step_host_seconds += (secs - model).max(0.0);
         // The whole step, host work included: it is what a stream waits between tokens.

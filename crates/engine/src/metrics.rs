@@ -80,6 +80,11 @@ pub struct MetricsSnapshot {
     pub steps: u64,
     /// Seconds engine steps spent in the model's forward (the device's share of a step).
     pub step_model_seconds: f64,
+    /// Steps that carried prompt (prefill) tokens, and their forward seconds: such a
+    /// step's shape is not uniform, so on CUDA it runs eagerly instead of replaying a
+    /// captured graph.
+    pub steps_with_prefill: u64,
+    pub step_model_seconds_with_prefill: f64,
     /// Seconds engine steps spent around it on the host: planning drafts, scheduling,
     /// building the input, verifying, detokenising and streaming.
     pub step_host_seconds: f64,
@@ -124,6 +129,8 @@ impl Default for MetricsSnapshot {
             step_model_seconds: 0.0,
             step_host_seconds: 0.0,
             step_host_phase_seconds: [0.0; HOST_PHASES.len()],
+            steps_with_prefill: 0,
+            step_model_seconds_with_prefill: 0.0,
             admin_seconds: 0.0,
             prompt_tokens: 0,
             generation_tokens: 0,

@@ -101,6 +101,16 @@ pub fn render(m: &MetricsSnapshot, model_name: &str) -> String {
         m.step_model_seconds,
     );
     p.counter(
+        "wring:engine_steps_with_prefill_total",
+        "Engine steps that carried prompt tokens (not uniform: eager on CUDA).",
+        m.steps_with_prefill as f64,
+    );
+    p.counter(
+        "wring:engine_step_model_seconds_with_prefill_total",
+        "Seconds the steps with prompt tokens spent in the model's forward.",
+        m.step_model_seconds_with_prefill,
+    );
+    p.counter(
         "wring:engine_step_host_seconds_total",
         "Seconds engine steps spent on the host around the forward (drafting, scheduling, verifying, streaming).",
         m.step_host_seconds,

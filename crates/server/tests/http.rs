@@ -323,14 +323,31 @@ async fn speculative_streams_carry_several_tokens_per_chunk_and_match_plain_gree
         steps > 0.0 && model > 0.0 && host > 0.0,
         "{steps} {model} {host}"
     );
-    // The host part by phase (its first series is drafting), and admission outside steps.
+    // The host part by phase, and admission outside steps.
     let draft = spec_srv
-        .metric("wring:engine_step_host_phase_seconds_total")
+        .metric(r#"wring:engine_step_host_phase_seconds_total{phase="draft"}"#)
+        .await;
+    let wait = spec_srv
+        .metric(r#"wring:engine_step_host_phase_seconds_total{phase="drafter_wait"}"#)
         .await;
     let admin = spec_srv.metric("wring:engine_admin_seconds_total").await;
     assert!(
-        draft > 0.0 && draft <= host && admin > 0.0,
-        "{draft} {host} {admin}"
+        draft > 0.0 && draft + wait <= host && admin > 0.0,
+        "{draft} {wait} {host} {admin}"
+    );
+    // Steps that carried prompt tokens (each request's first), and their forward time.
+    let prefill_steps = spec_srv
+        .metric("wring:engine_steps_with_prefill_total")
+        .await;
+    let prefill_model = spec_srv
+        .metric("wring:engine_step_model_seconds_with_prefill_total")
+        .await;
+    assert!(
+        prefill_steps >= 1.0
+            && prefill_steps < steps
+            && prefill_model > 0.0
+            && prefill_model < model,
+        "{prefill_steps} {steps} {prefill_model} {model}"
     );
     spec_srv.shutdown().await.unwrap();
 }

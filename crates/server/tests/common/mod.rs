@@ -98,7 +98,13 @@ impl TestServer {
             .await
             .unwrap();
         text.lines()
-            .find(|l| l.starts_with(&format!("{name}{{")) || l.starts_with(&format!("{name} ")))
+            // `name{phase="draft"}` picks the series carrying that label (among others).
+            .find(|l| match name.split_once('{') {
+                Some((base, label)) => {
+                    l.starts_with(&format!("{base}{{")) && l.contains(label.trim_end_matches('}'))
+                }
+                None => l.starts_with(&format!("{name}{{")) || l.starts_with(&format!("{name} ")),
+            })
             .and_then(|l| l.rsplit(' ').next())
             .and_then(|v| v.parse().ok())
             .unwrap_or_else(|| panic!("{name} not in /metrics"))
