@@ -82,6 +82,13 @@ pub(crate) struct GemvArgs {
 /// the smallest that holds it.
 pub(crate) const GEMV_BUCKETS: [usize; 4] = [1, 2, 4, 8];
 
+/// Token buckets of the multi-tile int4 / nvfp4 builds (kernels/gemv_multi.cu, `_t16` ..
+/// `_t64`): steps of 9 to 64 tokens, padded up to the bucket's n-tiles of 8.
+pub(crate) const GEMV_MULTI_BUCKETS: [usize; 3] = [16, 32, 64];
+
+/// Most tokens a 4-bit step may carry to take the gemv kernels (the largest multi bucket).
+pub const GEMV_4BIT_LIMIT: usize = GEMV_MULTI_BUCKETS[GEMV_MULTI_BUCKETS.len() - 1];
+
 /// What follows the weight-streaming GEMV inside its launch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum GemvEpilogue {
@@ -158,6 +165,26 @@ pub(crate) fn gemv_splits(
     (chunks.div_ceil(per), per)
 }
 
+/// (splits, chunks per split) of a multi-tile gemv launch (T of 9 to 64 tokens, `t` the
+/// token bucket): x is staged stage by stage, so no shared-memory bound on a block's K range;
+/// enough blocks to cover every SM about 4 times, at least 2 chunks per warp, and at most
+/// K / (32 t) splits so the partials (written and read back, f32 per token) stay well under
+/// the weight bytes. A function of the matrix shape and the bucket only.
+pub(crate) fn gemv_multi_splits(
+    groups: usize,
+    k: usize,
+    chunk_cols: usize,
+    t: usize,
+    sm_count: usize,
+) -> (usize, usize) {
+    let chunks = k.div_ceil(chunk_cols).max(1);
+    let want = (4 * sm_count).div_ceil(groups.max(1));
+    let cap = (k / (32 * t.max(1))).max(1);
+    let splits = want.min((chunks / 2).max(1)).min(cap).max(1);
+    let per = chunks.div_ceil(splits);
+    (chunks.div_ceil(per), per)
+}
+
 /// Partials and counters of `attention_mma`, sized for one model shape.
 pub(crate) struct MmaWorkspace {
     pub parts: DeviceBuffer,
@@ -185,6 +212,25 @@ mod tests {
         assert_eq!(std::mem::offset_of!(GemvArgs, t), 176);
         assert_eq!(std::mem::offset_of!(GemvArgs, block_size), 216);
         assert_eq!(std::mem::offset_of!(GemvArgs, accumulate), 224);
+    }
+
+    #[test]
+    fn multi_splits_cover_k_and_bound_the_partials() {
+        // 8B shapes at int4 (128-column chunks), buckets 16 and 64.
+        for (groups, k) in [(96, 4096), (448, 4096), (64, 14336), (2004, 4096), (9, 576)] {
+            for t in GEMV_MULTI_BUCKETS {
+                let (s, per) = gemv_multi_splits(groups, k, 128, t, 132);
+                let chunks = k.div_ceil(128);
+                assert!(s >= 1 && s * per >= chunks && (s - 1) * per < chunks);
+                assert!(
+                    s == 1 || s <= k / (32 * t),
+                    "groups {groups} k {k} t {t}: {s}"
+                );
+            }
+        }
+        assert_eq!(gemv_multi_splits(96, 4096, 128, 16, 132), (6, 6));
+        assert_eq!(gemv_multi_splits(96, 4096, 128, 64, 132), (2, 16));
+        assert_eq!(gemv_multi_splits(64, 14336, 128, 64, 132), (7, 16));
     }
 
     #[test]

@@ -9,7 +9,10 @@ use super::tensor::{CudaMatrix, CudaTensor, CudaVector, DType, Weights};
 use super::CudaBackend;
 use crate::device::Arg;
 use crate::gemm::Gemm;
-use crate::params::{gemv_splits, GemvArgs, GemvEpilogue, GemvFormat, GEMV_BUCKETS};
+use crate::params::{
+    gemv_multi_splits, gemv_splits, GemvArgs, GemvEpilogue, GemvFormat, GEMV_BUCKETS,
+    GEMV_MULTI_BUCKETS,
+};
 use anyhow::anyhow;
 use wring_backend::{AttnShape, RopeSpec};
 
@@ -35,10 +38,9 @@ impl CudaBackend {
         norm: Option<(&CudaVector, f32)>,
     ) -> Option<(GemvFormat, GemvArgs)> {
         let max_t = match w.w {
-            Weights::Int4 { .. } | Weights::Nvfp4 { .. } => self.opts.gemv_4bit_max_t,
-            _ => self.dense_gemv_max_t(),
-        }
-        .min(GEMV_MAX_T);
+            Weights::Int4 { .. } | Weights::Nvfp4 { .. } => self.four_bit_gemv_max_t(),
+            _ => self.dense_gemv_max_t().min(GEMV_MAX_T),
+        };
         let dtype = if norm.is_some() {
             DType::F32
         } else {
@@ -143,7 +145,14 @@ impl CudaBackend {
             self.fail(anyhow!("gemv has no build for {t} tokens"));
             return;
         };
-        let (splits, per) = gemv_splits(groups, k, 4 * format.lane_cols(), self.sm_count);
+        let cw = 4 * format.lane_cols();
+        let multi = GEMV_MULTI_BUCKETS
+            .iter()
+            .find(|&&b| t > GEMV_MAX_T && t <= b);
+        let (splits, per) = match multi {
+            Some(&bucket) => gemv_multi_splits(groups, k, cw, bucket, self.sm_count),
+            None => gemv_splits(groups, k, cw, self.sm_count),
+        };
         let part = if splits > 1 {
             self.alloc(splits * t, rows, DType::F32, splits * t)
         } else {
