@@ -3,12 +3,14 @@
 //
 // Same work unit as gemv(): a warp owns one 16-row tile over one K range, 4 warps a block on
 // the row group's 4 tiles, a per-warp cp.async ring of weight chunks, K split over blockIdx.y
-// (host: params.rs gemv_multi_splits, a function of the shape and the token bucket only), the
-// last block of a row group adding the split partials in split order. What changes is the B
-// operand: the TB tokens are TB / 8 n-tiles of 8, and each chunk's A fragments are
-// dequantised ONCE into registers and fed to every n-tile's mma (TB / 8 accumulators of 4).
-// A token's sums go through exactly the same operations whichever n-tile it sits in, so its
-// bits do not depend on the other tokens of the step.
+// exactly as for 8 tokens (params.rs gemv_splits: the matrix shape only), the last block of a
+// row group adding the split partials in split order. What changes is the B operand: the TB
+// tokens are TB / 8 n-tiles of 8, and each chunk's A fragments are dequantised ONCE into
+// registers and fed to every n-tile's mma (TB / 8 accumulators of 4). Each n-tile's sums go
+// through the operations gemv() applies to its one n-tile, in the same order, so a token's
+// bits are those of the 8-token builds: they depend neither on the bucket nor on the other
+// tokens (verify steps reproduce plain decode across buckets). The price: at 64 tokens the
+// split partials (f32 per token, mostly in L2) are about as many bytes as the weights.
 //
 // x of TB tokens over a whole K range does not fit in shared memory, so it is staged in
 // stages of GV_MULTI_COLS / TB columns (a block barrier on each side): 16 tokens x 512,

@@ -165,26 +165,6 @@ pub(crate) fn gemv_splits(
     (chunks.div_ceil(per), per)
 }
 
-/// (splits, chunks per split) of a multi-tile gemv launch (T of 9 to 64 tokens, `t` the
-/// token bucket): x is staged stage by stage, so no shared-memory bound on a block's K range;
-/// enough blocks to cover every SM about 4 times, at least 2 chunks per warp, and at most
-/// K / (32 t) splits so the partials (written and read back, f32 per token) stay well under
-/// the weight bytes. A function of the matrix shape and the bucket only.
-pub(crate) fn gemv_multi_splits(
-    groups: usize,
-    k: usize,
-    chunk_cols: usize,
-    t: usize,
-    sm_count: usize,
-) -> (usize, usize) {
-    let chunks = k.div_ceil(chunk_cols).max(1);
-    let want = (4 * sm_count).div_ceil(groups.max(1));
-    let cap = (k / (32 * t.max(1))).max(1);
-    let splits = want.min((chunks / 2).max(1)).min(cap).max(1);
-    let per = chunks.div_ceil(splits);
-    (chunks.div_ceil(per), per)
-}
-
 /// Partials and counters of `attention_mma`, sized for one model shape.
 pub(crate) struct MmaWorkspace {
     pub parts: DeviceBuffer,
@@ -212,25 +192,6 @@ mod tests {
         assert_eq!(std::mem::offset_of!(GemvArgs, t), 176);
         assert_eq!(std::mem::offset_of!(GemvArgs, block_size), 216);
         assert_eq!(std::mem::offset_of!(GemvArgs, accumulate), 224);
-    }
-
-    #[test]
-    fn multi_splits_cover_k_and_bound_the_partials() {
-        // 8B shapes at int4 (128-column chunks), buckets 16 and 64.
-        for (groups, k) in [(96, 4096), (448, 4096), (64, 14336), (2004, 4096), (9, 576)] {
-            for t in GEMV_MULTI_BUCKETS {
-                let (s, per) = gemv_multi_splits(groups, k, 128, t, 132);
-                let chunks = k.div_ceil(128);
-                assert!(s >= 1 && s * per >= chunks && (s - 1) * per < chunks);
-                assert!(
-                    s == 1 || s <= k / (32 * t),
-                    "groups {groups} k {k} t {t}: {s}"
-                );
-            }
-        }
-        assert_eq!(gemv_multi_splits(96, 4096, 128, 16, 132), (6, 6));
-        assert_eq!(gemv_multi_splits(96, 4096, 128, 64, 132), (2, 16));
-        assert_eq!(gemv_multi_splits(64, 14336, 128, 64, 132), (7, 16));
     }
 
     #[test]

@@ -9,10 +9,7 @@ use super::tensor::{CudaMatrix, CudaTensor, CudaVector, DType, Weights};
 use super::CudaBackend;
 use crate::device::Arg;
 use crate::gemm::Gemm;
-use crate::params::{
-    gemv_multi_splits, gemv_splits, GemvArgs, GemvEpilogue, GemvFormat, GEMV_BUCKETS,
-    GEMV_MULTI_BUCKETS,
-};
+use crate::params::{gemv_splits, GemvArgs, GemvEpilogue, GemvFormat, GEMV_BUCKETS};
 use anyhow::anyhow;
 use wring_backend::{AttnShape, RopeSpec};
 
@@ -145,14 +142,9 @@ impl CudaBackend {
             self.fail(anyhow!("gemv has no build for {t} tokens"));
             return;
         };
-        let cw = 4 * format.lane_cols();
-        let multi = GEMV_MULTI_BUCKETS
-            .iter()
-            .find(|&&b| t > GEMV_MAX_T && t <= b);
-        let (splits, per) = match multi {
-            Some(&bucket) => gemv_multi_splits(groups, k, cw, bucket, self.sm_count),
-            None => gemv_splits(groups, k, cw, self.sm_count),
-        };
+        // The multi-tile builds split K exactly as the 8-token ones (the shape alone), so a
+        // token's bits are the same in every bucket (verify = plain decode across them).
+        let (splits, per) = gemv_splits(groups, k, 4 * format.lane_cols(), self.sm_count);
         let part = if splits > 1 {
             self.alloc(splits * t, rows, DType::F32, splits * t)
         } else {

@@ -9,7 +9,7 @@
 use super::step_path::{PathRules, SmallStepChoice, StepPath, GEMV_MAX_T};
 use super::CudaBackend;
 use crate::graphs::GraphKey;
-use crate::options::{GraphMode, SmallStepPath};
+use crate::options::{GraphMode, MultiGemvPath, SmallStepPath};
 use crate::params::GEMV_4BIT_LIMIT;
 use std::time::Instant;
 
@@ -25,6 +25,17 @@ impl CudaBackend {
             self.drop_graphs();
         }
         self.opts.small_step_path = path;
+    }
+
+    /// How int4/nvfp4 linears of 9 to 64 tokens run from now on (graphs and choices dropped
+    /// when it changes); the staged step's path follows at once (checks switch it between
+    /// linears of one step).
+    pub fn set_multi_gemv_path(&mut self, path: MultiGemvPath) {
+        if self.opts.multi_gemv != path {
+            self.drop_graphs();
+        }
+        self.opts.multi_gemv = path;
+        self.path = self.resolve_step_path(self.layout.tokens, self.key);
     }
 
     /// Norm and residual fused into the gemv launches on the gemv path, or not (graphs and
