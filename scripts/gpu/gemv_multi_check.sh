@@ -3,10 +3,12 @@
 # device, in about 200 s. `scripts/gpu/gemv_multi_check.sh prepare` (here, no GPU): builds
 # the gpu_check example and lays out .dev/m (stripped, xz). On the device (carry .dev/m):
 #   0. gpu_check quant-bench on dummy llama-3.1-8b for int4, nvfp4 (variants tensor-core =
-#      the old path, multi = the new, for steps of 9 to 64 tokens) and bf16 (default), one
+#      the old path, multi = the new, multi-fused = the new with the norm fused into its
+#      gemv too, for steps of 9 to 64 tokens) and bf16 (default), one
 #      process each, started first: they load (and quantise) while the checks run, then time
 #      one at a time (QUANT_BENCH_GATE) at batch 1, 8, 16, 32, 64 and 32 × 5;
-#   1. gpu_check multi-gemv on dummy 135M with int4 and with nvfp4 weights (in parallel):
+#   1. gpu_check multi-gemv on dummy 135M with int4 and with nvfp4 weights, and int4 with
+#      WRING_CUDA_MULTI_FUSED_NORM=on (in parallel):
 #      replay = eager bitwise, multi vs tensor-core logits, verify 1×5 / 12×5 = plain greedy
 #      (32×5 reported: its 160-token verify step is past the multi-tile builds);
 #   2. gpu_check gemv on the 8B shapes, int4 and nvfp4, T = 8, 9, 16, 32, 64: each matrix
@@ -59,7 +61,7 @@ rm -f $GATE.*
 SCHEMES="int4 nvfp4 bf16"
 SHAPES=${QUANT_BENCH_SHAPES:-1x1,8x1,16x1,32x1,64x1,32x5}
 for s in $SCHEMES; do
-    v=tensor-core,multi
+    v=tensor-core,multi,multi-fused
     [ $s = bf16 ] && v=default
     QUANT_BENCH_GATE=$GATE QUANT_BENCH_SCHEMES=$s QUANT_BENCH_VARIANTS=$v \
         QUANT_BENCH_SHAPES=$SHAPES WRING_CUDA_MAX_TOKENS=4096 \
@@ -70,6 +72,7 @@ done
 checks=()
 WRING_CUDA_WEIGHTS=int4 run 100 multi-int4 multi-gemv dummy & checks+=($!)
 WRING_CUDA_WEIGHTS=nvfp4 run 100 multi-nvfp4 multi-gemv dummy & checks+=($!)
+WRING_CUDA_WEIGHTS=int4 WRING_CUDA_MULTI_FUSED_NORM=on run 100 multi-int4-fused multi-gemv dummy & checks+=($!)
 wait "${checks[@]}"
 echo "step checks done at $(el) s" | tee -a "$G/summary.md"
 # 2. The kernels alone on the 8B shapes.
@@ -101,16 +104,16 @@ for f in sorted(glob.glob(os.path.join(g, "quant-*.json"))):
 json.dump(rows, open(os.path.join(g, "quant.json"), "w"), indent=1)
 bf = {(r["batch"], r["q"]): r["ms"] for r in rows if r["weights"] == "bf16"}
 print("## Dummy 8B whole step ms (graph replay): old path (tensor-core kernel above 8 tokens) vs multi-tile gemv")
-print("| weights | batch × q | tokens | old ms | multi ms | multi speed-up | bf16 ms | multi vs bf16 |")
-print("|---|---|---|---|---|---|---|---|")
+print("| weights | batch × q | tokens | old ms | multi ms | multi speed-up | multi-fused ms | bf16 ms | multi vs bf16 |")
+print("|---|---|---|---|---|---|---|---|---|")
 for w in ["int4", "nvfp4"]:
     for (b, q) in sorted({(r["batch"], r["q"]) for r in rows if r["weights"] == w}):
         pick = lambda v: next((r["ms"] for r in rows if r["weights"] == w and (r["batch"], r["q"]) == (b, q) and r["variant"] == v), None)
-        old, new, base = pick("tensor-core"), pick("multi"), bf.get((b, q))
+        old, new, fused, base = pick("tensor-core"), pick("multi"), pick("multi-fused"), bf.get((b, q))
         f = lambda v: f"{v:.3f}" if v else "?"
         up = f"{old / new:.2f}×" if old and new else "?"
         vs = f"{base / new:.2f}×" if base and new else "?"
-        print(f"| {w} | {b} × {q} | {b * q} | {f(old)} | {f(new)} | {up} | {f(base)} | {vs} |")
+        print(f"| {w} | {b} × {q} | {b * q} | {f(old)} | {f(new)} | {up} | {f(fused)} | {f(base)} | {vs} |")
 EOF
 {
     echo
@@ -120,7 +123,7 @@ EOF
     grep -h "^| model\|^|---" "$G/gemv.md" 2>/dev/null | head -2
     grep -h "^| 8b " "$G/gemv.md" 2>/dev/null
     echo
-    for s in int4 nvfp4; do grep -h "^| \|RESULT" "$G/multi-$s.md" 2>/dev/null; echo; done
+    for s in int4 nvfp4 int4-fused; do grep -h "^| \|RESULT" "$G/multi-$s.md" 2>/dev/null; echo; done
     for s in $SCHEMES; do grep -h "error" "$G/quant-$s.md" 2>/dev/null; tail -2 "$G/quant-$s.err" 2>/dev/null; done
 } > "$G/tables.md"
 cat "$G/tables.md" >> "$G/summary.md"

@@ -102,6 +102,12 @@ pub struct CudaOptions {
     /// 5 launches a layer instead of 7; `WRING_CUDA_FUSED_NORM` = on | off, default on). Never
     /// on a tensor-parallel rank.
     pub fused_norm: bool,
+    /// The same fusion on 4-bit steps of 9 to 64 tokens (the multi-tile gemv;
+    /// `WRING_CUDA_MULTI_FUSED_NORM` = on | off, default off): every block of the prologue
+    /// computes the RMS of every token row over all of K, which at 16 to 64 tokens reads
+    /// several times the weight bytes from L2, so by default those steps run the norm and
+    /// the residual add as their own kernels (kept to measure: not yet run on a GPU).
+    pub multi_fused_norm: bool,
     /// Launch wring's kernels with programmatic dependent launch (sm_90+): each may start
     /// while the previous kernel drains (`WRING_CUDA_PDL` = on | off).
     pub pdl: bool,
@@ -153,6 +159,7 @@ impl Default for CudaOptions {
             multi_gemv: MultiGemvPath::Auto,
             small_step_path: SmallStepPath::Auto,
             fused_norm: true,
+            multi_fused_norm: false,
             fused: true,
             fused_kv_store: true,
             weights: None,
@@ -216,6 +223,7 @@ impl CudaOptions {
     /// `WRING_CUDA_MAX_TOKENS` = 8192, `WRING_CUDA_ATTENTION` = mma | split | reference, `WRING_CUDA_PDL` = on | off, `WRING_CUDA_SMALL_LINEAR_MAX_T` = 0..=32,
     /// `WRING_CUDA_SMALL_STEP_PATH` = auto | gemv | cublas, `WRING_CUDA_FUSED_NORM` = on | off,
     /// `WRING_CUDA_GEMV_4BIT_MAX_T` = 0..=64, `WRING_CUDA_GEMV_4BIT_PATH` = auto | gemv | tensor-core,
+    /// `WRING_CUDA_MULTI_FUSED_NORM` = off | on,
     /// `WRING_CUDA_FUSED` = on | off, `WRING_CUDA_FUSED_KV_STORE` = on | off, `WRING_CUDA_WEIGHTS` = bf16 | fp8 | int4 | nvfp4, `WRING_CUDA_QUANT_KERNELS` = off | on,
     /// `WRING_CUDA_QGEMM_MAX_T` = 0..=32, `WRING_CUDA_FP8_FUSED` = on | off, `WRING_CUDA_GEMM_TUNE` = off | on.
     pub fn from_env() -> Result<Self> {
@@ -268,6 +276,9 @@ impl CudaOptions {
         }
         if let Some(v) = var("WRING_CUDA_FUSED_NORM") {
             o.fused_norm = switch("WRING_CUDA_FUSED_NORM", &v)?;
+        }
+        if let Some(v) = var("WRING_CUDA_MULTI_FUSED_NORM") {
+            o.multi_fused_norm = switch("WRING_CUDA_MULTI_FUSED_NORM", &v)?;
         }
         if let Some(v) = var("WRING_CUDA_GEMV_4BIT_MAX_T") {
             o.gemv_4bit_max_t = v

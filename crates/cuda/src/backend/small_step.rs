@@ -38,6 +38,16 @@ impl CudaBackend {
         self.path = self.resolve_step_path(self.layout.tokens, self.key);
     }
 
+    /// Norm and residual fused into the multi-tile gemv launches too, or not (graphs and
+    /// choices dropped when it changes; the staged step's path follows at once).
+    pub fn set_multi_fused_norm(&mut self, on: bool) {
+        if self.opts.multi_fused_norm != on {
+            self.drop_graphs();
+        }
+        self.opts.multi_fused_norm = on;
+        self.path = self.resolve_step_path(self.layout.tokens, self.key);
+    }
+
     /// Norm and residual fused into the gemv launches on the gemv path, or not (graphs and
     /// choices dropped when it changes).
     pub fn set_fused_norm(&mut self, on: bool) {
@@ -83,6 +93,7 @@ impl CudaBackend {
             four_bit_layers: self.small.four_bit_layers,
             sharded: self.group.is_some(),
             multi_gemv: self.opts.multi_gemv,
+            multi_fused_norm: self.opts.multi_fused_norm,
         }
     }
 

@@ -79,6 +79,8 @@ pub(crate) struct PathRules {
     pub four_bit_layers: bool,
     pub sharded: bool,
     pub multi_gemv: MultiGemvPath,
+    /// The norm fused on multi-tile steps too (`CudaOptions::multi_fused_norm`).
+    pub multi_fused_norm: bool,
 }
 
 impl PathRules {
@@ -112,7 +114,8 @@ impl PathRules {
             fused_norm: self.fused_norm
                 && !self.sharded
                 && tokens > 0
-                && self.layers_take_gemv(tokens, dense_gemv, multi_gemv),
+                && self.layers_take_gemv(tokens, dense_gemv, multi_gemv)
+                && (!multi_gemv || self.multi_fused_norm),
             multi_gemv,
         }
     }
@@ -177,6 +180,7 @@ mod tests {
             four_bit_layers: false,
             sharded: false,
             multi_gemv: MultiGemvPath::Auto,
+            multi_fused_norm: false,
         }
     }
     const CUBLAS: StepPath = StepPath {
@@ -283,7 +287,7 @@ mod tests {
         };
         const MULTI: StepPath = StepPath {
             dense_gemv: false,
-            fused_norm: true,
+            fused_norm: false,
             multi_gemv: true,
         };
         assert_eq!(
@@ -328,5 +332,16 @@ mod tests {
             ..dense
         };
         assert!(!dense_forced.resolve(16, None).multi_gemv);
+        // The norm is fused on multi-tile steps only when asked.
+        let fused = PathRules {
+            multi_fused_norm: true,
+            ..forced
+        };
+        assert!(fused.resolve(16, None).fused_norm);
+        assert!(!forced.resolve(16, None).fused_norm);
+        assert!(
+            forced.resolve(8, None).fused_norm,
+            "<= 8 tokens: fused as before"
+        );
     }
 }
