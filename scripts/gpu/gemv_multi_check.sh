@@ -16,6 +16,8 @@
 #      tensor-core kernel;
 #   3. the quant-bench timings, one scheme at a time, nothing else on the GPU.
 # Writes $OUT/gemv_multi.tgz (summary.md, every .md/.json/.err) and prints the table.
+# `gemv_multi_check.sh checks` runs steps 1-2 only, `gemv_multi_check.sh bench` 0 and 3 only
+# (QUANT_BENCH_SHAPES overrides the shapes).
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 DEV=.dev/m
@@ -30,6 +32,7 @@ if [ "${1:-}" = prepare ]; then
     du -sh $DEV/*
     exit 0
 fi
+MODE=${1:-all}
 OUT=${OUT:-/tmp/wring-out}
 G=$OUT/gemv_multi
 mkdir -p "$G"
@@ -60,8 +63,10 @@ GATE=/tmp/mbench
 rm -f $GATE.*
 SCHEMES="int4 nvfp4 bf16"
 SHAPES=${QUANT_BENCH_SHAPES:-1x1,8x1,16x1,32x1,64x1,32x5}
+[ "$MODE" = checks ] && SCHEMES=""
 for s in $SCHEMES; do
     v=tensor-core,multi,multi-fused
+    [ $s = int4 ] && v=$v,default  # default: `auto` chooses per graph key (end to end)
     [ $s = bf16 ] && v=default
     QUANT_BENCH_GATE=$GATE QUANT_BENCH_SCHEMES=$s QUANT_BENCH_VARIANTS=$v \
         QUANT_BENCH_SHAPES=$SHAPES WRING_CUDA_MAX_TOKENS=4096 \
@@ -69,6 +74,7 @@ for s in $SCHEMES; do
 done
 
 # 1. Whole steps with the multi-tile path forced, 135M, both formats.
+if [ "$MODE" != bench ]; then
 checks=()
 WRING_CUDA_WEIGHTS=int4 run 100 multi-int4 multi-gemv dummy & checks+=($!)
 WRING_CUDA_WEIGHTS=nvfp4 run 100 multi-nvfp4 multi-gemv dummy & checks+=($!)
@@ -78,6 +84,7 @@ echo "step checks done at $(el) s" | tee -a "$G/summary.md"
 # 2. The kernels alone on the 8B shapes.
 GEMV_MODELS=8b GEMV_SCHEMES=int4,nvfp4 GEMV_TOKENS=8,9,16,32,64 run 60 gemv gemv "$G"
 echo "kernel checks done at $(el) s" | tee -a "$G/summary.md"
+fi
 
 # 3. Step timings, one scheme at a time (each waits for its load, up to 150 s in).
 for s in $SCHEMES; do
@@ -104,16 +111,16 @@ for f in sorted(glob.glob(os.path.join(g, "quant-*.json"))):
 json.dump(rows, open(os.path.join(g, "quant.json"), "w"), indent=1)
 bf = {(r["batch"], r["q"]): r["ms"] for r in rows if r["weights"] == "bf16"}
 print("## Dummy 8B whole step ms (graph replay): old path (tensor-core kernel above 8 tokens) vs multi-tile gemv")
-print("| weights | batch × q | tokens | old ms | multi ms | multi speed-up | multi-fused ms | bf16 ms | multi vs bf16 |")
-print("|---|---|---|---|---|---|---|---|---|")
+print("| weights | batch × q | tokens | old ms | multi ms | multi speed-up | multi-fused ms | auto ms | bf16 ms | multi vs bf16 |")
+print("|---|---|---|---|---|---|---|---|---|---|")
 for w in ["int4", "nvfp4"]:
     for (b, q) in sorted({(r["batch"], r["q"]) for r in rows if r["weights"] == w}):
         pick = lambda v: next((r["ms"] for r in rows if r["weights"] == w and (r["batch"], r["q"]) == (b, q) and r["variant"] == v), None)
-        old, new, fused, base = pick("tensor-core"), pick("multi"), pick("multi-fused"), bf.get((b, q))
+        old, new, fused, auto, base = pick("tensor-core"), pick("multi"), pick("multi-fused"), pick("default"), bf.get((b, q))
         f = lambda v: f"{v:.3f}" if v else "?"
         up = f"{old / new:.2f}×" if old and new else "?"
         vs = f"{base / new:.2f}×" if base and new else "?"
-        print(f"| {w} | {b} × {q} | {b * q} | {f(old)} | {f(new)} | {up} | {f(fused)} | {f(base)} | {vs} |")
+        print(f"| {w} | {b} × {q} | {b * q} | {f(old)} | {f(new)} | {up} | {f(fused)} | {f(auto)} | {f(base)} | {vs} |")
 EOF
 {
     echo
