@@ -310,7 +310,9 @@ def check_residual_epilogue(fmt, rows, K, TB, T):
 def run_kernel_multi(m, x, T, TB, epi, D=64):
     """gemv_multi.cu: the same sums as run_kernel for TB of 16, 32, 64 (TB / 8 n-tiles of 8
     tokens): each chunk's A words built once per lane and fed to every n-tile's mma, x
-    staged GV_MULTI_COLS / TB columns at a time, the split rule gemv_splits (as the 8-token builds)."""
+    staged GV_MULTI_COLS / TB columns at a time (gv_multi_stage_plain writes the same values,
+    and zeros where this leaves NaN: never read), the split rule gemv_splits (as the 8-token
+    builds)."""
     assert m.fmt in ("int4", "nvfp4") and TB in (16, 32, 64)
     W = 32; CW = 4 * W; NT = TB // 8
     STAGE = 8192 // TB; CPST = STAGE // CW; XS = STAGE + 8

@@ -20,6 +20,35 @@
 
 #define GV_MULTI_COLS 8192
 
+// gv_stage_x for plain bf16 x (no norm prologue, no AWQ smooth) over a whole stage: each
+// thread's vectors are all loaded before any is stored, so they are in flight together (a
+// stage is restaged every 1 to 4 chunks; its loads would otherwise stall the block once per
+// vector). The same staged bits as gv_stage_x; columns past the block's range get zeros.
+template <int F, int TB, int STAGE>
+__device__ __forceinline__ void gv_multi_stage_plain(const GemvArgs& a, bf16_t* xs, int XS, int kbase, int c0, int kr) {
+    constexpr int VEC = STAGE / 8, PER = TB * VEC / (GV_WARPS * 32);
+    static_assert(TB * VEC % (GV_WARPS * 32) == 0, "whole vectors per thread");
+    uint4 val[PER];
+#pragma unroll
+    for (int k = 0; k < PER; ++k) {
+        const int i = threadIdx.x + k * GV_WARPS * 32, t = i / VEC, v = i % VEC;
+        val[k] = make_uint4(0, 0, 0, 0);
+        if (t < a.T && c0 + 8 * v < kr) val[k] = *(const uint4*)(a.x + (size_t)t * a.K + kbase + c0 + 8 * v);
+    }
+#pragma unroll
+    for (int k = 0; k < PER; ++k) {
+        const int i = threadIdx.x + k * GV_WARPS * 32, t = i / VEC, v = i % VEC;
+        const u32 in[4] = {val[k].x, val[k].y, val[k].z, val[k].w};
+        u32 e[8], o[8];
+#pragma unroll
+        for (int j = 0; j < 8; ++j) e[j] = (in[j >> 1] >> (16 * (j & 1))) & 0xFFFFu;
+#pragma unroll
+        for (int j = 0; j < 8; ++j) o[gv_xpos<F>(j)] = e[j];
+        *(uint4*)(xs + t * XS + 8 * v) =
+            make_uint4(o[0] | (o[1] << 16), o[2] | (o[3] << 16), o[4] | (o[5] << 16), o[6] | (o[7] << 16));
+    }
+}
+
 template <int F, int E, int TB>
 __device__ __forceinline__ void gemv_multi(const GemvArgs& a) {
     static_assert(F == GV_INT4 || F == GV_NVFP4, "multi-tile gemv is for 4-bit weights");
@@ -108,7 +137,11 @@ __device__ __forceinline__ void gemv_multi(const GemvArgs& a) {
         if (p % CPST == 0) {
             // Every warp is done with the previous stage's x.
             __syncthreads();
-            gv_stage_x<F, TB>(a, xs, XS, kbase, p * CW, min(STAGE, (cps - p) * CW), kr, norm_scale, norm, smooth);
+            if (norm || smooth) {
+                gv_stage_x<F, TB>(a, xs, XS, kbase, p * CW, min(STAGE, (cps - p) * CW), kr, norm_scale, norm, smooth);
+            } else {
+                gv_multi_stage_plain<F, TB, STAGE>(a, xs, XS, kbase, p * CW, kr);
+            }
             __syncthreads();
         }
         if (p + S - 1 < cps) issue(p + S - 1);
