@@ -4,6 +4,9 @@ chunk, mma.m16n8k16 fragments, x staging, split partials and the last block's fi
 sum, the store / silu / qkv epilogues with both RoPE layouts) against a numpy reference, for
 every weight format, token bucket and a split and unsplit K. Host only: run it after editing
 the kernel's index arithmetic. The split rule is linear.rs `gemv_splits`, mirrored here.
+The multi-tile builds of gemv_multi.cu (int4 / nvfp4, 16 to 64 tokens as n-tiles of 8) are
+run_kernel_multi (the same split rule); check_same_as_8_token_builds compares their sums with
+the 8-token emulation token for token.
 Also the fused norm prologue (gv_norm_scales: 128 threads playing norm.cu's 256, so the
 staged values are rms_norm's bits) and the residual epilogue (y += the last block's sum),
 against norm.cu's order and a float64 reference."""
@@ -304,8 +307,110 @@ def check_residual_epilogue(fmt, rows, K, TB, T):
     return ok
 
 
+def run_kernel_multi(m, x, T, TB, epi, D=64):
+    """gemv_multi.cu: the same sums as run_kernel for TB of 16, 32, 64 (TB / 8 n-tiles of 8
+    tokens): each chunk's A words built once per lane and fed to every n-tile's mma, x
+    staged GV_MULTI_COLS / TB columns at a time (gv_multi_stage_plain writes the same values,
+    and zeros where this leaves NaN: never read), the split rule gemv_splits (as the 8-token
+    builds)."""
+    assert m.fmt in ("int4", "nvfp4") and TB in (16, 32, 64)
+    W = 32; CW = 4 * W; NT = TB // 8
+    STAGE = 8192 // TB; CPST = STAGE // CW; XS = STAGE + 8
+    assert STAGE % CW == 0 and (XS * 2) % 128 == 16, "row stride 16 bytes mod 128"
+    rows, K = m.rows, m.k
+    groups = {"store": -(-rows // 64), "silu": rows // 64, "qkv": rows // 64}[epi]
+    S, cps = splits_for(groups, K, CW)  # gemv_splits: the same as the 8-token builds
+    part = np.full((S, T, rows), np.nan, np.float32)
+    out = np.full((rows, T), np.nan)
+    seen = np.zeros(rows, int)
+    for gi in range(groups):
+        for split in range(S):
+            kbase = split * cps * CW
+            kr = min(cps * CW, K - kbase)
+            assert kr > 0
+            accs = {w: np.zeros((NT, 32, 4)) for w in range(4)}
+            xs = None
+            for p in range(cps):
+                if p % CPST == 0:
+                    # gv_stage_x(c0 = p * CW, ncols = min(STAGE, (cps - p) * CW))
+                    c0, ncols = p * CW, min(STAGE, (cps - p) * CW)
+                    xs = np.full(TB * XS, np.nan, np.float32)  # unwritten: never read
+                    vec = ncols // 8
+                    for i in range(TB * vec):
+                        t, v = i // vec, i % vec
+                        xv8 = np.zeros(8, np.float32)
+                        if t < T and c0 + 8 * v < kr:
+                            col = kbase + c0 + 8 * v
+                            xv8 = x[t, col: col + 8]
+                            if m.smooth is not None:
+                                xv8 = bf16(xv8 * m.smooth[col: col + 8])
+                        xs[t * XS + 8 * v: t * XS + 8 * v + 8] = stage_x(m.fmt, xv8)
+                for w in range(4):
+                    row0 = tile_row(epi, gi, w, rows, D)
+                    ok = row0 < rows
+                    lanes_a, facs = [], []
+                    for lane in range(32):
+                        g, c = lane // 4, lane % 4
+                        col = kbase + p * CW + c * W
+                        if ok:
+                            col0 = kbase + p * CW
+                            (wa, fa), (wb, fb) = m.lane_words(row0 + g, col, W, col0), m.lane_words(row0 + g + 8, col, W, col0)
+                        else:
+                            (wa, fa), (wb, fb) = m.lane_words(0, K, W), m.lane_words(0, K, W)
+                        lanes_a.append((wa, wb)); facs.append((fa, fb))
+                    for j in range(NT):
+                        cacc = np.zeros((32, 4))
+                        for st in range(W // 4):
+                            A = []; B = []
+                            for lane in range(32):
+                                g, c = lane // 4, lane % 4
+                                (alo, ahi), (blo, bhi) = lanes_a[lane][0][st], lanes_a[lane][1][st]
+                                base = (8 * j + g) * XS + (p % CPST) * CW + c * W + 4 * st
+                                x4 = xs[base: base + 4]
+                                assert not np.isnan(x4).any(), "read an unstaged column"
+                                A.append([alo[0], alo[1], blo[0], blo[1], ahi[0], ahi[1], bhi[0], bhi[1]])
+                                B.append(list(x4))
+                            mma(cacc, A, B)
+                        for lane in range(32):
+                            fa, fb = facs[lane]
+                            if m.fmt == "int4":
+                                accs[w][j][lane] += [cacc[lane][0] * fa, cacc[lane][1] * fa, cacc[lane][2] * fb, cacc[lane][3] * fb]
+                            else:
+                                accs[w][j][lane] += cacc[lane]
+            for w in range(4):
+                row0 = tile_row(epi, gi, w, rows, D)
+                if row0 >= rows:
+                    continue
+                for j in range(NT):
+                    acc = accs[w][j]
+                    if m.fmt == "nvfp4":
+                        rs = m.rs * np.float32(256.0)
+                        for lane in range(32):
+                            g = lane // 4
+                            acc[lane][:2] *= rs[row0 + g]; acc[lane][2:] *= rs[row0 + g + 8]
+                    for lane in range(32):
+                        g, c = lane // 4, lane % 4
+                        for q, (r, t) in enumerate([(g, 8 * j + 2 * c), (g, 8 * j + 2 * c + 1), (g + 8, 8 * j + 2 * c), (g + 8, 8 * j + 2 * c + 1)]):
+                            if t < T:
+                                part[split, t, row0 + r] = acc[lane][q]
+        for w in range(4):
+            row0 = tile_row(epi, gi, w, rows, D)
+            for r in range(16):
+                if row0 + r < rows:
+                    for t in range(T):
+                        s = part[0, t, row0 + r]
+                        for sp in range(1, S):
+                            s += part[sp, t, row0 + r]
+                        out[row0 + r, t] = s
+                    seen[row0 + r] += 1
+    assert (seen == 1).all(), "every row in exactly one tile"
+    return out, S
+
+
 def run_kernel(m, x, T, TB, epi, D=64):
     """Full sums per row and token the epilogue sees: res[row][t]."""
+    if TB > 8:
+        return run_kernel_multi(m, x, T, TB, epi, D)
     W = W_OF[m.fmt]; CW = 4 * W
     rows, K = m.rows, m.k
     groups = {"store": -(-rows // 64), "silu": rows // 64, "qkv": rows // 64}[epi]
@@ -408,6 +513,36 @@ def check(fmt, rows, K, TB, T, epi, smooth=False, D=64, interleaved=False):
     return ok
 
 
+def check_batch_invariance(fmt, rows, K, TB, T):
+    """A token's sums in a full multi-tile bucket equal its sums with every other token
+    zeroed: the n-tile a token sits in and its neighbours never change its bits."""
+    m = Mat(fmt, rows, K)
+    x = bf16(rng.standard_normal((T, K)).astype(np.float32))
+    got, S = run_kernel(m, x, T, TB, "store")
+    ok = True
+    for t in (0, T // 2, T - 1):
+        alone = np.zeros_like(x); alone[t] = x[t]
+        g2, _ = run_kernel(m, alone, T, TB, "store")
+        ok &= bool((g2[:, t] == got[:, t]).all())
+    print(f"{fmt:5} store batch invariance rows {rows} K {K} TB {TB} T {T} splits {S}: {'ok' if ok else 'BAD'}")
+    return ok
+
+
+def check_same_as_8_token_builds(fmt, rows, K, TB, T, epi):
+    """The multi-tile sums of each token equal the 8-token build's sums of that token (the
+    same splits, chunk order and per-n-tile operations): in this emulation exactly equal."""
+    m = Mat(fmt, rows, K)
+    x = bf16(rng.standard_normal((T, K)).astype(np.float32))
+    got, S = run_kernel(m, x, T, TB, epi)
+    ok = True
+    for t0 in range(0, T, 8):
+        n = min(8, T - t0)
+        g8, S8 = run_kernel(m, x[t0:t0 + n], n, 8, epi)
+        ok &= S8 == S and bool((g8 == got[:, t0:t0 + n]).all())
+    print(f"{fmt:5} {epi:5} multi = 8-token builds rows {rows} K {K} TB {TB} T {T} splits {S}: {'ok' if ok else 'BAD'}")
+    return ok
+
+
 def qkv_epilogue(res, rows, D, T, interleaved):
     """The epilogue's pair mapping covers every row of the head once, with the right partner."""
     per = D // 64
@@ -436,8 +571,10 @@ def qkv_epilogue(res, rows, D, T, interleaved):
 
 
 if __name__ == "__main__":
+    import sys
     ok = True
-    for fmt in ["bf16", "fp8", "int4", "nvfp4"]:
+    # `emulate_gemv.py multi`: the multi-tile checks only.
+    for fmt in [] if sys.argv[1:] == ["multi"] else ["bf16", "fp8", "int4", "nvfp4"]:
         # K = 320: 4-bit chunks of 128 end half way (the partial chunk); 96 rows: a store
         # group with two idle warps.
         for (TB, T) in [(1, 1), (2, 2), (4, 3), (8, 8)]:
@@ -452,4 +589,20 @@ if __name__ == "__main__":
         ok &= check_norm_prologue(fmt, 96, 320, 1, 1, "store")
         ok &= check_residual_epilogue(fmt, 96, 320, 4, 3)
         ok &= check_residual_epilogue(fmt, 64, 2560, 8, 8)
+    # The multi-tile builds (int4 / nvfp4, TB 16, 32, 64; T padded up to the bucket): K 320
+    # (a partial chunk, one split), K 2560 (split K), every epilogue, smooth, the norm
+    # prologue (8 tokens at a time) and the residual epilogue; a token's sums must not depend
+    # on the other tokens of the step (same bits as the token alone in the bucket).
+    for fmt in ["int4", "nvfp4"]:
+        for (TB, T) in [(16, 9), (16, 16), (32, 32), (64, 64)]:
+            ok &= check(fmt, 96, 320, TB, T, "store")
+        ok &= check(fmt, 128, 2560, 16, 12, "silu", smooth=True)
+        ok &= check(fmt, 3 * 64, 2560, 32, 20, "qkv", D=64, interleaved=True)
+        ok &= check(fmt, 3 * 128, 256, 64, 40, "qkv", D=128, interleaved=False)
+        ok &= check_norm_prologue(fmt, 64, 576, 16, 9, "store")
+        ok &= check_norm_prologue(fmt, 128, 2560, 64, 33, "silu")
+        ok &= check_residual_epilogue(fmt, 64, 2560, 32, 17)
+        ok &= check_batch_invariance(fmt, 64, 640, 32, 23)
+        ok &= check_same_as_8_token_builds(fmt, 128, 2560, 16, 13, "silu")
+        ok &= check_same_as_8_token_builds(fmt, 96, 320, 64, 40, "store")
     print("ALL OK" if ok else "FAILURES")

@@ -269,6 +269,150 @@ __device__ __forceinline__ int gv_tile_row(const GemvArgs& a, int gi, int w) {
     }
 }
 
+// Stages the tokens' columns [kbase + c0, kbase + c0 + ncols) of x into xs (row stride XS),
+// zero past T and past the block's kr columns (normalised first with the norm prologue:
+// rms_norm's bf16 values); AWQ smooth applied, and each 8 columns permuted into the format's
+// fragment order. Staged column i of a token lands at xs[t * XS + i].
+template <int F, int TB>
+__device__ __forceinline__ void gv_stage_x(const GemvArgs& a, bf16_t* xs, int XS, int kbase, int c0, int ncols, int kr,
+                                           const float* norm_scale, bool norm, bool smooth) {
+    const int vec = ncols / 8;
+    for (int i = threadIdx.x; i < TB * vec; i += blockDim.x) {
+        const int t = i / vec, v = i % vec;
+        u32 e[8];
+        if (norm) {
+            const bool in = t < a.T && c0 + 8 * v < kr;
+            const int col = kbase + c0 + 8 * v;
+            const float s = norm_scale[t];
+            float xv[8] = {0, 0, 0, 0, 0, 0, 0, 0}, wv[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+            if (in) {
+                const float4* xp = (const float4*)(a.xf + (size_t)t * a.K + col);
+                const float4* wp = (const float4*)(a.norm_w + col);
+                const float4 x0 = xp[0], x1 = xp[1], w0 = __ldg(wp), w1 = __ldg(wp + 1);
+                xv[0] = x0.x; xv[1] = x0.y; xv[2] = x0.z; xv[3] = x0.w;
+                xv[4] = x1.x; xv[5] = x1.y; xv[6] = x1.z; xv[7] = x1.w;
+                wv[0] = w0.x; wv[1] = w0.y; wv[2] = w0.z; wv[3] = w0.w;
+                wv[4] = w1.x; wv[5] = w1.y; wv[6] = w1.z; wv[7] = w1.w;
+            }
+#pragma unroll
+            for (int j = 0; j < 8; ++j) e[j] = in ? (u32)f2bf(xv[j] * s * wv[j]) : 0u;
+        } else {
+            uint4 val = make_uint4(0, 0, 0, 0);
+            if (t < a.T && c0 + 8 * v < kr) val = *(const uint4*)(a.x + (size_t)t * a.K + kbase + c0 + 8 * v);
+            const u32 in[4] = {val.x, val.y, val.z, val.w};
+#pragma unroll
+            for (int j = 0; j < 8; ++j) e[j] = (in[j >> 1] >> (16 * (j & 1))) & 0xFFFFu;
+        }
+        if (smooth && t < a.T && c0 + 8 * v < kr) {
+#pragma unroll
+            for (int j = 0; j < 8; ++j) {
+                const float f = __uint_as_float(e[j] << 16) * __ldg(a.smooth + kbase + c0 + 8 * v + j);
+                e[j] = gv_pack(f, 0.0f) & 0xFFFFu;
+            }
+        }
+        u32 o[8];
+#pragma unroll
+        for (int j = 0; j < 8; ++j) o[gv_xpos<F>(j)] = e[j];
+        *(uint4*)(xs + t * XS + 8 * v) =
+            make_uint4(o[0] | (o[1] << 16), o[2] | (o[3] << 16), o[4] | (o[5] << 16), o[6] | (o[7] << 16));
+    }
+}
+
+// After this block's split partials are written: the last block of row group gi to arrive
+// (the others return false) adds every split's partial in split order into res.
+template <int E, int TB>
+__device__ __forceinline__ bool gv_last_block_sum(const GemvArgs& a, int gi, float (*res)[16][TB], u32& last_flag) {
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) last_flag = atomicAdd(a.counters + gi, 1u) == (u32)(a.splits - 1);
+    __syncthreads();
+    if (!last_flag) return false;
+    __threadfence();
+    // The last block of the row group: every split's partial, added in split order.
+    for (int i = threadIdx.x; i < GV_WARPS * 16 * a.T; i += blockDim.x) {
+        const int t = i / (GV_WARPS * 16), r = i % (GV_WARPS * 16);
+        const int w = r / 16, rr = r % 16;
+        const int row = gv_tile_row<E>(a, gi, w) + rr;
+        float s = 0.0f;
+        if (row < a.rows) {
+            s = __ldcg(a.part + (size_t)t * a.rows + row);
+            for (int sp = 1; sp < a.splits; ++sp) s += __ldcg(a.part + ((size_t)sp * a.T + t) * a.rows + row);
+        }
+        res[w][rr][t] = s;
+    }
+    if (threadIdx.x == 0) a.counters[gi] = 0;
+    return true;
+}
+
+// The epilogue E of the row group's sums res[warp][row][token].
+template <int E, int TB>
+__device__ __forceinline__ void gv_epilogue(const GemvArgs& a, int gi, float (*res)[16][TB]) {
+    const int T = a.T;
+    if constexpr (E == GV_STORE) {
+        for (int i = threadIdx.x; i < GV_WARPS * 16 * T; i += blockDim.x) {
+            const int t = i / (GV_WARPS * 16), r = i % (GV_WARPS * 16);
+            const int row = gv_tile_row<E>(a, gi, r / 16) + r % 16;
+            if (row >= a.rows) continue;
+            float* y = a.y + (size_t)t * a.rows + row;
+            *y = a.accumulate ? *y + res[r / 16][r % 16][t] : res[r / 16][r % 16][t];
+        }
+    } else if constexpr (E == GV_SILU) {
+        const int n = a.rows / 2;
+        for (int i = threadIdx.x; i < 32 * T; i += blockDim.x) {
+            const int t = i / 32, r = i % 32;
+            const int w = r / 16, rr = r % 16;
+            const float gt = res[w][rr][t], up = res[w + 2][rr][t];
+            a.h[(size_t)t * n + 16 * (2 * gi + w) + rr] = f2bf(gt / (1.0f + __expf(-gt)) * up);
+        }
+    } else {
+        const int D = a.head_dim, per = D / 64;
+        const int head = gi / per, p = gi % per;
+        const bool is_q = head < a.n_heads, is_k = !is_q && head < a.n_heads + a.n_kv_heads;
+        const bool rotate = is_q || is_k;
+        const int qd = a.n_heads * D, kvd = a.n_kv_heads * D;
+        for (int i = threadIdx.x; i < 32 * T; i += blockDim.x) {
+            const int t = i / 32, pi = i % 32;
+            int wa, wb, ia, ib;
+            if (rotate && !a.interleaved) {
+                // Rows d and d + D/2: the same row of warps w and w + 2.
+                wa = pi / 16; wb = wa + 2; ia = ib = pi % 16;
+            } else {
+                // Interleaved pairs (d, d + 1) and v: neighbouring rows of one warp.
+                wa = wb = pi / 8; ia = 2 * (pi % 8); ib = ia + 1;
+            }
+            const int da = 16 * (2 * p + (wa & 1) + (wa >> 1) * (D / 32)) + ia;
+            const int db = 16 * (2 * p + (wb & 1) + (wb >> 1) * (D / 32)) + ib;
+            float ya = res[wa][ia][t], yb = res[wb][ib][t];
+            if (rotate) {
+                const double pos = (double)a.positions[t];
+                double s, cs;
+                sincos(pos * (double)a.inv_freq[a.interleaved ? da / 2 : da], &s, &cs);
+                const float x0 = ya, x1 = yb;
+                ya = x0 * (float)cs - x1 * (float)s;
+                yb = x0 * (float)s + x1 * (float)cs;
+            }
+            if (is_q) {
+                float* dst = a.q + (size_t)t * qd + head * D;
+                dst[da] = ya;
+                dst[db] = yb;
+                continue;
+            }
+            const int off = (is_k ? head - a.n_heads : head - a.n_heads - a.n_kv_heads) * D;
+            if (a.k_pool) {
+                const size_t slot =
+                    (size_t)kv_slot(a.block_tables, a.seq_bt_off[a.token_seq[t]], a.positions[t], a.block_size) * kvd;
+                bf16_t* dst = (is_k ? a.k_pool : a.v_pool) + slot + off;
+                dst[da] = f2bf(ya);
+                dst[db] = f2bf(yb);
+            } else {
+                float* dst = (is_k ? a.k_out : a.v_out) + (size_t)t * kvd + off;
+                dst[da] = ya;
+                dst[db] = yb;
+            }
+        }
+    }
+}
+
 template <int F, int E, int TB>
 __device__ __forceinline__ void gemv(const GemvArgs& a) {
     using C = GvCfg<F, TB>;
@@ -343,51 +487,8 @@ __device__ __forceinline__ void gemv(const GemvArgs& a) {
     gv_pdl_wait();
     const bool norm = a.norm_w != nullptr;
     if (norm) gv_norm_scales<TB>(a, norm_scale);
-    // The tokens' columns of this range, zero past T and past K (normalised first with the
-    // norm prologue: rms_norm's bf16 values); AWQ smooth applied, and each 8 columns
-    // permuted into the format's fragment order.
-    {
-        const int vec = cps * CW / 8;
-        for (int i = threadIdx.x; i < TB * vec; i += blockDim.x) {
-            const int t = i / vec, v = i % vec;
-            u32 e[8];
-            if (norm) {
-                const bool in = t < a.T && 8 * v < kr;
-                const int col = kbase + 8 * v;
-                const float s = norm_scale[t];
-                float xv[8] = {0, 0, 0, 0, 0, 0, 0, 0}, wv[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-                if (in) {
-                    const float4* xp = (const float4*)(a.xf + (size_t)t * a.K + col);
-                    const float4* wp = (const float4*)(a.norm_w + col);
-                    const float4 x0 = xp[0], x1 = xp[1], w0 = __ldg(wp), w1 = __ldg(wp + 1);
-                    xv[0] = x0.x; xv[1] = x0.y; xv[2] = x0.z; xv[3] = x0.w;
-                    xv[4] = x1.x; xv[5] = x1.y; xv[6] = x1.z; xv[7] = x1.w;
-                    wv[0] = w0.x; wv[1] = w0.y; wv[2] = w0.z; wv[3] = w0.w;
-                    wv[4] = w1.x; wv[5] = w1.y; wv[6] = w1.z; wv[7] = w1.w;
-                }
-#pragma unroll
-                for (int j = 0; j < 8; ++j) e[j] = in ? (u32)f2bf(xv[j] * s * wv[j]) : 0u;
-            } else {
-                uint4 val = make_uint4(0, 0, 0, 0);
-                if (t < a.T && 8 * v < kr) val = *(const uint4*)(a.x + (size_t)t * a.K + kbase + 8 * v);
-                const u32 in[4] = {val.x, val.y, val.z, val.w};
-#pragma unroll
-                for (int j = 0; j < 8; ++j) e[j] = (in[j >> 1] >> (16 * (j & 1))) & 0xFFFFu;
-            }
-            if (smooth && t < a.T && 8 * v < kr) {
-#pragma unroll
-                for (int j = 0; j < 8; ++j) {
-                    const float f = __uint_as_float(e[j] << 16) * __ldg(a.smooth + kbase + 8 * v + j);
-                    e[j] = gv_pack(f, 0.0f) & 0xFFFFu;
-                }
-            }
-            u32 o[8];
-#pragma unroll
-            for (int j = 0; j < 8; ++j) o[gv_xpos<F>(j)] = e[j];
-            *(uint4*)(xs + t * XS + 8 * v) =
-                make_uint4(o[0] | (o[1] << 16), o[2] | (o[3] << 16), o[4] | (o[5] << 16), o[6] | (o[7] << 16));
-        }
-    }
+    // The tokens' columns of this range (gv_stage_x).
+    gv_stage_x<F, TB>(a, xs, XS, kbase, 0, cps * CW, kr, norm_scale, norm, smooth);
     __syncthreads();
 
     float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
@@ -458,92 +559,10 @@ __device__ __forceinline__ void gemv(const GemvArgs& a) {
             if (t0 < a.T) { pp[(size_t)t0 * a.rows + ra] = acc[0]; pp[(size_t)t0 * a.rows + rb] = acc[2]; }
             if (t0 + 1 < a.T) { pp[(size_t)(t0 + 1) * a.rows + ra] = acc[1]; pp[(size_t)(t0 + 1) * a.rows + rb] = acc[3]; }
         }
-        __threadfence();
-        __syncthreads();
-        if (threadIdx.x == 0) last_flag = atomicAdd(a.counters + gi, 1u) == (u32)(a.splits - 1);
-        __syncthreads();
-        if (!last_flag) return;
-        __threadfence();
-        // The last block of the row group: every split's partial, added in split order.
-        for (int i = threadIdx.x; i < GV_WARPS * 16 * a.T; i += blockDim.x) {
-            const int t = i / (GV_WARPS * 16), r = i % (GV_WARPS * 16);
-            const int w = r / 16, rr = r % 16;
-            const int row = gv_tile_row<E>(a, gi, w) + rr;
-            float s = 0.0f;
-            if (row < a.rows) {
-                s = __ldcg(a.part + (size_t)t * a.rows + row);
-                for (int sp = 1; sp < a.splits; ++sp) s += __ldcg(a.part + ((size_t)sp * a.T + t) * a.rows + row);
-            }
-            res[w][rr][t] = s;
-        }
-        if (threadIdx.x == 0) a.counters[gi] = 0;
+        if (!gv_last_block_sum<E, TB>(a, gi, res, last_flag)) return;
     }
     __syncthreads();
-
-    const int T = a.T;
-    if constexpr (E == GV_STORE) {
-        for (int i = threadIdx.x; i < GV_WARPS * 16 * T; i += blockDim.x) {
-            const int t = i / (GV_WARPS * 16), r = i % (GV_WARPS * 16);
-            const int row = gv_tile_row<E>(a, gi, r / 16) + r % 16;
-            if (row >= a.rows) continue;
-            float* y = a.y + (size_t)t * a.rows + row;
-            *y = a.accumulate ? *y + res[r / 16][r % 16][t] : res[r / 16][r % 16][t];
-        }
-    } else if constexpr (E == GV_SILU) {
-        const int n = a.rows / 2;
-        for (int i = threadIdx.x; i < 32 * T; i += blockDim.x) {
-            const int t = i / 32, r = i % 32;
-            const int w = r / 16, rr = r % 16;
-            const float gt = res[w][rr][t], up = res[w + 2][rr][t];
-            a.h[(size_t)t * n + 16 * (2 * gi + w) + rr] = f2bf(gt / (1.0f + __expf(-gt)) * up);
-        }
-    } else {
-        const int D = a.head_dim, per = D / 64;
-        const int head = gi / per, p = gi % per;
-        const bool is_q = head < a.n_heads, is_k = !is_q && head < a.n_heads + a.n_kv_heads;
-        const bool rotate = is_q || is_k;
-        const int qd = a.n_heads * D, kvd = a.n_kv_heads * D;
-        for (int i = threadIdx.x; i < 32 * T; i += blockDim.x) {
-            const int t = i / 32, pi = i % 32;
-            int wa, wb, ia, ib;
-            if (rotate && !a.interleaved) {
-                // Rows d and d + D/2: the same row of warps w and w + 2.
-                wa = pi / 16; wb = wa + 2; ia = ib = pi % 16;
-            } else {
-                // Interleaved pairs (d, d + 1) and v: neighbouring rows of one warp.
-                wa = wb = pi / 8; ia = 2 * (pi % 8); ib = ia + 1;
-            }
-            const int da = 16 * (2 * p + (wa & 1) + (wa >> 1) * (D / 32)) + ia;
-            const int db = 16 * (2 * p + (wb & 1) + (wb >> 1) * (D / 32)) + ib;
-            float ya = res[wa][ia][t], yb = res[wb][ib][t];
-            if (rotate) {
-                const double pos = (double)a.positions[t];
-                double s, cs;
-                sincos(pos * (double)a.inv_freq[a.interleaved ? da / 2 : da], &s, &cs);
-                const float x0 = ya, x1 = yb;
-                ya = x0 * (float)cs - x1 * (float)s;
-                yb = x0 * (float)s + x1 * (float)cs;
-            }
-            if (is_q) {
-                float* dst = a.q + (size_t)t * qd + head * D;
-                dst[da] = ya;
-                dst[db] = yb;
-                continue;
-            }
-            const int off = (is_k ? head - a.n_heads : head - a.n_heads - a.n_kv_heads) * D;
-            if (a.k_pool) {
-                const size_t slot =
-                    (size_t)kv_slot(a.block_tables, a.seq_bt_off[a.token_seq[t]], a.positions[t], a.block_size) * kvd;
-                bf16_t* dst = (is_k ? a.k_pool : a.v_pool) + slot + off;
-                dst[da] = f2bf(ya);
-                dst[db] = f2bf(yb);
-            } else {
-                float* dst = (is_k ? a.k_out : a.v_out) + (size_t)t * kvd + off;
-                dst[da] = ya;
-                dst[db] = yb;
-            }
-        }
-    }
+    gv_epilogue<E, TB>(a, gi, res);
 }
 
 // One entry per format, epilogue and token bucket (T <= 1, 2, 4, 8): 4 warps a block.

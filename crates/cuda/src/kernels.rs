@@ -1,7 +1,7 @@
 //! Kernel sources (crates/cuda/kernels/*.cu), compiled to PTX by NVRTC at run time and
 //! cached on disk under `$WRING_HOME/kernels`, keyed by a hash of source and target.
 
-use crate::params::{GemvEpilogue, GemvFormat, GEMV_BUCKETS};
+use crate::params::{GemvEpilogue, GemvFormat, GEMV_BUCKETS, GEMV_MULTI_BUCKETS};
 use anyhow::{anyhow, Context, Result};
 use cudarc::driver::{result, sys};
 use cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions};
@@ -56,7 +56,8 @@ pub const SOURCES: &[(&str, &str)] = &[
         "gemv.cu",
         concat!(
             include_str!("../kernels/fp_formats.cuh"),
-            include_str!("../kernels/gemv.cu")
+            include_str!("../kernels/gemv.cu"),
+            include_str!("../kernels/gemv_multi.cu")
         ),
     ),
     (
@@ -162,6 +163,9 @@ pub struct Kernels {
     pub attention_combine: sys::CUfunction,
     /// `gemv_{format}_{epilogue}_t{1,2,4,8}`: [format][epilogue][token bucket].
     gemv: [[[sys::CUfunction; 4]; 3]; 4],
+    /// `gemv_{int4,nvfp4}_{epilogue}_t{16,32,64}` (kernels/gemv_multi.cu): [int4, nvfp4]
+    /// [epilogue][token bucket].
+    gemv_multi: [[[sys::CUfunction; 3]; 3]; 2],
     /// `attention_mma_d{head_dim}_n{row tiles}`, keyed by (head_dim, row tiles).
     attention_mma: Vec<((usize, usize), sys::CUfunction)>,
     pub argmax_rows: sys::CUfunction,
@@ -247,6 +251,18 @@ impl Kernels {
                 }
                 f
             },
+            gemv_multi: {
+                let mut f = [[[std::ptr::null_mut(); 3]; 3]; 2];
+                for (fi, fmt) in [GemvFormat::Int4, GemvFormat::Nvfp4].iter().enumerate() {
+                    for (ei, epi) in GemvEpilogue::ALL.iter().enumerate() {
+                        for (ti, tb) in GEMV_MULTI_BUCKETS.iter().enumerate() {
+                            f[fi][ei][ti] =
+                                get(&format!("gemv_{}_{}_t{tb}", fmt.name(), epi.name()))?;
+                        }
+                    }
+                }
+                f
+            },
             attention_mma: crate::params::MMA_ROW_TILES
                 .iter()
                 .flat_map(|&(d, tiles)| tiles.iter().map(move |&nt| (d, nt)))
@@ -279,15 +295,23 @@ impl Kernels {
 
 impl Kernels {
     /// The weight-streaming linear for `format` and `epilogue` whose token bucket holds
-    /// `t` tokens (1 to 8).
+    /// `t` tokens (1 to 8; int4 and nvfp4 also 9 to 64, the multi-tile builds).
     pub(crate) fn gemv(
         &self,
         format: GemvFormat,
         epilogue: GemvEpilogue,
         t: usize,
     ) -> Option<sys::CUfunction> {
-        let b = GEMV_BUCKETS.iter().position(|&b| t >= 1 && t <= b)?;
-        Some(self.gemv[format as usize][epilogue as usize][b])
+        if let Some(b) = GEMV_BUCKETS.iter().position(|&b| t >= 1 && t <= b) {
+            return Some(self.gemv[format as usize][epilogue as usize][b]);
+        }
+        let fi = match format {
+            GemvFormat::Int4 => 0,
+            GemvFormat::Nvfp4 => 1,
+            _ => return None,
+        };
+        let b = GEMV_MULTI_BUCKETS.iter().position(|&b| t <= b)?;
+        Some(self.gemv_multi[fi][epilogue as usize][b])
     }
 
     /// The tensor-core attention kernel for `head_dim` with `row_tiles` tiles of 8 rows.
@@ -344,6 +368,12 @@ mod tests {
                 for tb in GEMV_BUCKETS {
                     let want = format!("gemv_{}_{}_t{tb}", fmt.name(), epi.name());
                     assert!(names.contains(&want), "{want} is not defined in any source");
+                }
+                if matches!(fmt, GemvFormat::Int4 | GemvFormat::Nvfp4) {
+                    for tb in GEMV_MULTI_BUCKETS {
+                        let want = format!("gemv_{}_{}_t{tb}", fmt.name(), epi.name());
+                        assert!(names.contains(&want), "{want} is not defined in any source");
+                    }
                 }
             }
         }

@@ -30,8 +30,10 @@ pub use blas::GemmTuneReport;
 pub use graphs::GraphKey;
 pub use loader::{ensure_cuda_libraries, ensure_nvrtc};
 pub use options::{
-    AttentionKernel, CudaOptions, GraphMode, SmallStepPath, DEFAULT_SMALL_LINEAR_MAX_T,
+    AttentionKernel, CudaOptions, GraphMode, MultiGemvPath, SmallStepPath,
+    DEFAULT_SMALL_LINEAR_MAX_T,
 };
+pub use params::GEMV_4BIT_LIMIT;
 
 /// CUDA devices present (0 when the driver is missing or sees none).
 pub fn device_count() -> anyhow::Result<usize> {

@@ -51,8 +51,24 @@ pub enum SmallStepPath {
 /// The default of `WRING_CUDA_GEMV_4BIT_MAX_T`: int4 and nvfp4 weights take the gemv kernels
 /// for steps of up to 8 tokens (H200, dummy Llama-3.1-8B decode: 1.37× and 1.81× faster than
 /// the tensor-core dequantising kernel at batch 1; BENCHMARKS "Quantized weights on the gemv
-/// kernels").
-pub const DEFAULT_GEMV_4BIT_MAX_T: usize = 8;
+/// kernels"), and steps of 9 to 64 may take the multi-tile builds ([`MultiGemvPath`]).
+pub const DEFAULT_GEMV_4BIT_MAX_T: usize = 64;
+
+/// How int4/nvfp4 linears of steps of 9 to `gemv_4bit_max_t` (at most 64) tokens run
+/// (`WRING_CUDA_GEMV_4BIT_PATH`): the multi-tile gemv (kernels/gemv_multi.cu) or the
+/// dequantising tensor-core kernel (quant_gemm.cu) they took before. Not yet measured on a
+/// GPU, so by default each captured shape is timed both ways.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MultiGemvPath {
+    /// Each captured graph key of 9 to 64 tokens of a 4-bit model is captured on both paths,
+    /// timed, and the faster kept (`backend/small_step.rs`); steps that replay no graph take
+    /// the tensor-core kernel unless their key already chose the gemv.
+    Auto,
+    /// Always the multi-tile gemv.
+    Gemv,
+    /// Always the tensor-core kernel.
+    TensorCore,
+}
 
 #[derive(Debug, Clone)]
 pub struct CudaOptions {
@@ -74,6 +90,9 @@ pub struct CudaOptions {
     /// The same for int4 and nvfp4 weights (`WRING_CUDA_GEMV_4BIT_MAX_T`; default
     /// [`DEFAULT_GEMV_4BIT_MAX_T`]); `WRING_CUDA_SMALL_LINEAR_MAX_T` sets both.
     pub gemv_4bit_max_t: usize,
+    /// Which path 4-bit linears of 9 to `gemv_4bit_max_t` tokens take
+    /// (`WRING_CUDA_GEMV_4BIT_PATH` = auto | gemv | tensor-core; default auto).
+    pub multi_gemv: MultiGemvPath,
     /// Which path dense linears of small steps take (`WRING_CUDA_SMALL_STEP_PATH` = auto |
     /// gemv | cublas; default auto). Setting `WRING_CUDA_SMALL_LINEAR_MAX_T` alone forces
     /// gemv (0: cublas), what it meant before `auto`.
@@ -83,6 +102,12 @@ pub struct CudaOptions {
     /// 5 launches a layer instead of 7; `WRING_CUDA_FUSED_NORM` = on | off, default on). Never
     /// on a tensor-parallel rank.
     pub fused_norm: bool,
+    /// The same fusion on 4-bit steps of 9 to 64 tokens (the multi-tile gemv;
+    /// `WRING_CUDA_MULTI_FUSED_NORM` = on | off, default off): every block of the prologue
+    /// computes the RMS of every token row over all of K, which at 16 to 64 tokens reads
+    /// several times the weight bytes from L2, so by default those steps run the norm and
+    /// the residual add as their own kernels (kept to measure: not yet run on a GPU).
+    pub multi_fused_norm: bool,
     /// Launch wring's kernels with programmatic dependent launch (sm_90+): each may start
     /// while the previous kernel drains (`WRING_CUDA_PDL` = on | off).
     pub pdl: bool,
@@ -131,8 +156,10 @@ impl Default for CudaOptions {
             pdl: true,
             small_linear_max_t: DEFAULT_SMALL_LINEAR_MAX_T,
             gemv_4bit_max_t: DEFAULT_GEMV_4BIT_MAX_T,
+            multi_gemv: MultiGemvPath::Auto,
             small_step_path: SmallStepPath::Auto,
             fused_norm: true,
+            multi_fused_norm: false,
             fused: true,
             fused_kv_store: true,
             weights: None,
@@ -178,11 +205,25 @@ fn parse_small_step_path(v: &str) -> Result<SmallStepPath> {
     })
 }
 
+/// auto | gemv | tensor-core.
+fn parse_multi_gemv_path(v: &str) -> Result<MultiGemvPath> {
+    Ok(match v.trim() {
+        "auto" => MultiGemvPath::Auto,
+        "gemv" => MultiGemvPath::Gemv,
+        "tensor-core" => MultiGemvPath::TensorCore,
+        other => {
+            bail!("WRING_CUDA_GEMV_4BIT_PATH={other:?}: expected auto, gemv or tensor-core")
+        }
+    })
+}
+
 impl CudaOptions {
     /// `WRING_CUDA_GRAPHS` = on | off | pad-only, `WRING_CUDA_GRAPH_BUCKETS` = 1,2,4,...,
     /// `WRING_CUDA_GRAPH_K` = 1,4,6,8,12 (verify lengths 1+K; decode is always included),
     /// `WRING_CUDA_MAX_TOKENS` = 8192, `WRING_CUDA_ATTENTION` = mma | split | reference, `WRING_CUDA_PDL` = on | off, `WRING_CUDA_SMALL_LINEAR_MAX_T` = 0..=32,
     /// `WRING_CUDA_SMALL_STEP_PATH` = auto | gemv | cublas, `WRING_CUDA_FUSED_NORM` = on | off,
+    /// `WRING_CUDA_GEMV_4BIT_MAX_T` = 0..=64, `WRING_CUDA_GEMV_4BIT_PATH` = auto | gemv | tensor-core,
+    /// `WRING_CUDA_MULTI_FUSED_NORM` = off | on,
     /// `WRING_CUDA_FUSED` = on | off, `WRING_CUDA_FUSED_KV_STORE` = on | off, `WRING_CUDA_WEIGHTS` = bf16 | fp8 | int4 | nvfp4, `WRING_CUDA_QUANT_KERNELS` = off | on,
     /// `WRING_CUDA_QGEMM_MAX_T` = 0..=32, `WRING_CUDA_FP8_FUSED` = on | off, `WRING_CUDA_GEMM_TUNE` = off | on.
     pub fn from_env() -> Result<Self> {
@@ -236,15 +277,21 @@ impl CudaOptions {
         if let Some(v) = var("WRING_CUDA_FUSED_NORM") {
             o.fused_norm = switch("WRING_CUDA_FUSED_NORM", &v)?;
         }
+        if let Some(v) = var("WRING_CUDA_MULTI_FUSED_NORM") {
+            o.multi_fused_norm = switch("WRING_CUDA_MULTI_FUSED_NORM", &v)?;
+        }
         if let Some(v) = var("WRING_CUDA_GEMV_4BIT_MAX_T") {
             o.gemv_4bit_max_t = v
                 .trim()
                 .parse()
                 .ok()
-                .filter(|&t: &usize| t <= 32)
+                .filter(|&t: &usize| t <= 64)
                 .with_context(|| {
-                    format!("WRING_CUDA_GEMV_4BIT_MAX_T={v:?}: expected an integer from 0 to 32")
+                    format!("WRING_CUDA_GEMV_4BIT_MAX_T={v:?}: expected an integer from 0 to 64")
                 })?;
+        }
+        if let Some(v) = var("WRING_CUDA_GEMV_4BIT_PATH") {
+            o.multi_gemv = parse_multi_gemv_path(&v)?;
         }
         if let Some(v) = var("WRING_CUDA_PDL") {
             o.pdl = switch("WRING_CUDA_PDL", &v)?;
@@ -328,6 +375,12 @@ mod tests {
             SmallStepPath::Cublas
         );
         assert!(parse_small_step_path("fast").is_err());
+        assert_eq!(
+            parse_multi_gemv_path("tensor-core").unwrap(),
+            MultiGemvPath::TensorCore
+        );
+        assert_eq!(parse_multi_gemv_path("gemv").unwrap(), MultiGemvPath::Gemv);
+        assert!(parse_multi_gemv_path("cublas").is_err());
         let o = CudaOptions::default();
         assert_eq!(o.small_step_path, SmallStepPath::Auto);
         assert!(o.fused_norm);

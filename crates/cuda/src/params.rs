@@ -82,6 +82,13 @@ pub(crate) struct GemvArgs {
 /// the smallest that holds it.
 pub(crate) const GEMV_BUCKETS: [usize; 4] = [1, 2, 4, 8];
 
+/// Token buckets of the multi-tile int4 / nvfp4 builds (kernels/gemv_multi.cu, `_t16` ..
+/// `_t64`): steps of 9 to 64 tokens, padded up to the bucket's n-tiles of 8.
+pub(crate) const GEMV_MULTI_BUCKETS: [usize; 3] = [16, 32, 64];
+
+/// Most tokens a 4-bit step may carry to take the gemv kernels (the largest multi bucket).
+pub const GEMV_4BIT_LIMIT: usize = GEMV_MULTI_BUCKETS[GEMV_MULTI_BUCKETS.len() - 1];
+
 /// What follows the weight-streaming GEMV inside its launch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum GemvEpilogue {

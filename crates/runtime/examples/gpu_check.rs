@@ -42,6 +42,8 @@ mod attention;
 mod fused_norm;
 #[path = "support/gemv.rs"]
 mod gemv;
+#[path = "support/multi_gemv.rs"]
+mod multi_gemv;
 #[path = "support/quant.rs"]
 mod quant;
 #[path = "support/steps.rs"]
@@ -64,6 +66,7 @@ fn main() -> Result<()> {
         "fp8-fused" => quant::fp8_fused_check(arg(&args, 2)?),
         "qgemm" => quant::gemm_check(),
         "gemv" => gemv::run(args.get(2).map(String::as_str)),
+        "multi-gemv" => multi_gemv::run(arg(&args, 2)?),
         "fused-norm" => fused_norm::run(args.get(2).map(String::as_str)),
         "attention" => attention::check(),
         "steps" => steps::run(arg(&args, 2)?),
@@ -74,7 +77,7 @@ fn main() -> Result<()> {
             arg(&args, 4)?.parse()?,
             arg(&args, 5)?.parse()?,
         ),
-        _ => bail!("usage: gpu_check golden MODEL GOLDEN | graphs MODEL | bench MODEL | cpu-compare MODEL | quant MODEL [GOLDEN] | quant-bench [OUT] | fp8-fused MODEL | qgemm | gemv [OUT_DIR] | fused-norm [OUT_DIR] | attention | steps OUT_DIR | tp ... | profile MODEL BATCH Q CTX (MODEL: a .gguf, dummy or dummy-8b)"),
+        _ => bail!("usage: gpu_check golden MODEL GOLDEN | graphs MODEL | bench MODEL | cpu-compare MODEL | quant MODEL [GOLDEN] | quant-bench [OUT] | fp8-fused MODEL | qgemm | gemv [OUT_DIR] | multi-gemv MODEL | fused-norm [OUT_DIR] | attention | steps OUT_DIR | tp ... | profile MODEL BATCH Q CTX (MODEL: a .gguf, dummy or dummy-8b)"),
     }
 }
 
@@ -519,7 +522,11 @@ fn spec_check(r: &mut Runner, batch: usize, ks: &[usize]) -> Result<Vec<(usize, 
         vec![vec![]; batch],
         ps.iter().map(Vec::len).collect::<Vec<_>>(),
     );
-    let tabs2 = tables(batch, 16)
+    // Blocks for the longest prompt, the generated tokens and a last verify step.
+    let longest = ps.iter().map(Vec::len).max().unwrap_or(0);
+    let each = 16.max((longest + gen + ks.iter().max().unwrap_or(&0) + 1).div_ceil(BLOCK));
+    let second = (batch * each) as u32;
+    let tabs2 = tables(batch, each)
         .into_iter()
         .map(|t| t.iter().map(|b| b + 200).collect())
         .collect::<Vec<Vec<u32>>>();
@@ -545,7 +552,7 @@ fn spec_check(r: &mut Runner, batch: usize, ks: &[usize]) -> Result<Vec<(usize, 
     for &k in ks {
         let tabs3: Vec<Vec<u32>> = tabs2
             .iter()
-            .map(|t| t.iter().map(|b| b + 200).collect())
+            .map(|t| t.iter().map(|b| b + second).collect())
             .collect();
         let mut spec: Vec<Vec<u32>> = (0..batch).map(|i| vec![plain[i][0]]).collect();
         let mut ctx_s: Vec<usize> = ps.iter().map(Vec::len).collect();

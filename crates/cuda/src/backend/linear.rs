@@ -35,10 +35,9 @@ impl CudaBackend {
         norm: Option<(&CudaVector, f32)>,
     ) -> Option<(GemvFormat, GemvArgs)> {
         let max_t = match w.w {
-            Weights::Int4 { .. } | Weights::Nvfp4 { .. } => self.opts.gemv_4bit_max_t,
-            _ => self.dense_gemv_max_t(),
-        }
-        .min(GEMV_MAX_T);
+            Weights::Int4 { .. } | Weights::Nvfp4 { .. } => self.four_bit_gemv_max_t(),
+            _ => self.dense_gemv_max_t().min(GEMV_MAX_T),
+        };
         let dtype = if norm.is_some() {
             DType::F32
         } else {
@@ -143,6 +142,8 @@ impl CudaBackend {
             self.fail(anyhow!("gemv has no build for {t} tokens"));
             return;
         };
+        // The multi-tile builds split K exactly as the 8-token ones (the shape alone), so a
+        // token's bits are the same in every bucket (verify = plain decode across them).
         let (splits, per) = gemv_splits(groups, k, 4 * format.lane_cols(), self.sm_count);
         let part = if splits > 1 {
             self.alloc(splits * t, rows, DType::F32, splits * t)

@@ -203,7 +203,7 @@ impl CudaBackend {
 
     /// As [`Self::set_small_linear_max_t`], with a separate bound for int4/nvfp4 weights.
     pub fn set_gemv_max_t(&mut self, t: usize, four_bit: usize) {
-        let (t, four_bit) = (t.min(32), four_bit.min(32));
+        let (t, four_bit) = (t.min(32), four_bit.min(crate::params::GEMV_4BIT_LIMIT));
         if (self.opts.small_linear_max_t, self.opts.gemv_4bit_max_t) != (t, four_bit) {
             self.drop_graphs();
         }

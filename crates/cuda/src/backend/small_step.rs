@@ -9,7 +9,8 @@
 use super::step_path::{PathRules, SmallStepChoice, StepPath, GEMV_MAX_T};
 use super::CudaBackend;
 use crate::graphs::GraphKey;
-use crate::options::{GraphMode, SmallStepPath};
+use crate::options::{GraphMode, MultiGemvPath, SmallStepPath};
+use crate::params::GEMV_4BIT_LIMIT;
 use std::time::Instant;
 
 /// Replays of each candidate graph before timing, and timed replays.
@@ -26,6 +27,27 @@ impl CudaBackend {
         self.opts.small_step_path = path;
     }
 
+    /// How int4/nvfp4 linears of 9 to 64 tokens run from now on (graphs and choices dropped
+    /// when it changes); the staged step's path follows at once (checks switch it between
+    /// linears of one step).
+    pub fn set_multi_gemv_path(&mut self, path: MultiGemvPath) {
+        if self.opts.multi_gemv != path {
+            self.drop_graphs();
+        }
+        self.opts.multi_gemv = path;
+        self.path = self.resolve_step_path(self.layout.tokens, self.key);
+    }
+
+    /// Norm and residual fused into the multi-tile gemv launches too, or not (graphs and
+    /// choices dropped when it changes; the staged step's path follows at once).
+    pub fn set_multi_fused_norm(&mut self, on: bool) {
+        if self.opts.multi_fused_norm != on {
+            self.drop_graphs();
+        }
+        self.opts.multi_fused_norm = on;
+        self.path = self.resolve_step_path(self.layout.tokens, self.key);
+    }
+
     /// Norm and residual fused into the gemv launches on the gemv path, or not (graphs and
     /// choices dropped when it changes).
     pub fn set_fused_norm(&mut self, on: bool) {
@@ -40,6 +62,18 @@ impl CudaBackend {
         self.graphs.clear();
         self.clear_small_step_choices();
     }
+    /// Most tokens a step's int4/nvfp4 linears may carry to take the gemv kernels: up to 8
+    /// always (within `gemv_4bit_max_t`), up to 64 when the step path takes the multi-tile
+    /// builds.
+    pub(super) fn four_bit_gemv_max_t(&self) -> usize {
+        let limit = if self.path.multi_gemv {
+            GEMV_4BIT_LIMIT
+        } else {
+            GEMV_MAX_T
+        };
+        self.opts.gemv_4bit_max_t.min(limit)
+    }
+
     /// Most tokens a step's dense linears may carry to take the gemv kernels (0: none).
     pub(super) fn dense_gemv_max_t(&self) -> usize {
         if self.path.dense_gemv {
@@ -58,6 +92,8 @@ impl CudaBackend {
             fused_norm: self.opts.fused_norm,
             four_bit_layers: self.small.four_bit_layers,
             sharded: self.group.is_some(),
+            multi_gemv: self.opts.multi_gemv,
+            multi_fused_norm: self.opts.multi_fused_norm,
         }
     }
 
@@ -109,7 +145,7 @@ impl CudaBackend {
                 let ms = |want: bool| {
                     captured
                         .iter()
-                        .position(|p| p.dense_gemv == want)
+                        .position(|p| p.is_gemv_variant() == want)
                         .map_or(f64::NAN, |i| times[i] * 1e3)
                 };
                 let choice = SmallStepChoice {
@@ -120,7 +156,7 @@ impl CudaBackend {
                     cublas_ms: ms(false),
                 };
                 tracing::info!(
-                    "small step {} × {}: {} ({:.4} ms gemv, {:.4} ms cuBLAS per replay)",
+                    "small step {} × {}: {} ({:.4} ms gemv, {:.4} ms cuBLAS / tensor-core per replay)",
                     key.bucket,
                     key.query_len,
                     choice.chosen,
@@ -133,9 +169,12 @@ impl CudaBackend {
             }
             Err(e) => {
                 tracing::warn!(
-                    "timing the small-step variants of {key:?} failed: {e:#}; cuBLAS kept"
+                    "timing the small-step variants of {key:?} failed: {e:#}; the non-gemv path kept"
                 );
-                let cublas = captured.iter().position(|p| !p.dense_gemv).unwrap_or(0);
+                let cublas = captured
+                    .iter()
+                    .position(|p| !p.is_gemv_variant())
+                    .unwrap_or(0);
                 self.graphs.keep_candidate(key, cublas);
                 let path = captured[cublas];
                 let choice = SmallStepChoice {

@@ -1,10 +1,10 @@
-//! The path a step of at most `GEMV_MAX_T` tokens takes ([`StepPath`]) and the rules that
-//! decide it ([`PathRules`], pure: tested here without a GPU); `small_step.rs` applies them
-//! per step and runs `SmallStepPath::Auto`'s timing.
+//! The path a step of at most `GEMV_MAX_T` tokens (4-bit models: `GEMV_4BIT_LIMIT`) takes
+//! ([`StepPath`]) and the rules that decide it ([`PathRules`], pure: tested here without a
+//! GPU); `small_step.rs` applies them per step and runs the `Auto` timings.
 
 use crate::graphs::GraphKey;
-use crate::options::SmallStepPath;
-use crate::params::GEMV_BUCKETS;
+use crate::options::{MultiGemvPath, SmallStepPath};
+use crate::params::{GEMV_4BIT_LIMIT, GEMV_BUCKETS};
 use std::collections::HashMap;
 
 /// Most tokens a step may carry to take the gemv kernels (their largest token bucket; the
@@ -19,17 +19,27 @@ pub(crate) struct StepPath {
     /// RMSNorm in the q|k|v and gate|up gemv prologue, residual add in the o and down gemv
     /// epilogue (`Backend::fuses_norm_into_linear`).
     pub fused_norm: bool,
+    /// int4/nvfp4 linears of 9 to 64 tokens through the multi-tile gemv (gemv_multi.cu)
+    /// rather than the tensor-core kernel; steps of at most 8 take the gemv regardless.
+    pub multi_gemv: bool,
 }
 
 impl StepPath {
     /// The name logs and checks print.
     pub(crate) fn label(self) -> &'static str {
-        match (self.dense_gemv, self.fused_norm) {
-            (false, false) => "cublas",
-            (false, true) => "cublas+4-bit gemv fused norm",
-            (true, false) => "gemv",
-            (true, true) => "gemv+fused norm",
+        match (self.dense_gemv, self.fused_norm, self.multi_gemv) {
+            (_, false, true) => "4-bit multi gemv",
+            (_, true, true) => "4-bit multi gemv+fused norm",
+            (false, false, false) => "cublas",
+            (false, true, false) => "cublas+4-bit gemv fused norm",
+            (true, false, false) => "gemv",
+            (true, true, false) => "gemv+fused norm",
         }
+    }
+
+    /// The gemv side of an `Auto` pair (dense gemv, or the 4-bit multi-tile gemv).
+    pub(crate) fn is_gemv_variant(self) -> bool {
+        self.dense_gemv || self.multi_gemv
     }
 }
 
@@ -40,7 +50,8 @@ pub struct SmallStepChoice {
     pub query_len: usize,
     /// The kept path's label ([`StepPath::label`]).
     pub chosen: &'static str,
-    /// Mean replay time of the gemv and the cuBLAS graph, milliseconds.
+    /// Mean replay time of the gemv and the other graph (cuBLAS; for 4-bit steps of 9 to 64
+    /// tokens the tensor-core kernel), milliseconds.
     pub gemv_ms: f64,
     pub cublas_ms: f64,
 }
@@ -67,30 +78,45 @@ pub(crate) struct PathRules {
     pub fused_norm: bool,
     pub four_bit_layers: bool,
     pub sharded: bool,
+    pub multi_gemv: MultiGemvPath,
+    /// The norm fused on multi-tile steps too (`CudaOptions::multi_fused_norm`).
+    pub multi_fused_norm: bool,
 }
 
 impl PathRules {
-    /// Whether the layer linears of a step of `tokens` take the gemv kernels on `dense_gemv`.
-    fn layers_take_gemv(&self, tokens: usize, dense_gemv: bool) -> bool {
+    /// Whether the layer linears of a step of `tokens` take the gemv kernels on `dense_gemv`
+    /// (`multi_gemv`: 4-bit steps of 9 to 64 tokens, already bounded).
+    fn layers_take_gemv(&self, tokens: usize, dense_gemv: bool, multi_gemv: bool) -> bool {
         if self.four_bit_layers {
-            tokens <= self.gemv_4bit_max_t.min(GEMV_MAX_T)
+            tokens <= self.gemv_4bit_max_t.min(GEMV_MAX_T) || multi_gemv
         } else {
             dense_gemv
         }
     }
 
+    /// Whether a 4-bit step of `tokens` is in the multi-tile gemv's range (9 to
+    /// `gemv_4bit_max_t`, at most `GEMV_4BIT_LIMIT`).
+    fn multi_range(&self, tokens: usize) -> bool {
+        self.four_bit_layers
+            && tokens > GEMV_MAX_T
+            && tokens <= self.gemv_4bit_max_t.min(GEMV_4BIT_LIMIT)
+    }
+
     /// The path for `dense_gemv` at `tokens`: dense gemv only up to `small_linear_max_t`,
     /// the norm fused when the layers run gemv, the option allows it, and this backend is
     /// not a tensor-parallel rank.
-    pub(crate) fn path_with(&self, tokens: usize, dense_gemv: bool) -> StepPath {
+    pub(crate) fn path_with(&self, tokens: usize, dense_gemv: bool, multi_gemv: bool) -> StepPath {
         let dense_gemv =
             dense_gemv && tokens > 0 && tokens <= self.small_linear_max_t.min(GEMV_MAX_T);
+        let multi_gemv = multi_gemv && self.multi_range(tokens);
         StepPath {
             dense_gemv,
             fused_norm: self.fused_norm
                 && !self.sharded
                 && tokens > 0
-                && self.layers_take_gemv(tokens, dense_gemv),
+                && self.layers_take_gemv(tokens, dense_gemv, multi_gemv)
+                && (!multi_gemv || self.multi_fused_norm),
+            multi_gemv,
         }
     }
 
@@ -98,13 +124,28 @@ impl PathRules {
     /// None when the key is not measured: not `Auto`, too many tokens, 4-bit layers (they
     /// stay gemv), or a tensor-parallel rank (each rank would time alone and could choose
     /// otherwise).
+    /// 4-bit models measure instead their keys of 9 to 64 tokens: multi-tile gemv against
+    /// the tensor-core kernel (`MultiGemvPath::Auto`).
     pub(crate) fn measured_variants(&self, tokens: usize) -> Option<[StepPath; 2]> {
+        if self.four_bit_layers {
+            let measured = self.multi_gemv == MultiGemvPath::Auto
+                && self.graphs_on
+                && self.multi_range(tokens)
+                && !self.sharded;
+            let v = [
+                self.path_with(tokens, false, true),
+                self.path_with(tokens, false, false),
+            ];
+            return (measured && v[0] != v[1]).then_some(v);
+        }
         let measured = self.path == SmallStepPath::Auto
             && self.graphs_on
             && tokens <= self.small_linear_max_t.min(GEMV_MAX_T)
-            && !self.four_bit_layers
             && !self.sharded;
-        let v = [self.path_with(tokens, true), self.path_with(tokens, false)];
+        let v = [
+            self.path_with(tokens, true, false),
+            self.path_with(tokens, false, false),
+        ];
         (measured && v[0] != v[1]).then_some(v)
     }
 
@@ -116,7 +157,12 @@ impl PathRules {
             SmallStepPath::Cublas => false,
             SmallStepPath::Auto => chosen.is_some_and(|p| p.dense_gemv),
         };
-        self.path_with(tokens, dense_gemv)
+        let multi_gemv = match self.multi_gemv {
+            MultiGemvPath::Gemv => true,
+            MultiGemvPath::TensorCore => false,
+            MultiGemvPath::Auto => chosen.is_some_and(|p| p.multi_gemv),
+        };
+        self.path_with(tokens, dense_gemv, multi_gemv)
     }
 }
 
@@ -133,15 +179,19 @@ mod tests {
             fused_norm: true,
             four_bit_layers: false,
             sharded: false,
+            multi_gemv: MultiGemvPath::Auto,
+            multi_fused_norm: false,
         }
     }
     const CUBLAS: StepPath = StepPath {
         dense_gemv: false,
         fused_norm: false,
+        multi_gemv: false,
     };
     const GEMV_FUSED: StepPath = StepPath {
         dense_gemv: true,
         fused_norm: true,
+        multi_gemv: false,
     };
 
     #[test]
@@ -166,7 +216,8 @@ mod tests {
             unfused.resolve(4, None),
             StepPath {
                 dense_gemv: true,
-                fused_norm: false
+                fused_norm: false,
+                multi_gemv: false,
             }
         );
         let bounded = PathRules {
@@ -200,7 +251,11 @@ mod tests {
             ..rules(SmallStepPath::Auto)
         };
         assert_eq!(ranks.measured_variants(1), None);
-        assert!(rules(SmallStepPath::Gemv).path_with(1, true).fused_norm);
+        assert!(
+            rules(SmallStepPath::Gemv)
+                .path_with(1, true, false)
+                .fused_norm
+        );
         let sharded_gemv = PathRules {
             sharded: true,
             ..rules(SmallStepPath::Gemv)
@@ -216,9 +271,77 @@ mod tests {
             four.resolve(1, None),
             StepPath {
                 dense_gemv: false,
-                fused_norm: true
+                fused_norm: true,
+                multi_gemv: false,
             }
         );
         assert!(!four.resolve(9, None).fused_norm);
+    }
+
+    #[test]
+    fn four_bit_steps_of_9_to_64_tokens_measure_the_multi_tile_gemv() {
+        let four = PathRules {
+            four_bit_layers: true,
+            gemv_4bit_max_t: 64,
+            ..rules(SmallStepPath::Auto)
+        };
+        const MULTI: StepPath = StepPath {
+            dense_gemv: false,
+            fused_norm: false,
+            multi_gemv: true,
+        };
+        assert_eq!(
+            four.measured_variants(8),
+            None,
+            "<= 8: the gemv, unmeasured"
+        );
+        for t in [9, 16, 32, 64] {
+            assert_eq!(four.measured_variants(t), Some([MULTI, CUBLAS]), "{t}");
+        }
+        assert_eq!(four.measured_variants(65), None);
+        // Before a choice the tensor-core kernel; then the choice.
+        assert_eq!(four.resolve(32, None), CUBLAS);
+        assert_eq!(four.resolve(32, Some(MULTI)), MULTI);
+        assert_eq!(
+            four.resolve(65, Some(MULTI)),
+            CUBLAS,
+            "past the largest bucket"
+        );
+        let forced = PathRules {
+            multi_gemv: MultiGemvPath::Gemv,
+            ..four
+        };
+        assert_eq!(forced.measured_variants(32), None);
+        assert_eq!(forced.resolve(32, None), MULTI);
+        assert!(!forced.resolve(4, None).multi_gemv, "<= 8 unchanged");
+        let tc = PathRules {
+            multi_gemv: MultiGemvPath::TensorCore,
+            ..four
+        };
+        assert_eq!(tc.resolve(32, Some(MULTI)), CUBLAS);
+        let bounded = PathRules {
+            gemv_4bit_max_t: 16,
+            ..forced
+        };
+        assert_eq!(bounded.resolve(16, None), MULTI);
+        assert_eq!(bounded.resolve(32, None), CUBLAS);
+        let dense = rules(SmallStepPath::Auto);
+        assert_eq!(dense.measured_variants(16), None, "dense models: unchanged");
+        let dense_forced = PathRules {
+            multi_gemv: MultiGemvPath::Gemv,
+            ..dense
+        };
+        assert!(!dense_forced.resolve(16, None).multi_gemv);
+        // The norm is fused on multi-tile steps only when asked.
+        let fused = PathRules {
+            multi_fused_norm: true,
+            ..forced
+        };
+        assert!(fused.resolve(16, None).fused_norm);
+        assert!(!forced.resolve(16, None).fused_norm);
+        assert!(
+            forced.resolve(8, None).fused_norm,
+            "<= 8 tokens: fused as before"
+        );
     }
 }

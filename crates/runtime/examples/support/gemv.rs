@@ -6,6 +6,10 @@
 //! as weight bytes per second and as a share of the device-to-device copy bandwidth.
 //! Host-timed back-to-back calls: matrices of a few MB are bound by the launch rate here
 //! (the step table of `gpu_check steps` is the measure that counts for them).
+//! GEMV_TOKENS (default 1,2,4,8) picks the token counts: above 8 only int4 and nvfp4 run,
+//! on the multi-tile builds (kernels/gemv_multi.cu), against the tensor-core kernel, and
+//! their first 8 token rows must equal the 8-token build's bitwise. GEMV_SCHEMES
+//! (bf16,fp8,int4,nvfp4) and GEMV_MODELS (135m,8b) filter.
 
 use super::{step, tables, BLOCK};
 use anyhow::Result;
@@ -39,6 +43,8 @@ const SHAPES: [(&str, &str, usize, usize, bool); 10] = [
 pub fn run(out_dir: Option<&str>) -> Result<()> {
     let bw = wring_cuda::measure_copy_bandwidth(2 << 30)?;
     let only = std::env::var("GEMV_MODELS").unwrap_or_else(|_| "135m,8b".into());
+    let scheme_filter =
+        std::env::var("GEMV_SCHEMES").unwrap_or_else(|_| "bf16,fp8,int4,nvfp4".into());
     println!(
         "## gemv kernels alone vs the path they replace\n\nDevice-to-device copy: {:.0} GB/s (bytes read + written), the 100 % of the % column. Host-timed back-to-back calls (launch-bound below a few MB). Error: ‖Δ‖/‖ref‖ over every 61st row against f64 on the kernel's own bf16 activations.\n",
         bw / 1e9
@@ -63,6 +69,10 @@ pub fn run(out_dir: Option<&str>) -> Result<()> {
             &[None]
         };
         for &scheme in schemes {
+            let sname = scheme.map_or("bf16".to_string(), |s| s.to_string());
+            if !scheme_filter.split(',').any(|s| s.trim() == sname) {
+                continue;
+            }
             let r = one(model, name, n, k, &w, scheme, bw, &mut rows_json);
             match r {
                 Ok(ok) => pass &= ok,
@@ -104,7 +114,14 @@ fn one(
         ..CudaOptions::from_env()?
     };
     let mut b = CudaBackend::new(0, opts)?;
-    let max_t = 8;
+    let four_bit = matches!(scheme, Some(Scheme::Int4) | Some(Scheme::Nvfp4));
+    let tokens: Vec<usize> = std::env::var("GEMV_TOKENS")
+        .unwrap_or_else(|_| "1,2,4,8".into())
+        .split(',')
+        .filter_map(|s| s.trim().parse().ok())
+        .filter(|&t| t >= 1 && (t <= 8 || (four_bit && t <= wring_cuda::GEMV_4BIT_LIMIT)))
+        .collect();
+    let max_t = tokens.iter().copied().max().unwrap_or(8).max(8);
     // The token table first: the backend sizes its counters by the tallest matrix.
     let table: Vec<f32> = (0..max_t * k)
         .map(|i| {
@@ -141,7 +158,7 @@ fn one(
     let ones = b.upload_vector(&vec![1.0; k])?;
     b.alloc_kv(KvSpec {
         layers: 1,
-        num_blocks: 4,
+        num_blocks: max_t.div_ceil(BLOCK) + 2,
         block_size: BLOCK,
         n_kv_heads: 1,
         head_dim: 64,
@@ -149,9 +166,12 @@ fn one(
     let fmt = scheme.map_or("bf16".to_string(), |s| s.to_string());
     let sample: Vec<usize> = (0..n).step_by(61).chain([n - 1]).collect();
     let mut ok = true;
-    for t in [1usize, 2, 4, 8] {
+    let env = CudaOptions::from_env()?;
+    // The 8-token build's rows, for the multi-tile builds' bitwise check.
+    let mut rows8: Option<Vec<f32>> = None;
+    for &t in &tokens {
         let toks: Vec<u32> = (0..t as u32).collect();
-        b.begin_step(&step(&[toks], &[0], &tables(1, 2)))?;
+        b.begin_step(&step(&[toks], &[0], &tables(1, t.div_ceil(BLOCK) + 1)))?;
         let x = b.embed(&tm);
         let xb = b.rms_norm(&x, &ones, 1e-5);
         let xh = b.to_host(&xb);
@@ -159,6 +179,10 @@ fn one(
         let mut result = vec![];
         for (i, max) in [8usize, 0].into_iter().enumerate() {
             b.set_small_linear_max_t(max);
+            if t > 8 && max > 0 {
+                b.set_gemv_max_t(max, wring_cuda::GEMV_4BIT_LIMIT);
+                b.set_multi_gemv_path(wring_cuda::MultiGemvPath::Gemv);
+            }
             let launched = b.gemv_launches();
             for _ in 0..3 {
                 drop(b.linear(&xb, &wm, None));
@@ -185,6 +209,21 @@ fn one(
             }
         }
         b.finish_step()?;
+        b.set_multi_gemv_path(env.multi_gemv);
+        let mut same8 = String::new();
+        if t == 8 {
+            rows8 = Some(result[..8 * n].to_vec());
+        } else if t > 8 {
+            if let Some(r8) = &rows8 {
+                let eq = super::same(r8, &result[..8 * n]);
+                ok &= eq;
+                same8 = if eq {
+                    " (rows 0..8 = 8-token build)".into()
+                } else {
+                    " (rows 0..8 DIFFERENT from the 8-token build: FAIL)".into()
+                };
+            }
+        }
         // Reference on the sampled rows: f64 over the weights the kernel dequantises (bf16
         // weights rounded as uploaded; fp8 with bf16 activations, no E4M3 rounding of x).
         let (mut num, mut den) = (0f64, 0f64);
@@ -207,7 +246,7 @@ fn one(
         ok &= rel < 1e-2;
         let gbs = |s: f64| wbytes / s / 1e9;
         println!(
-            "| {model} | {name} | {n} × {k} | {fmt} | {t} | {:.1} | {:.0} | {:.0} | {:.1} | {:.0} | {:.0} | {:.2}× | {rel:.2e} |",
+            "| {model} | {name} | {n} × {k} | {fmt} | {t} | {:.1} | {:.0} | {:.0} | {:.1} | {:.0} | {:.0} | {:.2}× | {rel:.2e}{same8} |",
             times[0] * 1e6,
             gbs(times[0]),
             100.0 * wbytes / times[0] / bw,

@@ -302,7 +302,9 @@ pub fn check(model: &str, golden: Option<&str>) -> Result<()> {
 /// `gpu_check quant-bench [OUT]`: dummy llama-3.1-8b per weight scheme (QUANT_BENCH_SCHEMES,
 /// default int4,fp8,nvfp4,bf16), each loaded once and timed (graph replay) per linear path
 /// (QUANT_BENCH_VARIANTS: `default` = as loaded, `gemv` = the gemv kernels for steps of <= 8
-/// tokens, `off` = cuBLAS / quantized GEMMs only) and step shape (QUANT_BENCH_SHAPES, default
+/// tokens, `off` = cuBLAS / quantized GEMMs only, `multi` / `tensor-core` = int4/nvfp4 steps
+/// of 9 to 64 tokens on the multi-tile gemv / the tensor-core kernel, `multi-fused` = multi
+/// with the norm fused into those steps' gemv too) and step shape (QUANT_BENCH_SHAPES, default
 /// 1x1,8x1,32x1,32x5), against each scheme's own HBM roofline. OUT: a `.json` path, or a
 /// folder for `quant.json` — issue 21's rows plus the variant, rewritten after each scheme
 /// so a call cut short keeps what finished. QUANT_BENCH_GATE=PREFIX: after loading scheme X,
@@ -369,9 +371,23 @@ pub fn bench(out: Option<&str>) -> Result<()> {
                     "default" => loaded,
                     "gemv" => (8, 8),
                     "off" => (0, 0),
+                    "multi" | "multi-fused" | "tensor-core" => {
+                        (loaded.0, wring_cuda::GEMV_4BIT_LIMIT)
+                    }
                     other => anyhow::bail!("QUANT_BENCH_VARIANTS: unknown variant {other:?}"),
                 };
                 r.backend_mut().set_gemv_max_t(small, four_bit);
+                // multi / tensor-core: 4-bit steps of 9 to 64 tokens forced to one path.
+                r.backend_mut().set_multi_fused_norm(match variant {
+                    "multi-fused" => true,
+                    "multi" => false,
+                    _ => CudaOptions::from_env()?.multi_fused_norm,
+                });
+                r.backend_mut().set_multi_gemv_path(match variant {
+                    "multi" | "multi-fused" => wring_cuda::MultiGemvPath::Gemv,
+                    "tensor-core" => wring_cuda::MultiGemvPath::TensorCore,
+                    _ => CudaOptions::from_env()?.multi_gemv,
+                });
                 // gemv / off force the dense path too; default keeps the environment's.
                 r.backend_mut().set_small_step_path(match variant {
                     "gemv" => wring_cuda::SmallStepPath::Gemv,
