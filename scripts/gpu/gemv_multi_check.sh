@@ -61,7 +61,7 @@ run() { # LIMIT TAG ARGS...: one gpu_check, its RESULT line and any failure line
 # 0. The 8B loads in the background, timings gated.
 GATE=/tmp/mbench
 rm -f $GATE.*
-SCHEMES="int4 nvfp4 bf16"
+SCHEMES=${BENCH_SCHEMES:-"int4 nvfp4 bf16"}  # three 8B processes at once may not fit: BENCH_SCHEMES picks
 SHAPES=${QUANT_BENCH_SHAPES:-1x1,8x1,16x1,32x1,64x1,32x5}
 [ "$MODE" = checks ] && SCHEMES=""
 for s in $SCHEMES; do

@@ -99,8 +99,10 @@ pub struct CudaOptions {
     pub small_step_path: SmallStepPath,
     /// On the gemv path, the RMSNorm runs in the prologue of the q|k|v and gate|up gemv and
     /// the residual add in the epilogue of the o and down gemv (`Backend::fuses_norm_into_linear`:
-    /// 5 launches a layer instead of 7; `WRING_CUDA_FUSED_NORM` = on | off, default on). Never
-    /// on a tensor-parallel rank.
+    /// 5 launches a layer instead of 7; `WRING_CUDA_FUSED_NORM` = on | off, default off). Never
+    /// on a tensor-parallel rank. Off by default because it measured no faster anywhere on the
+    /// H200 (135M batch 1: 1.009 vs 0.989 ms; batch 8: 1.726 vs 1.382; dummy 8B int4 at 8
+    /// tokens 9.83 vs 6.08 ms — every block re-reads the residual rows; BENCHMARKS, session 9).
     pub fused_norm: bool,
     /// The same fusion on 4-bit steps of 9 to 64 tokens (the multi-tile gemv;
     /// `WRING_CUDA_MULTI_FUSED_NORM` = on | off, default off): every block of the prologue
@@ -158,7 +160,7 @@ impl Default for CudaOptions {
             gemv_4bit_max_t: DEFAULT_GEMV_4BIT_MAX_T,
             multi_gemv: MultiGemvPath::Auto,
             small_step_path: SmallStepPath::Auto,
-            fused_norm: true,
+            fused_norm: false,
             multi_fused_norm: false,
             fused: true,
             fused_kv_store: true,
@@ -383,7 +385,7 @@ mod tests {
         assert!(parse_multi_gemv_path("cublas").is_err());
         let o = CudaOptions::default();
         assert_eq!(o.small_step_path, SmallStepPath::Auto);
-        assert!(o.fused_norm);
+        assert!(!o.fused_norm);
     }
 
     #[test]
