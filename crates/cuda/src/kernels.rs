@@ -168,8 +168,6 @@ pub struct Kernels {
     gemv_multi: [[[sys::CUfunction; 3]; 3]; 2],
     /// `attention_mma_d{head_dim}_n{row tiles}`, keyed by (head_dim, row tiles).
     attention_mma: Vec<((usize, usize), sys::CUfunction)>,
-    /// `attention_mma_d{head_dim}_n{row tiles}_w16` (prefill chunks), keyed by head_dim.
-    attention_mma_wide: Vec<(usize, usize, sys::CUfunction)>,
     pub argmax_rows: sys::CUfunction,
     /// Tensor-parallel ranks: vocabulary-shard embedding, per-row (max, index).
     pub embed_rows_shard: sys::CUfunction,
@@ -270,10 +268,6 @@ impl Kernels {
                 .flat_map(|&(d, tiles)| tiles.iter().map(move |&nt| (d, nt)))
                 .map(|(d, nt)| Ok(((d, nt), get(&format!("attention_mma_d{d}_n{nt}"))?)))
                 .collect::<Result<_>>()?,
-            attention_mma_wide: crate::params::MMA_PREFILL_TILES
-                .iter()
-                .map(|&(d, nt)| Ok((d, nt, get(&format!("attention_mma_d{d}_n{nt}_w16"))?)))
-                .collect::<Result<_>>()?,
             attention_combine: get("attention_combine")?,
             argmax_rows: get("argmax_rows")?,
             embed_rows_shard: get("embed_rows_shard")?,
@@ -318,14 +312,6 @@ impl Kernels {
         };
         let b = GEMV_MULTI_BUCKETS.iter().position(|&b| t <= b)?;
         Some(self.gemv_multi[fi][epilogue as usize][b])
-    }
-
-    /// The 16-warp tensor-core attention build for prefill chunks: (row tiles, kernel).
-    pub(crate) fn attention_mma_wide(&self, head_dim: usize) -> Option<(usize, sys::CUfunction)> {
-        self.attention_mma_wide
-            .iter()
-            .find(|(d, _, _)| *d == head_dim)
-            .map(|&(_, nt, f)| (nt, f))
     }
 
     /// The tensor-core attention kernel for `head_dim` with `row_tiles` tiles of 8 rows.
@@ -401,10 +387,6 @@ mod tests {
                 let want = format!("attention_mma_d{d}_n{nt}");
                 assert!(names.contains(&want), "{want} is not defined in any source");
             }
-        }
-        for &(d, nt) in crate::params::MMA_PREFILL_TILES.iter() {
-            let want = format!("attention_mma_d{d}_n{nt}_w16");
-            assert!(names.contains(&want), "{want} is not defined in any source");
         }
     }
 }

@@ -143,10 +143,6 @@ pub struct CudaOptions {
     /// Time cuBLAS against cuBLASLt candidates per GEMM shape at its first eager use and
     /// keep the fastest (`blas.rs`).
     pub gemm_tune: bool,
-    /// Prefill chunks (sequences of more than 16 query tokens) on the 16-warp tensor-core
-    /// attention build, the step's decode/verify sequences in a launch of their own
-    /// (`WRING_CUDA_PREFILL_ATTENTION` = wide | narrow; narrow: one 4-warp launch for all).
-    pub wide_prefill_attention: bool,
 }
 
 impl Default for CudaOptions {
@@ -173,7 +169,6 @@ impl Default for CudaOptions {
             quant_kernels: false,
             fp8_fused: true,
             gemm_tune: false,
-            wide_prefill_attention: true,
         }
     }
 }
@@ -327,15 +322,6 @@ impl CudaOptions {
                 .with_context(|| {
                     format!("WRING_CUDA_QGEMM_MAX_T={v:?}: expected an integer from 0 to 32")
                 })?;
-        }
-        if let Some(v) = var("WRING_CUDA_PREFILL_ATTENTION") {
-            o.wide_prefill_attention = match v.as_str() {
-                "wide" => true,
-                "narrow" => false,
-                other => anyhow::bail!(
-                    "WRING_CUDA_PREFILL_ATTENTION must be wide or narrow, not {other:?}"
-                ),
-            };
         }
         if let Some(v) = var("WRING_CUDA_GEMM_TUNE") {
             o.gemm_tune = switch("WRING_CUDA_GEMM_TUNE", &v)?;

@@ -28,20 +28,11 @@ pub(crate) struct AttnArgs {
     pub grid_splits: i32,
     pub scale: f32,
     pub scale_log2: f32,
-    /// `attention_mma`: 0 every sequence, 1 only those of at most `MMA_SPLIT_MAX_Q` query
-    /// tokens, 2 only longer ones (a step with prefill chunks launches both builds).
-    pub q_class: i32,
 }
 
 /// Row tiles (8 rows each) per block that `attention_mma_d{D}_n{NT}` is built for.
 pub(crate) const MMA_ROW_TILES: [(usize, &[usize]); 2] =
     [(64, &[1, 2, 3, 4, 6]), (128, &[1, 2, 3])];
-
-/// (head_dim, row tiles) of the 16-warp builds `attention_mma_d{D}_n{NT}_w16` that run
-/// sequences of more than `MMA_SPLIT_MAX_Q` query tokens (prefill chunks).
-pub(crate) const MMA_PREFILL_TILES: [(usize, usize); 2] = [(64, 2), (128, 1)];
-/// Warps of those builds.
-pub(crate) const MMA_PREFILL_WARPS: usize = 16;
 
 /// The parameter struct of kernels/gemv.cu, field for field.
 #[repr(C)]
@@ -188,14 +179,10 @@ mod tests {
 
     #[test]
     fn attention_args_match_the_kernels_struct() {
-        // 11 pointers, 6 ints, 2 floats, an int, padded to 8 (kernels/attention/args.cuh).
-        assert_eq!(
-            std::mem::size_of::<AttnArgs>(),
-            11 * 8 + 6 * 4 + 2 * 4 + 4 + 4
-        );
+        // 11 pointers, 6 ints, 2 floats (kernels/attention/args.cuh).
+        assert_eq!(std::mem::size_of::<AttnArgs>(), 11 * 8 + 6 * 4 + 2 * 4);
         assert_eq!(std::mem::offset_of!(AttnArgs, n_heads), 88);
         assert_eq!(std::mem::offset_of!(AttnArgs, scale_log2), 116);
-        assert_eq!(std::mem::offset_of!(AttnArgs, q_class), 120);
     }
 
     #[test]

@@ -20,6 +20,4 @@ struct AttnArgs {
     int grid_splits;         // blocks per (sequence, KV head, row chunk) in gridDim.z
     float scale;             // 1 / sqrt(head_dim)
     float scale_log2;        // scale * log2(e)
-    int q_class;             // attention_mma: 0 every sequence, 1 only those of at most
-                             // MMA_SPLIT_MAX_Q query tokens, 2 only longer ones
 };

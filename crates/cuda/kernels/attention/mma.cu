@@ -114,10 +114,10 @@ __device__ __forceinline__ u32 word_of(const uint4& v, int w) {
     return w == 0 ? v.x : w == 1 ? v.y : w == 2 ? v.z : v.w;
 }
 
-// One split of one row chunk: this warp's tiles, then the block's W warps merged in shared
+// One split of one row chunk: this warp's tiles, then the four warps merged in shared
 // memory. Leaves, for each row of the chunk, max m (base 2), sum l and the unnormalised
 // output in sm_o[row][D] (valid after the final __syncthreads).
-template <int D, int NT, int W>
+template <int D, int NT>
 __device__ __forceinline__ void mma_split(const AttnArgs& a, const u32* __restrict__ qfrag_s, int kvh,
                                           u32 bt_off, int ctx, int tile_begin, int tile_end,
                                           const int (&lim)[NT][2], float* sm_m, float* sm_l, float* sm_o) {
@@ -138,7 +138,7 @@ __device__ __forceinline__ void mma_split(const AttnArgs& a, const u32* __restri
             for (int i = 0; i < 4; ++i) o[mt][nt][i] = 0.0f;
     }
 
-    for (int tile = tile_begin + warp; tile < tile_end; tile += W) {
+    for (int tile = tile_begin + warp; tile < tile_end; tile += MMA_WARPS) {
         KvTile<D> kv;
         load_tile<D>(kv, a.k_pool, a.v_pool, a.block_tables, bt_off, a.block_size, kv_width, kvh, tile, ctx, g, c);
         // S^T = K . Q^T
@@ -237,11 +237,11 @@ __device__ __forceinline__ void mma_split(const AttnArgs& a, const u32* __restri
             const int row = nt * 8 + 2 * c + f;
             float mx = -WRING_INF;
 #pragma unroll
-            for (int w = 0; w < W; ++w) mx = fmaxf(mx, sm_m[w * ROWS + row]);
+            for (int w = 0; w < MMA_WARPS; ++w) mx = fmaxf(mx, sm_m[w * ROWS + row]);
             const float m_use = mx == -WRING_INF ? 0.0f : mx;
             mine[nt][f] = exp2f(m[nt][f] - m_use);
         }
-    for (int w = 0; w < W; ++w) {
+    for (int w = 0; w < MMA_WARPS; ++w) {
         if (warp == w) {
 #pragma unroll
             for (int nt = 0; nt < NT; ++nt)
@@ -268,22 +268,22 @@ __device__ __forceinline__ void mma_split(const AttnArgs& a, const u32* __restri
     if (threadIdx.x < ROWS) {
         const int row = threadIdx.x;
         float mx = -WRING_INF;
-        for (int w = 0; w < W; ++w) mx = fmaxf(mx, sm_m[w * ROWS + row]);
+        for (int w = 0; w < MMA_WARPS; ++w) mx = fmaxf(mx, sm_m[w * ROWS + row]);
         const float m_use = mx == -WRING_INF ? 0.0f : mx;
         float sum = 0.0f;
-        for (int w = 0; w < W; ++w) sum += sm_l[w * ROWS + row] * exp2f(sm_m[w * ROWS + row] - m_use);
-        sm_m[W * ROWS + row] = mx;
-        sm_l[W * ROWS + row] = sum;
+        for (int w = 0; w < MMA_WARPS; ++w) sum += sm_l[w * ROWS + row] * exp2f(sm_m[w * ROWS + row] - m_use);
+        sm_m[MMA_WARPS * ROWS + row] = mx;
+        sm_l[MMA_WARPS * ROWS + row] = sum;
     }
     __syncthreads();
 }
 
-template <int D, int NT, int W>
+template <int D, int NT>
 __device__ __forceinline__ void attention_mma(const AttnArgs& a) {
     constexpr int ROWS = 8 * NT;
     __shared__ __align__(16) u32 qfrag_s[NT * (D / 16) * 32 * 2];
-    __shared__ float sm_m[(W + 1) * ROWS];
-    __shared__ float sm_l[(W + 1) * ROWS];
+    __shared__ float sm_m[(MMA_WARPS + 1) * ROWS];
+    __shared__ float sm_l[(MMA_WARPS + 1) * ROWS];
     __shared__ __align__(16) float sm_o[ROWS * D];
     __shared__ int last_block;
 
@@ -293,9 +293,6 @@ __device__ __forceinline__ void attention_mma(const AttnArgs& a) {
     const u32 q_start = a.seq_q_start[seq];
     const int q_len = (int)(a.seq_q_start[seq + 1] - q_start);
     if (q_len <= 0) return;
-    // A step with prefill chunks runs two launches: the short sequences here as in a
-    // decode/verify step, the long ones in the wide (W = 16) build (see AttnArgs::q_class).
-    if ((a.q_class == 1 && q_len > MMA_SPLIT_MAX_Q) || (a.q_class == 2 && q_len <= MMA_SPLIT_MAX_Q)) return;
     const int rows = q_len * G;
     const int row0 = chunk * ROWS;
     if (row0 >= rows) return;
@@ -353,9 +350,9 @@ __device__ __forceinline__ void attention_mma(const AttnArgs& a) {
     for (int split = split0; split < splits; split += a.grid_splits) {
         const int tb = split * per_split;
         const int te = min(need_tiles, tb + per_split);
-        mma_split<D, NT, W>(a, qfrag_s, kvh, bt_off, ctx, tb, te, lim, sm_m, sm_l, sm_o);
-        const float* fm = sm_m + W * ROWS;
-        const float* fl = sm_l + W * ROWS;
+        mma_split<D, NT>(a, qfrag_s, kvh, bt_off, ctx, tb, te, lim, sm_m, sm_l, sm_o);
+        const float* fm = sm_m + MMA_WARPS * ROWS;
+        const float* fl = sm_l + MMA_WARPS * ROWS;
         if (splits == 1) {
             // Normalise and store: D/8 contiguous dims per (row, lane group).
             for (int idx = threadIdx.x; idx < ROWS * 8; idx += blockDim.x) {
@@ -435,19 +432,12 @@ __device__ __forceinline__ void attention_mma(const AttnArgs& a) {
 }
 
 // One entry point per (head_dim, row tiles) the host may pick (MMA_ROW_TILES in
-// crates/cuda/src/params.rs); written out so the loader can find the names. The `_w16`
-// builds (MMA_PREFILL_TILES) serve sequences of more than MMA_SPLIT_MAX_Q query tokens:
-// a prefill chunk's keys cannot be split (the partials have room for short sequences
-// only), so 16 warps share each row chunk's key tiles instead of 4, and fewer rows per
-// chunk make more blocks: a 1,024-token chunk of the 135M model spent 94 us a layer in
-// the 4-warp, 48-row build.
-extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32) attention_mma_d64_n1(AttnArgs a) { pdl_entry(); attention_mma<64, 1, MMA_WARPS>(a); }
-extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32) attention_mma_d64_n2(AttnArgs a) { pdl_entry(); attention_mma<64, 2, MMA_WARPS>(a); }
-extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32) attention_mma_d64_n3(AttnArgs a) { pdl_entry(); attention_mma<64, 3, MMA_WARPS>(a); }
-extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32) attention_mma_d64_n4(AttnArgs a) { pdl_entry(); attention_mma<64, 4, MMA_WARPS>(a); }
-extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32) attention_mma_d64_n6(AttnArgs a) { pdl_entry(); attention_mma<64, 6, MMA_WARPS>(a); }
-extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32) attention_mma_d128_n1(AttnArgs a) { pdl_entry(); attention_mma<128, 1, MMA_WARPS>(a); }
-extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32) attention_mma_d128_n2(AttnArgs a) { pdl_entry(); attention_mma<128, 2, MMA_WARPS>(a); }
-extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32) attention_mma_d128_n3(AttnArgs a) { pdl_entry(); attention_mma<128, 3, MMA_WARPS>(a); }
-extern "C" __global__ void __launch_bounds__(16 * 32) attention_mma_d64_n2_w16(AttnArgs a) { pdl_entry(); attention_mma<64, 2, 16>(a); }
-extern "C" __global__ void __launch_bounds__(16 * 32) attention_mma_d128_n1_w16(AttnArgs a) { pdl_entry(); attention_mma<128, 1, 16>(a); }
+// crates/cuda/src/backend/attention.rs); written out so the loader can find the names.
+extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32) attention_mma_d64_n1(AttnArgs a) { pdl_entry(); attention_mma<64, 1>(a); }
+extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32) attention_mma_d64_n2(AttnArgs a) { pdl_entry(); attention_mma<64, 2>(a); }
+extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32) attention_mma_d64_n3(AttnArgs a) { pdl_entry(); attention_mma<64, 3>(a); }
+extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32) attention_mma_d64_n4(AttnArgs a) { pdl_entry(); attention_mma<64, 4>(a); }
+extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32) attention_mma_d64_n6(AttnArgs a) { pdl_entry(); attention_mma<64, 6>(a); }
+extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32) attention_mma_d128_n1(AttnArgs a) { pdl_entry(); attention_mma<128, 1>(a); }
+extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32) attention_mma_d128_n2(AttnArgs a) { pdl_entry(); attention_mma<128, 2>(a); }
+extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32) attention_mma_d128_n3(AttnArgs a) { pdl_entry(); attention_mma<128, 3>(a); }

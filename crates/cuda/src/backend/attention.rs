@@ -11,7 +11,7 @@ use super::tensor::{CudaTensor, DType};
 use super::CudaBackend;
 use crate::device::{Arg, DeviceBuffer};
 use crate::options::AttentionKernel;
-use crate::params::{AttnArgs, MmaWorkspace, MMA_PREFILL_WARPS, MMA_ROW_TILES};
+use crate::params::{AttnArgs, MmaWorkspace, MMA_ROW_TILES};
 use anyhow::anyhow;
 use wring_backend::AttnShape;
 
@@ -109,27 +109,9 @@ impl CudaBackend {
             self.max_query_len * (shape.n_heads / shape.n_kv_heads),
         )
         .filter(|_| block_size.is_multiple_of(16));
-        let wide = self.opts.wide_prefill_attention
-            && self.max_query_len > MMA_SPLIT_MAX_Q
-            && block_size.is_multiple_of(16)
-            && self.kernels.attention_mma_wide(shape.head_dim).is_some();
         match (self.opts.attention, mma) {
-            (AttentionKernel::Mma, Some(_)) if wide => {
-                // Prefill chunks in the 16-warp build; the step's decode/verify
-                // sequences as in a step without them (their rows keep their bits).
-                if self.min_query_len <= MMA_SPLIT_MAX_Q {
-                    let g = shape.n_heads / shape.n_kv_heads;
-                    if let Some((nt, chunks)) = mma_tiles(shape.head_dim, MMA_SPLIT_MAX_Q * g) {
-                        args.q_class = 1;
-                        self.attention_mma(&mut args, shape, nt, chunks, true);
-                    }
-                }
-                args.q_class = 2;
-                self.attention_mma_wide(&mut args, shape);
-            }
             (AttentionKernel::Mma, Some((nt, chunks))) => {
-                let splittable = self.max_query_len <= MMA_SPLIT_MAX_Q;
-                self.attention_mma(&mut args, shape, nt, chunks, splittable);
+                self.attention_mma(&mut args, shape, nt, chunks);
             }
             (AttentionKernel::Split, _) if self.max_query_len <= 64 => {
                 let parts = self.alloc(
@@ -185,16 +167,7 @@ impl CudaBackend {
         self.launch(self.kernels.kv_store, (t, 1, 1), 128, &store, "kv_store");
     }
 
-    /// `splittable`: every sequence the launch computes has at most `MMA_SPLIT_MAX_Q` query
-    /// tokens, so their key splits may get blocks of their own.
-    fn attention_mma(
-        &mut self,
-        args: &mut AttnArgs,
-        shape: AttnShape,
-        nt: usize,
-        chunks: usize,
-        splittable: bool,
-    ) {
+    fn attention_mma(&mut self, args: &mut AttnArgs, shape: AttnShape, nt: usize, chunks: usize) {
         let Some((parts, counters)) = self.mma_workspace(shape) else {
             return;
         };
@@ -203,7 +176,7 @@ impl CudaBackend {
         // step has few sequences. It decides which block computes a split, never where the
         // splits fall, so results do not depend on it.
         let units = (seqs * shape.n_kv_heads * chunks).max(1);
-        let grid_splits = if splittable {
+        let grid_splits = if self.max_query_len <= MMA_SPLIT_MAX_Q {
             (2 * self.sm_count).div_ceil(units).clamp(1, MMA_MAX_SPLITS)
         } else {
             1
@@ -225,30 +198,6 @@ impl CudaBackend {
             (chunks * grid_splits) as u32,
         );
         self.launch_args(f, grid, 128, args, "attention_mma");
-    }
-
-    /// The 16-warp build for the step's sequences of more than `MMA_SPLIT_MAX_Q` query
-    /// tokens (`args.q_class` 2): one block per (sequence, KV head, chunk of 8 × NT rows).
-    fn attention_mma_wide(&mut self, args: &mut AttnArgs, shape: AttnShape) {
-        let Some((parts, counters)) = self.mma_workspace(shape) else {
-            return;
-        };
-        let Some((nt, f)) = self.kernels.attention_mma_wide(shape.head_dim) else {
-            return;
-        };
-        let rows = self.max_query_len * (shape.n_heads / shape.n_kv_heads);
-        let chunks = rows.div_ceil(8 * nt).max(1);
-        args.parts = parts;
-        args.counters = counters;
-        args.seq_cap = MMA_SEQ_CAP as i32;
-        args.grid_splits = 1;
-        let grid = (
-            self.layout.seqs as u32,
-            shape.n_kv_heads as u32,
-            chunks as u32,
-        );
-        let threads = (MMA_PREFILL_WARPS * 32) as u32;
-        self.launch_args(f, grid, threads, args, "attention_mma_wide");
     }
 
     /// The partials and counters for this model shape (allocated at the first eager use).
