@@ -34,8 +34,9 @@ pub const DEFAULT_SMALL_LINEAR_MAX_T: usize = 8;
 
 /// How bf16/fp8 (dense) linears of steps of at most `small_linear_max_t` tokens run
 /// (`WRING_CUDA_SMALL_STEP_PATH`). The gemv path is faster than cuBLAS for the 135M model at
-/// batch 1 and slower at batch 8 and for the 8B model (BENCHMARKS), so by default each
-/// captured shape is timed both ways.
+/// batch 1 and slower at batch 8 and for the 8B model (BENCHMARKS). Default cuBLAS: `auto`
+/// may keep gemv for a key whose first (eager) step ran on cuBLAS, so that step's bits
+/// differ from its replays (`gpu_check graphs`: batch 1 × q 1 and q 2 DIFFERENT, session 9).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SmallStepPath {
     /// Each captured graph key of at most 8 tokens is captured on both paths, each replayed
@@ -44,7 +45,7 @@ pub enum SmallStepPath {
     Auto,
     /// Always the gemv kernels (with the norm fused when `fused_norm`).
     Gemv,
-    /// Always cuBLAS (the default before `Auto`).
+    /// Always cuBLAS (the default).
     Cublas,
 }
 
@@ -57,14 +58,16 @@ pub const DEFAULT_GEMV_4BIT_MAX_T: usize = 64;
 /// How int4/nvfp4 linears of steps of 9 to `gemv_4bit_max_t` (at most 64) tokens run
 /// (`WRING_CUDA_GEMV_4BIT_PATH`): the multi-tile gemv (kernels/gemv_multi.cu) or the
 /// dequantising tensor-core kernel (quant_gemm.cu) they took before. Not yet measured on a
-/// GPU, so by default each captured shape is timed both ways.
+/// GPU. Default `Gemv` (eager steps and replays on the same kernels); `Auto` times each
+/// captured shape both ways but its first (eager) step may have run the other path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MultiGemvPath {
     /// Each captured graph key of 9 to 64 tokens of a 4-bit model is captured on both paths,
     /// timed, and the faster kept (`backend/small_step.rs`); steps that replay no graph take
     /// the tensor-core kernel unless their key already chose the gemv.
     Auto,
-    /// Always the multi-tile gemv.
+    /// Always the multi-tile gemv (the default: 1.3–1.9× faster whole 8B steps at 16–32
+    /// tokens than the tensor-core kernel, BENCHMARKS session 9).
     Gemv,
     /// Always the tensor-core kernel.
     TensorCore,
@@ -91,10 +94,10 @@ pub struct CudaOptions {
     /// [`DEFAULT_GEMV_4BIT_MAX_T`]); `WRING_CUDA_SMALL_LINEAR_MAX_T` sets both.
     pub gemv_4bit_max_t: usize,
     /// Which path 4-bit linears of 9 to `gemv_4bit_max_t` tokens take
-    /// (`WRING_CUDA_GEMV_4BIT_PATH` = auto | gemv | tensor-core; default auto).
+    /// (`WRING_CUDA_GEMV_4BIT_PATH` = auto | gemv | tensor-core; default gemv).
     pub multi_gemv: MultiGemvPath,
     /// Which path dense linears of small steps take (`WRING_CUDA_SMALL_STEP_PATH` = auto |
-    /// gemv | cublas; default auto). Setting `WRING_CUDA_SMALL_LINEAR_MAX_T` alone forces
+    /// gemv | cublas; default cublas). Setting `WRING_CUDA_SMALL_LINEAR_MAX_T` alone forces
     /// gemv (0: cublas), what it meant before `auto`.
     pub small_step_path: SmallStepPath,
     /// On the gemv path, the RMSNorm runs in the prologue of the q|k|v and gate|up gemv and
@@ -158,8 +161,8 @@ impl Default for CudaOptions {
             pdl: true,
             small_linear_max_t: DEFAULT_SMALL_LINEAR_MAX_T,
             gemv_4bit_max_t: DEFAULT_GEMV_4BIT_MAX_T,
-            multi_gemv: MultiGemvPath::Auto,
-            small_step_path: SmallStepPath::Auto,
+            multi_gemv: MultiGemvPath::Gemv,
+            small_step_path: SmallStepPath::Cublas,
             fused_norm: false,
             multi_fused_norm: false,
             fused: true,
@@ -384,7 +387,8 @@ mod tests {
         assert_eq!(parse_multi_gemv_path("gemv").unwrap(), MultiGemvPath::Gemv);
         assert!(parse_multi_gemv_path("cublas").is_err());
         let o = CudaOptions::default();
-        assert_eq!(o.small_step_path, SmallStepPath::Auto);
+        assert_eq!(o.small_step_path, SmallStepPath::Cublas);
+        assert_eq!(o.multi_gemv, MultiGemvPath::Gemv);
         assert!(!o.fused_norm);
     }
 
