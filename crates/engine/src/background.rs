@@ -1,7 +1,8 @@
 //! One long-lived thread that runs a job beside the engine's steps: the drafter's deferred
 //! tree updates, submitted before the model's forward and waited for before the next draft,
 //! so they overlap the forward and the emitting of its tokens. A thread spawned per step
-//! cost ~0.1 ms of the engine thread's time on the H200 host (session 9 note in BENCHMARKS).
+//! instead left 0.116 ms a step in no host phase on the H200 host (BENCHMARKS, "Drafter work
+//! beside the model", run 1).
 
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::thread::JoinHandle;
