@@ -16,16 +16,10 @@
 # Prints a compact summary and writes $OUT/fused_norm.tgz (*.md, *.err, *.json, summary.md).
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+. scripts/gpu/gpu_check_lib.sh
 if [ "${1:-}" = prepare ]; then
-    set -e
-    export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$PWD/target}
-    cargo build -p wring-runtime --example gpu_check
-    rm -rf .dev/g && mkdir -p .dev/g
-    strip -o .dev/g/gpu_check "$CARGO_TARGET_DIR/debug/examples/gpu_check"
-    xz -T2 -6 -f .dev/g/gpu_check
-    git rev-parse HEAD > .dev/g/commit
-    du -sh .dev/g/*
-    exit 0
+    gpu_check_prepare .dev/g
+    exit $?
 fi
 OUT=${OUT:-/tmp/wring-out}
 G=$OUT/fused_norm
@@ -38,18 +32,8 @@ xz -dc .dev/g/gpu_check.xz > /tmp/gpu_check && chmod +x /tmp/gpu_check
 echo "commit $(cat .dev/g/commit 2>/dev/null)" | tee "$G/summary.md"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee -a "$G/summary.md"
 
-run() { # LIMIT TAG ARGS...: one gpu_check, its RESULT line and any failure lines
-    local limit=$1 tag=$2
-    shift 2
-    local t0=$(date +%s)
-    timeout "$limit" /tmp/gpu_check "$@" > "$G/$tag.md" 2> "$G/$tag.err"
-    local rc=$?
-    {
-        echo "== $tag rc=$rc in $(( $(date +%s) - t0 )) s: $(grep -h RESULT "$G/$tag.md" | tr '\n' ' ')"
-        grep -h "DIFFERENT\|FAIL\|error\|UNEXPECTED" "$G/$tag.md" | head -8
-        [ $rc -ne 0 ] && tail -3 "$G/$tag.err"
-    } | tee -a "$G/summary.md"
-}
+GPU_CHECK=/tmp/gpu_check
+run() { gpu_check_run "$@"; }
 
 # 0. The 8B load in the background, its GPU work gated.
 GATE=/tmp/fngate

@@ -21,16 +21,10 @@
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 DEV=.dev/m
+. scripts/gpu/gpu_check_lib.sh
 if [ "${1:-}" = prepare ]; then
-    set -e
-    export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$PWD/target}
-    nice -n 19 cargo build -p wring-runtime --example gpu_check
-    rm -rf $DEV && mkdir -p $DEV
-    strip -o $DEV/gpu_check "$CARGO_TARGET_DIR/debug/examples/gpu_check"
-    xz -T2 -6 -f $DEV/gpu_check
-    git rev-parse HEAD > $DEV/commit
-    du -sh $DEV/*
-    exit 0
+    gpu_check_prepare $DEV
+    exit $?
 fi
 MODE=${1:-all}
 OUT=${OUT:-/tmp/wring-out}
@@ -45,18 +39,8 @@ xz -dc $DEV/gpu_check.xz > $bin && chmod +x $bin || { echo "no $DEV/gpu_check.xz
 echo "commit $(cat $DEV/commit 2>/dev/null)" | tee "$G/summary.md"
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.max.mem --format=csv,noheader | tee -a "$G/summary.md"
 
-run() { # LIMIT TAG ARGS...: one gpu_check, its RESULT line and any failure lines
-    local limit=$1 tag=$2
-    shift 2
-    local t0=$(date +%s)
-    timeout "$limit" $bin "$@" > "$G/$tag.md" 2> "$G/$tag.err"
-    local rc=$?
-    {
-        echo "== $tag rc=$rc in $(( $(date +%s) - t0 )) s: $(grep -h RESULT "$G/$tag.md" | tr '\n' ' ')"
-        grep -h "DIFFERENT\|FAIL\|error" "$G/$tag.md" | head -8
-        [ $rc -ne 0 ] && tail -3 "$G/$tag.err"
-    } | tee -a "$G/summary.md"
-}
+GPU_CHECK=$bin
+run() { gpu_check_run "$@"; }
 
 # 0. The 8B loads in the background, timings gated.
 GATE=/tmp/mbench

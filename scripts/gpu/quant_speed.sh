@@ -18,16 +18,10 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 DEV=.dev/q
+. scripts/gpu/gpu_check_lib.sh
 if [ "${1:-}" = prepare ]; then
-    set -e
-    export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$PWD/target}
-    nice -n 19 cargo build -p wring-runtime --example gpu_check
-    rm -rf $DEV && mkdir -p $DEV
-    strip -o $DEV/gpu_check "$CARGO_TARGET_DIR/debug/examples/gpu_check"
-    xz -T2 -6 $DEV/gpu_check
-    git rev-parse HEAD > $DEV/commit
-    ls -la $DEV && du -sh $DEV
-    exit 0
+    gpu_check_prepare $DEV
+    exit $?
 fi
 
 mode=${1:-all}

@@ -244,6 +244,15 @@ fn whole_or(range: &Range<usize>, full: usize, part: Part) -> Part {
 }
 
 impl<B: Backend> LlamaRunner<B> {
+    /// This rank's attention heads.
+    fn attn_shape(&self) -> AttnShape {
+        AttnShape {
+            n_heads: self.shard.n_heads(),
+            n_kv_heads: self.shard.n_kv_heads(),
+            head_dim: self.cfg.head_dim,
+        }
+    }
+
     /// The ops of one step, from the staged metadata to the logits tensor. The residual
     /// add that ends a layer is fused with the norm that starts the next one. On a
     /// tensor-parallel rank the heads, the intermediate size and the vocabulary are this
@@ -258,13 +267,9 @@ impl<B: Backend> LlamaRunner<B> {
         ) {
             return self.compute_norm_in_linear();
         }
+        let shape = self.attn_shape();
         let b = &mut self.backend;
         let c = &self.cfg;
-        let shape = AttnShape {
-            n_heads: self.shard.n_heads(),
-            n_kv_heads: self.shard.n_kv_heads(),
-            head_dim: c.head_dim,
-        };
         let eps = c.rms_norm_eps;
         let mut x = if sharded {
             // Ids outside this rank's vocabulary give zero rows; the sum has every row.
@@ -329,13 +334,9 @@ impl<B: Backend> LlamaRunner<B> {
     /// gate|up (norm, SiLU·mul), down (+= x). The same values as `compute` by the trait's
     /// default compositions; the CUDA gemv kernels give the same bits in fewer launches.
     fn compute_norm_in_linear(&mut self) -> B::Tensor {
+        let shape = self.attn_shape();
         let b = &mut self.backend;
         let c = &self.cfg;
-        let shape = AttnShape {
-            n_heads: self.shard.n_heads(),
-            n_kv_heads: self.shard.n_kv_heads(),
-            head_dim: c.head_dim,
-        };
         let eps = c.rms_norm_eps;
         let mut x = b.embed(&self.embed);
         for (l, w) in self.layers.iter().enumerate() {

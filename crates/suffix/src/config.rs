@@ -40,6 +40,12 @@ impl Default for SuffixConfig {
 pub const MAX_TREE_DEPTH_LIMIT: usize = 4096;
 
 impl SuffixConfig {
+    /// Whether past responses are cached in the global tree at all (a zero request or token
+    /// budget turns it off).
+    pub fn global_enabled(&self) -> bool {
+        self.max_cached_requests != Some(0) && self.max_cached_tokens != Some(0)
+    }
+
     /// Parameters for fixed-shape (padded to K) verification, where a longer draft costs no
     /// extra verify work: no cap from the match length (a one-token match may draft up to K)
     /// and a lower probability floor. On the fixed llama.cpp trace this gives 5.2-12.1 % more

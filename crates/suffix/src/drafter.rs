@@ -154,11 +154,7 @@ impl SuffixDrafter {
     }
 
     fn build(cfg: SuffixConfig) -> Self {
-        let global = GlobalCache::new(
-            cfg.max_tree_depth,
-            cfg.max_cached_requests,
-            cfg.max_cached_tokens,
-        );
+        let global = GlobalCache::new(&cfg);
         Self {
             global: Arc::new(Mutex::new(global)),
             cfg,
@@ -206,10 +202,6 @@ impl SuffixDrafter {
             Some(q) => q.push(op),
             None => lock(&self.global).apply(op),
         }
-    }
-
-    fn global_enabled(&self) -> bool {
-        self.cfg.max_cached_requests != Some(0) && self.cfg.max_cached_tokens != Some(0)
     }
 
     fn check_vocab(&self, id: u64, tokens: &[u32]) -> Result<(), DrafterError> {
@@ -275,7 +267,7 @@ impl SuffixDrafter {
         } else if !lock_own(&req.own).tree.extend(req.seq, tokens) {
             return Err(DrafterError::TooLong(MAX_TREE_TOKENS as u64));
         }
-        if self.global_enabled() {
+        if self.cfg.global_enabled() {
             self.global_op(GlobalOp::Append(id, tokens.to_vec()));
         }
         Ok(())

@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::hash::BuildHasherDefault;
 
 use crate::tree::{EdgeHasher, SeqId, SuffixTree};
+use crate::SuffixConfig;
 
 /// Request-id maps: ids are engine-chosen integers, no need for a DoS-resistant hash.
 pub(crate) type IdMap<V> = HashMap<u64, V, BuildHasherDefault<EdgeHasher>>;
@@ -39,19 +40,15 @@ pub(crate) struct GlobalCache {
 }
 
 impl GlobalCache {
-    pub(crate) fn new(
-        max_depth: usize,
-        max_cached_requests: Option<usize>,
-        max_cached_tokens: Option<usize>,
-    ) -> Self {
+    pub(crate) fn new(cfg: &SuffixConfig) -> Self {
         Self {
-            tree: SuffixTree::new(max_depth),
+            tree: SuffixTree::new(cfg.max_tree_depth),
             cached: BTreeMap::new(),
             cached_by_id: IdMap::default(),
             next_admission: 0,
-            enabled: max_cached_requests != Some(0) && max_cached_tokens != Some(0),
-            max_cached_requests,
-            max_cached_tokens,
+            enabled: cfg.global_enabled(),
+            max_cached_requests: cfg.max_cached_requests,
+            max_cached_tokens: cfg.max_cached_tokens,
         }
     }
 
