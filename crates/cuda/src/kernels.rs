@@ -40,7 +40,8 @@ pub const SOURCES: &[(&str, &str)] = &[
         "attention/mma.cu",
         concat!(
             include_str!("../kernels/attention/args.cuh"),
-            include_str!("../kernels/attention/mma.cu")
+            include_str!("../kernels/attention/mma.cu"),
+            include_str!("../kernels/attention/prefill.cu")
         ),
     ),
     ("sampling.cu", include_str!("../kernels/sampling.cu")),
@@ -168,6 +169,8 @@ pub struct Kernels {
     gemv_multi: [[[sys::CUfunction; 3]; 3]; 2],
     /// `attention_mma_d{head_dim}_n{row tiles}`, keyed by (head_dim, row tiles).
     attention_mma: Vec<((usize, usize), sys::CUfunction)>,
+    /// `attention_prefill_d{head_dim}_n{row tiles per warp}`, keyed the same way.
+    attention_prefill: Vec<((usize, usize), sys::CUfunction)>,
     pub argmax_rows: sys::CUfunction,
     /// Tensor-parallel ranks: vocabulary-shard embedding, per-row (max, index).
     pub embed_rows_shard: sys::CUfunction,
@@ -268,6 +271,11 @@ impl Kernels {
                 .flat_map(|&(d, tiles)| tiles.iter().map(move |&nt| (d, nt)))
                 .map(|(d, nt)| Ok(((d, nt), get(&format!("attention_mma_d{d}_n{nt}"))?)))
                 .collect::<Result<_>>()?,
+            attention_prefill: crate::params::PREFILL_ROW_TILES
+                .iter()
+                .flat_map(|&(d, tiles)| tiles.iter().map(move |&nt| (d, nt)))
+                .map(|(d, nt)| Ok(((d, nt), get(&format!("attention_prefill_d{d}_n{nt}"))?)))
+                .collect::<Result<_>>()?,
             attention_combine: get("attention_combine")?,
             argmax_rows: get("argmax_rows")?,
             embed_rows_shard: get("embed_rows_shard")?,
@@ -321,6 +329,18 @@ impl Kernels {
         row_tiles: usize,
     ) -> Option<sys::CUfunction> {
         self.attention_mma
+            .iter()
+            .find(|(k, _)| *k == (head_dim, row_tiles))
+            .map(|&(_, f)| f)
+    }
+
+    /// The prefill attention kernel for `head_dim` with `row_tiles` tiles of 8 rows a warp.
+    pub(crate) fn attention_prefill(
+        &self,
+        head_dim: usize,
+        row_tiles: usize,
+    ) -> Option<sys::CUfunction> {
+        self.attention_prefill
             .iter()
             .find(|(k, _)| *k == (head_dim, row_tiles))
             .map(|&(_, f)| f)
@@ -382,10 +402,15 @@ mod tests {
     #[test]
     fn every_tensor_core_attention_build_is_defined() {
         let names: Vec<String> = SOURCES.iter().flat_map(|(_, s)| entry_names(s)).collect();
-        for &(d, tiles) in crate::params::MMA_ROW_TILES.iter() {
-            for nt in tiles {
-                let want = format!("attention_mma_d{d}_n{nt}");
-                assert!(names.contains(&want), "{want} is not defined in any source");
+        for (kernel, builds) in [
+            ("attention_mma", crate::params::MMA_ROW_TILES),
+            ("attention_prefill", crate::params::PREFILL_ROW_TILES),
+        ] {
+            for &(d, tiles) in builds.iter() {
+                for nt in tiles {
+                    let want = format!("{kernel}_d{d}_n{nt}");
+                    assert!(names.contains(&want), "{want} is not defined in any source");
+                }
             }
         }
     }

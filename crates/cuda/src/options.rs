@@ -19,8 +19,12 @@ pub enum GraphMode {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AttentionKernel {
     /// Tensor cores, each K/V tile loaded once per (sequence, KV head): every step shape,
-    /// head_dim 64 and 128 (others fall back to `Reference`).
+    /// head_dim 64 and 128 (others fall back to `Reference`); sequences with more than 16
+    /// query tokens (prefill chunks) on the staged prefill kernel.
     Mma,
+    /// `Mma` with prefill chunks on the decode/verify kernel too (the default before the
+    /// prefill kernel), kept to measure against.
+    MmaOnly,
     /// One block per (token, head) with the keys split over 4 blocks plus a combine
     /// kernel for decode/verify steps: the default before `Mma`, kept to measure against.
     Split,
@@ -82,7 +86,7 @@ pub struct CudaOptions {
     pub query_lens: Vec<usize>,
     /// Most tokens one step may carry (sizes the activation arena).
     pub max_tokens: usize,
-    /// The attention kernel (`WRING_CUDA_ATTENTION` = mma | split | reference).
+    /// The attention kernel (`WRING_CUDA_ATTENTION` = mma | mma-only | split | reference).
     pub attention: AttentionKernel,
     /// Steps of at most this many tokens (capped at 8, the largest gemv token bucket) run
     /// every linear, bf16 or quantized, through the weight-streaming kernels of
@@ -252,10 +256,11 @@ impl CudaOptions {
         if let Some(v) = var("WRING_CUDA_ATTENTION") {
             o.attention = match v.trim() {
                 "mma" => AttentionKernel::Mma,
+                "mma-only" => AttentionKernel::MmaOnly,
                 "split" => AttentionKernel::Split,
                 "reference" => AttentionKernel::Reference,
                 other => {
-                    bail!("WRING_CUDA_ATTENTION={other:?}: expected mma, split or reference")
+                    bail!("WRING_CUDA_ATTENTION={other:?}: expected mma, mma-only, split or reference")
                 }
             };
         }

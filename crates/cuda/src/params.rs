@@ -28,7 +28,11 @@ pub(crate) struct AttnArgs {
     pub grid_splits: i32,
     pub scale: f32,
     pub scale_log2: f32,
+    pub prefill_min_q: i32,
 }
+
+/// Row tiles (8 rows each) per warp that `attention_prefill_d{D}_n{NT}` is built for.
+pub(crate) const PREFILL_ROW_TILES: [(usize, &[usize]); 2] = [(64, &[1, 2]), (128, &[1, 2])];
 
 /// Row tiles (8 rows each) per block that `attention_mma_d{D}_n{NT}` is built for.
 pub(crate) const MMA_ROW_TILES: [(usize, &[usize]); 2] =
@@ -179,10 +183,14 @@ mod tests {
 
     #[test]
     fn attention_args_match_the_kernels_struct() {
-        // 11 pointers, 6 ints, 2 floats (kernels/attention/args.cuh).
-        assert_eq!(std::mem::size_of::<AttnArgs>(), 11 * 8 + 6 * 4 + 2 * 4);
+        // 11 pointers, 6 ints, 2 floats, an int (kernels/attention/args.cuh), padded to 8.
+        assert_eq!(
+            std::mem::size_of::<AttnArgs>(),
+            11 * 8 + 6 * 4 + 2 * 4 + 4 + 4
+        );
         assert_eq!(std::mem::offset_of!(AttnArgs, n_heads), 88);
         assert_eq!(std::mem::offset_of!(AttnArgs, scale_log2), 116);
+        assert_eq!(std::mem::offset_of!(AttnArgs, prefill_min_q), 120);
     }
 
     #[test]

@@ -400,10 +400,15 @@ fn graphs(model: &str) -> Result<()> {
     let env = CudaOptions::from_env()?;
     let kernels = [
         ("Tensor-core attention (mma)", AttentionKernel::Mma),
+        (
+            "Tensor-core attention, prefill on it too (mma-only)",
+            AttentionKernel::MmaOnly,
+        ),
         ("Split-KV attention (4 splits)", AttentionKernel::Split),
     ];
     for (label, kernel) in kernels {
-        for q in [1usize, 5, 13] {
+        // q 40: prefill chunks (attention_prefill under `mma`).
+        for q in [1usize, 5, 13, 40] {
             let new: Vec<Vec<u32>> = (0..batch)
                 .map(|i| (0..q).map(|j| (700 + 3 * i + j) as u32).collect())
                 .collect();

@@ -20,4 +20,6 @@ struct AttnArgs {
     int grid_splits;         // blocks per (sequence, KV head, row chunk) in gridDim.z
     float scale;             // 1 / sqrt(head_dim)
     float scale_log2;        // scale * log2(e)
+    int prefill_min_q;       // > 0: sequences of at least this many query tokens run on
+                             // attention_prefill, and attention_mma skips them
 };

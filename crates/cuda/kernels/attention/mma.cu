@@ -114,6 +114,107 @@ __device__ __forceinline__ u32 word_of(const uint4& v, int w) {
     return w == 0 ? v.x : w == 1 ? v.y : w == 2 ? v.z : v.w;
 }
 
+// One 16-key tile applied to NT row tiles: S^T = K . Q^T, the causal mask (key <= lim),
+// the online softmax update of (m, l, o) and O^T += V^T . P^T. `qb(nt, k)` is the Q^T B
+// fragment of row tile nt for k-step k. Shared by the decode/verify kernel and the prefill
+// kernel, so a tile's arithmetic is written once.
+template <int D, int NT, class QFrag>
+__device__ __forceinline__ void mma_tile(const KvTile<D>& kv, QFrag qb, int tile, int g, float scale_log2,
+                                         const int (&lim)[NT][2], float (&o)[D / 16][NT][4], float (&m)[NT][2],
+                                         float (&l)[NT][2]) {
+    // S^T = K . Q^T
+    float s[NT][4];
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) s[nt][i] = 0.0f;
+#pragma unroll
+    for (int p = 0; p < D / 32; ++p) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+            const u32 a0 = e ? kv.ka[p].z : kv.ka[p].x;
+            const u32 a1 = e ? kv.kb[p].z : kv.kb[p].x;
+            const u32 a2 = e ? kv.ka[p].w : kv.ka[p].y;
+            const u32 a3 = e ? kv.kb[p].w : kv.kb[p].y;
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt) {
+                const uint2 b = qb(nt, 2 * p + e);
+                mma_16816(s[nt], a0, a1, a2, a3, b.x, b.y);
+            }
+        }
+    }
+    // Mask, online softmax, P^T as B fragments.
+    const int key_g = tile * 16 + g, key_g8 = key_g + 8;
+    u32 pb[NT][2];
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+        float p0[2], p1[2];
+#pragma unroll
+        for (int f = 0; f < 2; ++f) {
+            const float v0 = key_g <= lim[nt][f] ? s[nt][f] * scale_log2 : -WRING_INF;
+            const float v1 = key_g8 <= lim[nt][f] ? s[nt][2 + f] * scale_log2 : -WRING_INF;
+            float mx = fmaxf(v0, v1);
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 4));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 8));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 16));
+            const float m_new = fmaxf(m[nt][f], mx);
+            const float m_use = m_new == -WRING_INF ? 0.0f : m_new;
+            const float corr = exp2f(m[nt][f] - m_use);
+            p0[f] = exp2f(v0 - m_use);
+            p1[f] = exp2f(v1 - m_use);
+            l[nt][f] = l[nt][f] * corr + (p0[f] + p1[f]);
+            m[nt][f] = m_new;
+#pragma unroll
+            for (int mt = 0; mt < D / 16; ++mt) {
+                o[mt][nt][f] *= corr;
+                o[mt][nt][2 + f] *= corr;
+            }
+        }
+        pb[nt][0] = movmatrix_trans(mma_pack_bf16x2(p0[0], p0[1]));
+        pb[nt][1] = movmatrix_trans(mma_pack_bf16x2(p1[0], p1[1]));
+    }
+    // O^T += V^T . P^T
+#pragma unroll
+    for (int mt = 0; mt < D / 16; ++mt) {
+        const u32 w0 = word_of(kv.v[0][mt / 4], mt % 4), w1 = word_of(kv.v[1][mt / 4], mt % 4);
+        const u32 w2 = word_of(kv.v[2][mt / 4], mt % 4), w3 = word_of(kv.v[3][mt / 4], mt % 4);
+        const u32 a0 = __byte_perm(w0, w1, 0x5410), a1 = __byte_perm(w0, w1, 0x7632);
+        const u32 a2 = __byte_perm(w2, w3, 0x5410), a3 = __byte_perm(w2, w3, 0x7632);
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) mma_16816(o[mt][nt], a0, a1, a2, a3, pb[nt][0], pb[nt][1]);
+    }
+}
+
+template <int D, int NT>
+__device__ __forceinline__ void mma_state_init(float (&o)[D / 16][NT][4], float (&m)[NT][2], float (&l)[NT][2]) {
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+        for (int f = 0; f < 2; ++f) { m[nt][f] = -WRING_INF; l[nt][f] = 0.0f; }
+#pragma unroll
+        for (int mt = 0; mt < D / 16; ++mt)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) o[mt][nt][i] = 0.0f;
+    }
+}
+
+// Row sums of a warp's softmax: each lane holds its part of rows 2c, 2c + 1 of every row
+// tile; sum over the 8 lanes that share c, broadcast from g = 0 so every lane uses the same
+// value.
+template <int NT>
+__device__ __forceinline__ void mma_row_sums(float (&l)[NT][2], int c) {
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int f = 0; f < 2; ++f) {
+            float v = l[nt][f];
+            v += __shfl_xor_sync(0xffffffffu, v, 4);
+            v += __shfl_xor_sync(0xffffffffu, v, 8);
+            v += __shfl_xor_sync(0xffffffffu, v, 16);
+            l[nt][f] = __shfl_sync(0xffffffffu, v, c);
+        }
+}
+
 // One split of one row chunk: this warp's tiles, then the four warps merged in shared
 // memory. Leaves, for each row of the chunk, max m (base 2), sum l and the unnormalised
 // output in sm_o[row][D] (valid after the final __syncthreads).
@@ -128,95 +229,19 @@ __device__ __forceinline__ void mma_split(const AttnArgs& a, const u32* __restri
 
     float o[D / 16][NT][4];
     float m[NT][2], l[NT][2];
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt) {
-#pragma unroll
-        for (int f = 0; f < 2; ++f) { m[nt][f] = -WRING_INF; l[nt][f] = 0.0f; }
-#pragma unroll
-        for (int mt = 0; mt < D / 16; ++mt)
-#pragma unroll
-            for (int i = 0; i < 4; ++i) o[mt][nt][i] = 0.0f;
-    }
+    mma_state_init<D, NT>(o, m, l);
 
     for (int tile = tile_begin + warp; tile < tile_end; tile += MMA_WARPS) {
         KvTile<D> kv;
         load_tile<D>(kv, a.k_pool, a.v_pool, a.block_tables, bt_off, a.block_size, kv_width, kvh, tile, ctx, g, c);
-        // S^T = K . Q^T
-        float s[NT][4];
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-            for (int i = 0; i < 4; ++i) s[nt][i] = 0.0f;
-#pragma unroll
-        for (int p = 0; p < D / 32; ++p) {
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {
-                const u32 a0 = e ? kv.ka[p].z : kv.ka[p].x;
-                const u32 a1 = e ? kv.kb[p].z : kv.kb[p].x;
-                const u32 a2 = e ? kv.ka[p].w : kv.ka[p].y;
-                const u32 a3 = e ? kv.kb[p].w : kv.kb[p].y;
-#pragma unroll
-                for (int nt = 0; nt < NT; ++nt) {
-                    // Q^T B fragment of (row tile nt, k-step 2p + e), stored lane-major.
-                    const uint2 b = *(const uint2*)(qfrag_s + (((nt * (D / 16) + 2 * p + e) * 32 + lane) * 2));
-                    mma_16816(s[nt], a0, a1, a2, a3, b.x, b.y);
-                }
-            }
-        }
-        // Mask, online softmax, P^T as B fragments.
-        const int key_g = tile * 16 + g, key_g8 = key_g + 8;
-        u32 pb[NT][2];
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt) {
-            float p0[2], p1[2];
-#pragma unroll
-            for (int f = 0; f < 2; ++f) {
-                const float v0 = key_g <= lim[nt][f] ? s[nt][f] * a.scale_log2 : -WRING_INF;
-                const float v1 = key_g8 <= lim[nt][f] ? s[nt][2 + f] * a.scale_log2 : -WRING_INF;
-                float mx = fmaxf(v0, v1);
-                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 4));
-                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 8));
-                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 16));
-                const float m_new = fmaxf(m[nt][f], mx);
-                const float m_use = m_new == -WRING_INF ? 0.0f : m_new;
-                const float corr = exp2f(m[nt][f] - m_use);
-                p0[f] = exp2f(v0 - m_use);
-                p1[f] = exp2f(v1 - m_use);
-                l[nt][f] = l[nt][f] * corr + (p0[f] + p1[f]);
-                m[nt][f] = m_new;
-#pragma unroll
-                for (int mt = 0; mt < D / 16; ++mt) {
-                    o[mt][nt][f] *= corr;
-                    o[mt][nt][2 + f] *= corr;
-                }
-            }
-            pb[nt][0] = movmatrix_trans(mma_pack_bf16x2(p0[0], p0[1]));
-            pb[nt][1] = movmatrix_trans(mma_pack_bf16x2(p1[0], p1[1]));
-        }
-        // O^T += V^T . P^T
-#pragma unroll
-        for (int mt = 0; mt < D / 16; ++mt) {
-            const u32 w0 = word_of(kv.v[0][mt / 4], mt % 4), w1 = word_of(kv.v[1][mt / 4], mt % 4);
-            const u32 w2 = word_of(kv.v[2][mt / 4], mt % 4), w3 = word_of(kv.v[3][mt / 4], mt % 4);
-            const u32 a0 = __byte_perm(w0, w1, 0x5410), a1 = __byte_perm(w0, w1, 0x7632);
-            const u32 a2 = __byte_perm(w2, w3, 0x5410), a3 = __byte_perm(w2, w3, 0x7632);
-#pragma unroll
-            for (int nt = 0; nt < NT; ++nt) mma_16816(o[mt][nt], a0, a1, a2, a3, pb[nt][0], pb[nt][1]);
-        }
+        // Q^T B fragments, stored lane-major.
+        const auto qb = [&](int nt, int k) {
+            return *(const uint2*)(qfrag_s + (((nt * (D / 16) + k) * 32 + lane) * 2));
+        };
+        mma_tile<D, NT>(kv, qb, tile, g, a.scale_log2, lim, o, m, l);
     }
 
-    // Row sums over the 8 lanes that share c, broadcast from g = 0 so every lane uses the
-    // same value.
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-        for (int f = 0; f < 2; ++f) {
-            float v = l[nt][f];
-            v += __shfl_xor_sync(0xffffffffu, v, 4);
-            v += __shfl_xor_sync(0xffffffffu, v, 8);
-            v += __shfl_xor_sync(0xffffffffu, v, 16);
-            l[nt][f] = __shfl_sync(0xffffffffu, v, c);
-        }
+    mma_row_sums<NT>(l, c);
     // Merge the warps in warp order.
     if (g == 0) {
 #pragma unroll
@@ -292,7 +317,8 @@ __device__ __forceinline__ void attention_mma(const AttnArgs& a) {
     const int G = a.n_heads / a.n_kv_heads;
     const u32 q_start = a.seq_q_start[seq];
     const int q_len = (int)(a.seq_q_start[seq + 1] - q_start);
-    if (q_len <= 0) return;
+    // Sequences the prefill kernel (prefill.cu) takes in this launch's step.
+    if (q_len <= 0 || (a.prefill_min_q > 0 && q_len >= a.prefill_min_q)) return;
     const int rows = q_len * G;
     const int row0 = chunk * ROWS;
     if (row0 >= rows) return;

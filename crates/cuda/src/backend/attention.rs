@@ -1,8 +1,12 @@
 //! Paged attention: the K/V store and the choice of attention kernel.
 //!
-//! `attention_mma` (kernels/attention/mma.cu, the default) runs every step shape on the
-//! tensor cores: one block per (sequence, KV head, row chunk, key split) loads each K/V
-//! tile once for all of the sequence's query tokens and grouped heads. The per-head
+//! `attention_mma` (kernels/attention/mma.cu, the default) runs decode and verify steps on
+//! the tensor cores: one block per (sequence, KV head, row chunk, key split) loads each K/V
+//! tile once for all of the sequence's query tokens and grouped heads. Sequences with more
+//! than 16 query tokens (prefill chunks) go to `attention_prefill` (prefill.cu, same tile
+//! arithmetic): warps own rows and walk all their keys, K/V staged in shared memory for the
+//! whole block; both run in one step when it mixes the two (`WRING_CUDA_ATTENTION=mma-only`:
+//! everything on `attention_mma`, the previous default). The per-head
 //! kernels of kernels/attention/paged.cu serve head_dim 256 and block sizes that are not
 //! multiples of 16, and stay as the reference (`WRING_CUDA_ATTENTION=reference`) and the
 //! previous default (`split`) for side-by-side measurements.
@@ -19,6 +23,10 @@ use wring_backend::AttnShape;
 const MMA_MAX_SPLITS: usize = 8;
 const MMA_SPLIT_MAX_Q: usize = 16;
 const MMA_MAX_CHUNKS: usize = 64;
+/// kernels/attention/prefill.cu: warps a block; sequences with at least this many query
+/// tokens (one more than may split their keys) run on it.
+const PREFILL_WARPS: usize = 4;
+const PREFILL_MIN_Q: usize = MMA_SPLIT_MAX_Q + 1;
 /// Sequences per step whose keys may be split (partials are kept for this many); later
 /// sequences of a larger eager step run unsplit.
 const MMA_SEQ_CAP: usize = 256;
@@ -104,14 +112,24 @@ impl CudaBackend {
             ..Default::default()
         };
         let t = self.layout.tokens as u32;
-        let mma = mma_tiles(
-            shape.head_dim,
-            self.max_query_len * (shape.n_heads / shape.n_kv_heads),
-        )
-        .filter(|_| block_size.is_multiple_of(16));
+        let group = shape.n_heads / shape.n_kv_heads;
+        let mma = mma_tiles(shape.head_dim, self.max_query_len * group)
+            .filter(|_| block_size.is_multiple_of(16));
+        let prefill = self.opts.attention == AttentionKernel::Mma
+            && self.max_query_len >= PREFILL_MIN_Q
+            && mma.is_some();
         match (self.opts.attention, mma) {
-            (AttentionKernel::Mma, Some((nt, chunks))) => {
-                self.attention_mma(&mut args, shape, nt, chunks);
+            (AttentionKernel::Mma, Some(_)) if prefill => {
+                self.attention_prefill(&mut args, shape);
+                if self.min_query_len < PREFILL_MIN_Q {
+                    // The step's shorter sequences (decode, verify, short chunks).
+                    let short = (PREFILL_MIN_Q - 1) * group;
+                    let (nt, chunks) = mma_tiles(shape.head_dim, short).expect("built above");
+                    self.attention_mma(&mut args, shape, nt, chunks, PREFILL_MIN_Q - 1);
+                }
+            }
+            (AttentionKernel::Mma | AttentionKernel::MmaOnly, Some((nt, chunks))) => {
+                self.attention_mma(&mut args, shape, nt, chunks, self.max_query_len);
             }
             (AttentionKernel::Split, _) if self.max_query_len <= 64 => {
                 let parts = self.alloc(
@@ -167,7 +185,15 @@ impl CudaBackend {
         self.launch(self.kernels.kv_store, (t, 1, 1), 128, &store, "kv_store");
     }
 
-    fn attention_mma(&mut self, args: &mut AttnArgs, shape: AttnShape, nt: usize, chunks: usize) {
+    /// `max_q`: the longest query of the sequences this launch computes.
+    fn attention_mma(
+        &mut self,
+        args: &mut AttnArgs,
+        shape: AttnShape,
+        nt: usize,
+        chunks: usize,
+        max_q: usize,
+    ) {
         let Some((parts, counters)) = self.mma_workspace(shape) else {
             return;
         };
@@ -176,7 +202,7 @@ impl CudaBackend {
         // step has few sequences. It decides which block computes a split, never where the
         // splits fall, so results do not depend on it.
         let units = (seqs * shape.n_kv_heads * chunks).max(1);
-        let grid_splits = if self.max_query_len <= MMA_SPLIT_MAX_Q {
+        let grid_splits = if max_q <= MMA_SPLIT_MAX_Q {
             (2 * self.sm_count).div_ceil(units).clamp(1, MMA_MAX_SPLITS)
         } else {
             1
@@ -198,6 +224,37 @@ impl CudaBackend {
             (chunks * grid_splits) as u32,
         );
         self.launch_args(f, grid, 128, args, "attention_mma");
+    }
+
+    /// The step's sequences of at least `PREFILL_MIN_Q` query tokens on the staged prefill
+    /// kernel; `attention_mma` then skips them (`prefill_min_q`).
+    fn attention_prefill(&mut self, args: &mut AttnArgs, shape: AttnShape) {
+        let rows = self.max_query_len * (shape.n_heads / shape.n_kv_heads);
+        let units = self.layout.seqs * shape.n_kv_heads;
+        // Two row tiles a warp share each staged K/V tile among more rows; one when that
+        // leaves fewer blocks than twice the SMs (the rows' results do not depend on it).
+        let blocks = |nt: usize| units * rows.div_ceil(PREFILL_WARPS * 8 * nt);
+        let nt = if blocks(2) >= 2 * self.sm_count { 2 } else { 1 };
+        let Some(f) = self.kernels.attention_prefill(shape.head_dim, nt) else {
+            self.fail(anyhow!(
+                "attention_prefill has no build for head_dim {}",
+                shape.head_dim
+            ));
+            return;
+        };
+        args.prefill_min_q = PREFILL_MIN_Q as i32;
+        let grid = (
+            self.layout.seqs as u32,
+            shape.n_kv_heads as u32,
+            rows.div_ceil(PREFILL_WARPS * 8 * nt) as u32,
+        );
+        self.launch_args(
+            f,
+            grid,
+            (PREFILL_WARPS * 32) as u32,
+            args,
+            "attention_prefill",
+        );
     }
 
     /// The partials and counters for this model shape (allocated at the first eager use).

@@ -69,6 +69,8 @@ pub struct CudaBackend {
     layout: StepLayout,
     /// Most query tokens any sequence of the current step carries (padding included).
     max_query_len: usize,
+    /// Fewest query tokens any sequence of the current step carries.
+    min_query_len: usize,
     /// The layer whose K/V this step's `qkv_rope` already wrote into the pool (its
     /// `attention` then skips `kv_store`).
     kv_stored: Option<usize>,
@@ -158,6 +160,7 @@ impl CudaBackend {
             ids: None,
             layout: StepLayout::default(),
             max_query_len: 0,
+            min_query_len: 0,
             kv_stored: None,
             key: None,
             graphs: Graphs::default(),
@@ -640,6 +643,10 @@ impl Backend for CudaBackend {
         self.path = self.resolve_step_path(self.layout.tokens, key);
         self.max_query_len = key.map_or_else(
             || step.seqs.iter().map(|s| s.query_len).max().unwrap_or(0),
+            |k| k.query_len,
+        );
+        self.min_query_len = key.map_or_else(
+            || step.seqs.iter().map(|s| s.query_len).min().unwrap_or(0),
             |k| k.query_len,
         );
         self.key = key;

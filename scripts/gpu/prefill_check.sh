@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Issue 14: the staged prefill attention kernel (kernels/attention/prefill.cu) on the device,
+# first call of a pair. `scripts/gpu/prefill_check.sh prepare` (here, no GPU): builds the
+# gpu_check example and a release wring into .dev/pf with the model's first half (hard link
+# of .dev/a/model.part00). On the device (carry .dev/pf):
+#   0. stages the model half and wring under /tmp for scripts/gpu/final_serve.sh (call 2);
+#   1. in parallel: gpu_check attention (every kernel vs float64, prefill chunks mixed with
+#      short sequences, deterministic, batch-invariant), graphs dummy (replay = eager,
+#      verify = plain greedy, each kernel vs the per-head reference at q 1/5/13/40) and
+#      cpu-compare dummy-gguf (vs the f32 CPU backend, prefill included);
+#   2. eager step times, default (`mma`) vs `mma-only`, same call: prefill chunks and a
+#      verify step of the 135M shape, and the 8B shape while time is left.
+# Writes $OUT/prefill.tgz (*.md, *.err, summary.md).
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+. scripts/gpu/gpu_check_lib.sh
+if [ "${1:-}" = prepare ]; then
+    gpu_check_prepare .dev/pf || exit 1
+    nice -n 19 cargo build --release -p wring || exit 1
+    strip -o .dev/pf/wring target/release/wring && xz -T2 -6 -f .dev/pf/wring
+    ln -f .dev/a/model.part00 .dev/pf/model.part00
+    du -sh .dev/pf
+    exit 0
+fi
+OUT=${OUT:-/tmp/wring-out}
+G=$OUT/prefill
+mkdir -p "$G"
+start=$(date +%s)
+el() { echo $(( $(date +%s) - start )); }
+mkdir -p /tmp/wring-stage && cp .dev/pf/model.part00 /tmp/wring-stage/
+xz -dc .dev/pf/wring.xz > /tmp/wring && chmod +x /tmp/wring && : > /tmp/wring-flags
+. scripts/gpu/cuda_env.sh
+export WRING_HOME=/tmp/wring-home
+xz -dc .dev/pf/gpu_check.xz > /tmp/gpu_check && chmod +x /tmp/gpu_check
+echo "commit $(cat .dev/pf/commit 2>/dev/null)" | tee "$G/summary.md"
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee -a "$G/summary.md"
+GPU_CHECK=/tmp/gpu_check
+
+checks=()
+( gpu_check_run 150 attention attention ) & checks+=($!)
+( gpu_check_run 150 graphs-135m graphs dummy ) & checks+=($!)
+( gpu_check_run 150 cpu-135m cpu-compare dummy-gguf ) & checks+=($!)
+wait "${checks[@]}"
+echo "checks done at $(el) s" | tee -a "$G/summary.md"
+grep -h "^| 64 ×\|^| 128 ×" "$G/attention.md" | tee -a "$G/summary.md"
+grep -h "vs per-head kernel, q 40" "$G/graphs-135m.md" | tee -a "$G/summary.md"
+
+echo "| model | batch × q, ctx | mma ms | mma-only ms |" | tee -a "$G/summary.md"
+echo "|---|---|---:|---:|" | tee -a "$G/summary.md"
+profile() { # model batch q ctx
+    local a b
+    a=$(timeout 60 /tmp/gpu_check profile "$@" 2>> "$G/profile.err" | grep -o "eager step [0-9.]*" | grep -o "[0-9.]*$")
+    b=$(WRING_CUDA_ATTENTION=mma-only timeout 60 /tmp/gpu_check profile "$@" 2>> "$G/profile.err" | grep -o "eager step [0-9.]*" | grep -o "[0-9.]*$")
+    echo "| $1 | $2 × $3, $4 | ${a:-?} | ${b:-?} |" | tee -a "$G/summary.md"
+}
+for shape in "1 1024 1024" "1 2048 2048" "2 700 700" "4 256 256" "1 64 512" "32 5 512"; do
+    profile dummy $shape
+done
+if [ "$(el)" -lt 330 ]; then
+    export WRING_CUDA_MAX_TOKENS=4096
+    profile dummy-8b 1 1024 1024
+fi
+echo "done at $(el) s" | tee -a "$G/summary.md"
+cd "$OUT" && tar czf prefill.tgz prefill && rm -rf prefill
