@@ -14,6 +14,10 @@ use anyhow::anyhow;
 use wring_backend::{AttnShape, RopeSpec};
 
 /// Most tokens a step may carry to take the gemv kernels (their largest token bucket).
+/// Steps of at least this many tokens split q|k|v with one block per token (prefill chunks;
+/// decode and verify steps keep a block per head, which spreads few tokens over the GPU).
+const ROPE_BLOCK_PER_TOKEN_MIN_T: usize = 512;
+
 pub(crate) const GEMV_MAX_T: usize = GEMV_BUCKETS[GEMV_BUCKETS.len() - 1];
 
 impl CudaBackend {
@@ -413,8 +417,19 @@ impl CudaBackend {
             args.extend([Arg::Ptr(r.xs), Arg::Ptr(r.ws)]);
         }
         self.kv_stored = (k_pool != 0).then_some(layer);
-        let blocks_per_token = (shape.n_heads + 2 * shape.n_kv_heads) as u32;
-        self.launch(f, (x.rows as u32, blocks_per_token, 1), 64, &args, what);
+        // Long steps: one block per token shares each angle across the heads (same bits).
+        let (blocks_per_token, threads) = if x.rows >= ROPE_BLOCK_PER_TOKEN_MIN_T {
+            (1, 128)
+        } else {
+            ((shape.n_heads + 2 * shape.n_kv_heads) as u32, 64)
+        };
+        self.launch(
+            f,
+            (x.rows as u32, blocks_per_token, 1),
+            threads,
+            &args,
+            what,
+        );
         drop(fused);
         (q, k, v)
     }
