@@ -627,7 +627,15 @@ fn median(mut v: Vec<f64>) -> f64 {
 /// `ncu --profile-from-start off` sees only their kernels (not the prefill's).
 fn profile(model: &str, batch: usize, q: usize, ctx: usize) -> Result<()> {
     let (mut r, _) = gguf_runner(model, GraphMode::PadOnly, 8192)?;
-    let t = time_steps_profiled(&mut r, batch, q, ctx, 3, true)?;
+    // GPU_CHECK_STEPS=N: the median of N eager steps with the profiler off (A/B timings);
+    // by default three steps under the kernel profiler.
+    let steps = std::env::var("GPU_CHECK_STEPS")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok());
+    let t = match steps {
+        Some(n) => time_steps(&mut r, batch, q, ctx, n.max(3))?,
+        None => time_steps_profiled(&mut r, batch, q, ctx, 3, true)?,
+    };
     println!(
         "{model} batch {batch} q {q} ctx {ctx}: eager step {:.3} ms",
         t * 1e3

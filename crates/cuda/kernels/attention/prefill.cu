@@ -3,7 +3,7 @@
 // each warp owns 8 * NT consecutive rows (r = j * G + hh, as in mma.cu) and walks every key
 // tile from 0 up to its rows' positions in order, so no partials and no merge. The block
 // stages K/V for all its warps in shared memory, PF_KEYS(D) keys at a time, with cp.async
-// into two buffers: the copy of the next stage runs under the math of this one.
+// into three buffers: the copies of the next two stages run under the math of this one.
 //
 // Used for sequences of at least a.prefill_min_q query tokens (attention_mma skips them in
 // the same step); a row's result depends only on its own position and keys (tiles of 16
@@ -17,8 +17,10 @@
 //      -> D = 64: piece ^ (((key >> 1) & 3) << 1); D = 128: piece ^ ((key >> 1) & 1 | ((key >> 2) & 1) << 2).
 
 #define PF_WARPS 4
-// Keys per stage: 16 KB of K and V per stage whatever D.
+// Keys per stage: 16 KB of K and V per stage whatever D; three stages (48 KB, the static
+// shared memory limit).
 #define PF_KEYS(D) (4096 / (D))
+#define PF_BUFFERS 3
 
 template <int D>
 __device__ __forceinline__ int pf_k_piece(int key, int piece) {
@@ -43,21 +45,30 @@ template <int N> __device__ __forceinline__ void pf_wait() {
 }
 
 // Stage `stage`'s keys of (sequence, KV head) into sm (K rows, then V rows); keys at or past
-// ctx are zero-filled (masked later, and 0 * garbage could be NaN).
+// ctx are zero-filled (masked later, and 0 * garbage could be NaN). Each thread copies the
+// same piece of PASSES keys: their pool slots are looked up first, all at once, so the
+// copies wait on one round of block-table reads, not one per piece.
 template <int D>
 __device__ __forceinline__ void pf_fill(unsigned char* sm, const AttnArgs& a, u32 bt_off, int kvh, int stage,
                                         int ctx) {
     constexpr int KEYS = PF_KEYS(D), PIECES = D / 8, ROW = D * 2;
-    const int kv_width = a.n_kv_heads * D;
-    for (int i = threadIdx.x; i < 2 * KEYS * PIECES; i += PF_WARPS * 32) {
-        const int is_v = i / (KEYS * PIECES);
-        const int key = (i / PIECES) % KEYS, piece = i % PIECES;
-        const int pos = stage * KEYS + key;
-        const bool ok = pos < ctx;
-        const u32 slot = ok ? kv_slot(a.block_tables, bt_off, (u32)pos, a.block_size) : 0;
-        const bf16_t* src = (is_v ? a.v_pool : a.k_pool) + (size_t)slot * kv_width + (size_t)kvh * D + piece * 8;
-        const int sp = is_v ? pf_v_piece<D>(key, piece) : pf_k_piece<D>(key, piece);
-        pf_cp16(sm + (is_v * KEYS + key) * ROW + sp * 16, src, ok);
+    constexpr int KEYS_PER_PASS = PF_WARPS * 32 / PIECES, PASSES = KEYS / KEYS_PER_PASS;
+    const size_t kv_width = (size_t)a.n_kv_heads * D;
+    const int piece = threadIdx.x % PIECES, k0 = threadIdx.x / PIECES;
+    u32 slot[PASSES];
+#pragma unroll
+    for (int j = 0; j < PASSES; ++j) {
+        const int pos = stage * KEYS + k0 + j * KEYS_PER_PASS;
+        slot[j] = pos < ctx ? kv_slot(a.block_tables, bt_off, (u32)pos, a.block_size) : 0;
+    }
+    const size_t col = (size_t)kvh * D + piece * 8;
+#pragma unroll
+    for (int j = 0; j < PASSES; ++j) {
+        const int key = k0 + j * KEYS_PER_PASS;
+        const bool ok = stage * KEYS + key < ctx;
+        const size_t src = (size_t)slot[j] * kv_width + col;
+        pf_cp16(sm + key * ROW + pf_k_piece<D>(key, piece) * 16, a.k_pool + src, ok);
+        pf_cp16(sm + (KEYS + key) * ROW + pf_v_piece<D>(key, piece) * 16, a.v_pool + src, ok);
     }
 }
 
@@ -86,7 +97,7 @@ __device__ __forceinline__ void pf_load_tile(KvTile<D>& t, const unsigned char* 
 template <int D, int NT>
 __device__ __forceinline__ void attention_prefill(const AttnArgs& a) {
     constexpr int KEYS = PF_KEYS(D), ROWS_W = 8 * NT, STAGE = 2 * KEYS * D * 2;
-    __shared__ __align__(128) unsigned char sm[2 * STAGE];
+    __shared__ __align__(128) unsigned char sm[PF_BUFFERS * STAGE];
 
     const int seq = blockIdx.x, kvh = blockIdx.y;
     // Blocks with later rows walk more keys: hand those out first.
@@ -144,18 +155,17 @@ __device__ __forceinline__ void attention_prefill(const AttnArgs& a) {
         return (k & 1) ? make_uint2(v.z, v.w) : make_uint2(v.x, v.y);
     };
 
+    // Three buffers: stages s + 1 and s + 2 are in flight while stage s is used.
     pf_fill<D>(sm, a, bt_off, kvh, 0, ctx);
     pf_commit();
+    if (stages > 1) pf_fill<D>(sm + STAGE, a, bt_off, kvh, 1, ctx);
+    pf_commit();
     for (int s = 0; s < stages; ++s) {
-        if (s + 1 < stages) {
-            pf_fill<D>(sm + ((s + 1) & 1) * STAGE, a, bt_off, kvh, s + 1, ctx);
-            pf_commit();
-            pf_wait<1>();
-        } else {
-            pf_wait<0>();
-        }
+        if (s + 2 < stages) pf_fill<D>(sm + ((s + 2) % PF_BUFFERS) * STAGE, a, bt_off, kvh, s + 2, ctx);
+        pf_commit();  // empty groups past the end keep the count uniform
+        pf_wait<2>();
         __syncthreads();
-        const unsigned char* buf = sm + (s & 1) * STAGE;
+        const unsigned char* buf = sm + (s % PF_BUFFERS) * STAGE;
         for (int sub = 0; sub < KEYS / 16; ++sub) {
             const int tile = s * (KEYS / 16) + sub;
             if (tile * 16 > warp_lim) break;
@@ -163,7 +173,7 @@ __device__ __forceinline__ void attention_prefill(const AttnArgs& a) {
             pf_load_tile<D>(kv, buf, sub, g, c);
             mma_tile<D, NT>(kv, qb, tile, g, a.scale_log2, lim, o, m, l);
         }
-        __syncthreads();  // the buffer is refilled two stages on
+        __syncthreads();  // this buffer is refilled next iteration
     }
 
     // Normalise and store: lane (g, c) holds dims [g * D/8, +D/8) of rows 2c, 2c + 1.
