@@ -8,8 +8,10 @@
 #      short sequences, deterministic, batch-invariant), graphs dummy (replay = eager,
 #      verify = plain greedy, each kernel vs the per-head reference at q 1/5/13/40) and
 #      cpu-compare dummy-gguf (vs the f32 CPU backend, prefill included);
-#   2. eager step times, default (`mma`) vs `mma-only`, interleaved in the same call: prefill
-#      chunks and a verify step of the 135M shape, and the 8B shape while time is left.
+#   2. graph-replay decode/verify step times, default vs `serial` (no K/V prefetch), both
+#      models, roofline in the same call (gpu_check steps -> steps.json);
+#   3. eager prefill step times, default vs `mma-serial` (session 9's attention),
+#      interleaved: the 135M shape (and the 8B one with PROFILE_8B=1).
 # Writes $OUT/prefill.tgz (*.md, *.err, summary.md).
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
@@ -45,9 +47,14 @@ echo "checks done at $(el) s" | tee -a "$G/summary.md"
 grep -h "^| 64 ×\|^| 128 ×" "$G/attention.md" | tee -a "$G/summary.md"
 grep -h "vs per-head kernel, q 40" "$G/graphs-135m.md" | tee -a "$G/summary.md"
 
-# Eager steps, profiler off, GPU_CHECK_STEPS=4 (steps at ctx + 2q and ctx + 3q, mean); each
-# kernel measured twice, interleaved.
-echo "| model | batch × q, ctx | mma ms | mma-only ms | mma ms | mma-only ms |" | tee -a "$G/summary.md"
+# 2. Graph-replay decode/verify step times, prefetching (default) vs serial loads, HBM
+#    roofline measured in the same call (steps.json; both models).
+STEPS_VARIANTS=default,serial STEPS_SHAPES=${STEPS_SHAPES:-1x1,8x1,32x1,32x5,32x7,32x9,32x13} \
+    gpu_check_run 200 steps steps "$G"
+grep -h "^| \(default\|serial\) |\|^### " "$G/steps.md" | tee -a "$G/summary.md"
+# 3. Eager prefill steps, profiler off, GPU_CHECK_STEPS=4 (steps at ctx + 2q and ctx + 3q,
+#    mean): default vs mma-serial (session 9's attention), each twice, interleaved.
+echo "| model | batch × q, ctx | mma ms | mma-serial ms | mma ms | mma-serial ms |" | tee -a "$G/summary.md"
 echo "|---|---|---:|---:|---:|---:|" | tee -a "$G/summary.md"
 step_ms() { # attention-kernel model batch q ctx
     local k=$1; shift
@@ -56,13 +63,13 @@ step_ms() { # attention-kernel model batch q ctx
 }
 profile() { # model batch q ctx
     local a b c d
-    a=$(step_ms mma "$@"); b=$(step_ms mma-only "$@"); c=$(step_ms mma "$@"); d=$(step_ms mma-only "$@")
+    a=$(step_ms mma "$@"); b=$(step_ms mma-serial "$@"); c=$(step_ms mma "$@"); d=$(step_ms mma-serial "$@")
     echo "| $1 | $2 × $3, $4 | ${a:-?} | ${b:-?} | ${c:-?} | ${d:-?} |" | tee -a "$G/summary.md"
 }
-for shape in "1 1024 1024" "1 512 512" "2 700 700" "4 256 256" "1 64 512" "32 5 512"; do
+for shape in ${PROFILE_SHAPES:-"1 1024 1024" "2 700 700"}; do
     profile dummy $shape
 done
-if [ "$(el)" -lt 300 ]; then
+if [ "${PROFILE_8B:-0}" = 1 ]; then
     export WRING_CUDA_MAX_TOKENS=4096
     profile dummy-8b 1 1024 1024
 fi

@@ -167,8 +167,9 @@ pub struct Kernels {
     /// `gemv_{int4,nvfp4}_{epilogue}_t{16,32,64}` (kernels/gemv_multi.cu): [int4, nvfp4]
     /// [epilogue][token bucket].
     gemv_multi: [[[sys::CUfunction; 3]; 3]; 2],
-    /// `attention_mma_d{head_dim}_n{row tiles}`, keyed by (head_dim, row tiles).
-    attention_mma: Vec<((usize, usize), sys::CUfunction)>,
+    /// `attention_mma_d{head_dim}_n{row tiles}` (prefetching) and
+    /// `attention_mma_serial_d{head_dim}_n{row tiles}`, keyed by (head_dim, row tiles, serial).
+    attention_mma: Vec<((usize, usize, bool), sys::CUfunction)>,
     /// `attention_prefill_d{head_dim}_n{row tiles per warp}`, keyed the same way.
     attention_prefill: Vec<((usize, usize), sys::CUfunction)>,
     pub argmax_rows: sys::CUfunction,
@@ -269,7 +270,15 @@ impl Kernels {
             attention_mma: crate::params::MMA_ROW_TILES
                 .iter()
                 .flat_map(|&(d, tiles)| tiles.iter().map(move |&nt| (d, nt)))
-                .map(|(d, nt)| Ok(((d, nt), get(&format!("attention_mma_d{d}_n{nt}"))?)))
+                .flat_map(|(d, nt)| [(d, nt, false), (d, nt, true)])
+                .map(|(d, nt, serial)| {
+                    let name = if serial {
+                        "attention_mma_serial"
+                    } else {
+                        "attention_mma"
+                    };
+                    Ok(((d, nt, serial), get(&format!("{name}_d{d}_n{nt}"))?))
+                })
                 .collect::<Result<_>>()?,
             attention_prefill: crate::params::PREFILL_ROW_TILES
                 .iter()
@@ -322,15 +331,17 @@ impl Kernels {
         Some(self.gemv_multi[fi][epilogue as usize][b])
     }
 
-    /// The tensor-core attention kernel for `head_dim` with `row_tiles` tiles of 8 rows.
+    /// The tensor-core attention kernel for `head_dim` with `row_tiles` tiles of 8 rows;
+    /// `serial`: the build that waits for each tile's loads (no prefetch).
     pub(crate) fn attention_mma(
         &self,
         head_dim: usize,
         row_tiles: usize,
+        serial: bool,
     ) -> Option<sys::CUfunction> {
         self.attention_mma
             .iter()
-            .find(|(k, _)| *k == (head_dim, row_tiles))
+            .find(|(k, _)| *k == (head_dim, row_tiles, serial))
             .map(|&(_, f)| f)
     }
 
@@ -404,6 +415,7 @@ mod tests {
         let names: Vec<String> = SOURCES.iter().flat_map(|(_, s)| entry_names(s)).collect();
         for (kernel, builds) in [
             ("attention_mma", crate::params::MMA_ROW_TILES),
+            ("attention_mma_serial", crate::params::MMA_ROW_TILES),
             ("attention_prefill", crate::params::PREFILL_ROW_TILES),
         ] {
             for &(d, tiles) in builds.iter() {

@@ -19,12 +19,17 @@ pub enum GraphMode {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AttentionKernel {
     /// Tensor cores, each K/V tile loaded once per (sequence, KV head): every step shape,
-    /// head_dim 64 and 128 (others fall back to `Reference`); sequences with more than 16
-    /// query tokens (prefill chunks) on the staged prefill kernel.
+    /// head_dim 64 and 128 (others fall back to `Reference`), each warp's next K/V tile
+    /// loaded while it computes this one; with head_dim 128, sequences of more than 16
+    /// query tokens (prefill chunks) on the staged prefill kernel (measured slower than
+    /// `attention_mma` with head_dim 64, faster with 128).
     Mma,
     /// `Mma` with prefill chunks on the decode/verify kernel too (the default before the
     /// prefill kernel), kept to measure against.
     MmaOnly,
+    /// `MmaOnly` with each tile's K/V loads waited for before its math (no prefetch; the
+    /// default of session 9), kept to measure against.
+    MmaSerial,
     /// One block per (token, head) with the keys split over 4 blocks plus a combine
     /// kernel for decode/verify steps: the default before `Mma`, kept to measure against.
     Split,
@@ -86,7 +91,7 @@ pub struct CudaOptions {
     pub query_lens: Vec<usize>,
     /// Most tokens one step may carry (sizes the activation arena).
     pub max_tokens: usize,
-    /// The attention kernel (`WRING_CUDA_ATTENTION` = mma | mma-only | split | reference).
+    /// The attention kernel (`WRING_CUDA_ATTENTION` = mma | mma-only | mma-serial | split | reference).
     pub attention: AttentionKernel,
     /// Steps of at most this many tokens (capped at 8, the largest gemv token bucket) run
     /// every linear, bf16 or quantized, through the weight-streaming kernels of
@@ -257,10 +262,11 @@ impl CudaOptions {
             o.attention = match v.trim() {
                 "mma" => AttentionKernel::Mma,
                 "mma-only" => AttentionKernel::MmaOnly,
+                "mma-serial" => AttentionKernel::MmaSerial,
                 "split" => AttentionKernel::Split,
                 "reference" => AttentionKernel::Reference,
                 other => {
-                    bail!("WRING_CUDA_ATTENTION={other:?}: expected mma, mma-only, split or reference")
+                    bail!("WRING_CUDA_ATTENTION={other:?}: expected mma, mma-only, mma-serial, split or reference")
                 }
             };
         }

@@ -218,7 +218,7 @@ __device__ __forceinline__ void mma_row_sums(float (&l)[NT][2], int c) {
 // One split of one row chunk: this warp's tiles, then the four warps merged in shared
 // memory. Leaves, for each row of the chunk, max m (base 2), sum l and the unnormalised
 // output in sm_o[row][D] (valid after the final __syncthreads).
-template <int D, int NT>
+template <int D, int NT, bool PREFETCH>
 __device__ __forceinline__ void mma_split(const AttnArgs& a, const u32* __restrict__ qfrag_s, int kvh,
                                           u32 bt_off, int ctx, int tile_begin, int tile_end,
                                           const int (&lim)[NT][2], float* sm_m, float* sm_l, float* sm_o) {
@@ -231,14 +231,30 @@ __device__ __forceinline__ void mma_split(const AttnArgs& a, const u32* __restri
     float m[NT][2], l[NT][2];
     mma_state_init<D, NT>(o, m, l);
 
-    for (int tile = tile_begin + warp; tile < tile_end; tile += MMA_WARPS) {
-        KvTile<D> kv;
-        load_tile<D>(kv, a.k_pool, a.v_pool, a.block_tables, bt_off, a.block_size, kv_width, kvh, tile, ctx, g, c);
-        // Q^T B fragments, stored lane-major.
-        const auto qb = [&](int nt, int k) {
-            return *(const uint2*)(qfrag_s + (((nt * (D / 16) + k) * 32 + lane) * 2));
-        };
-        mma_tile<D, NT>(kv, qb, tile, g, a.scale_log2, lim, o, m, l);
+    // Q^T B fragments, stored lane-major.
+    const auto qb = [&](int nt, int k) {
+        return *(const uint2*)(qfrag_s + (((nt * (D / 16) + k) * 32 + lane) * 2));
+    };
+    if (PREFETCH) {
+        // The warp's next tile is loaded (registers) while this one is computed: the loads'
+        // latency is hidden instead of paid once per tile. Same arithmetic, same order.
+        KvTile<D> next;
+        int tile = tile_begin + warp;
+        if (tile < tile_end)
+            load_tile<D>(next, a.k_pool, a.v_pool, a.block_tables, bt_off, a.block_size, kv_width, kvh, tile, ctx, g, c);
+        for (; tile < tile_end; tile += MMA_WARPS) {
+            const KvTile<D> kv = next;
+            if (tile + MMA_WARPS < tile_end)
+                load_tile<D>(next, a.k_pool, a.v_pool, a.block_tables, bt_off, a.block_size, kv_width, kvh,
+                             tile + MMA_WARPS, ctx, g, c);
+            mma_tile<D, NT>(kv, qb, tile, g, a.scale_log2, lim, o, m, l);
+        }
+    } else {
+        for (int tile = tile_begin + warp; tile < tile_end; tile += MMA_WARPS) {
+            KvTile<D> kv;
+            load_tile<D>(kv, a.k_pool, a.v_pool, a.block_tables, bt_off, a.block_size, kv_width, kvh, tile, ctx, g, c);
+            mma_tile<D, NT>(kv, qb, tile, g, a.scale_log2, lim, o, m, l);
+        }
     }
 
     mma_row_sums<NT>(l, c);
@@ -303,7 +319,7 @@ __device__ __forceinline__ void mma_split(const AttnArgs& a, const u32* __restri
     __syncthreads();
 }
 
-template <int D, int NT>
+template <int D, int NT, bool PREFETCH>
 __device__ __forceinline__ void attention_mma(const AttnArgs& a) {
     constexpr int ROWS = 8 * NT;
     __shared__ __align__(16) u32 qfrag_s[NT * (D / 16) * 32 * 2];
@@ -376,7 +392,7 @@ __device__ __forceinline__ void attention_mma(const AttnArgs& a) {
     for (int split = split0; split < splits; split += a.grid_splits) {
         const int tb = split * per_split;
         const int te = min(need_tiles, tb + per_split);
-        mma_split<D, NT>(a, qfrag_s, kvh, bt_off, ctx, tb, te, lim, sm_m, sm_l, sm_o);
+        mma_split<D, NT, PREFETCH>(a, qfrag_s, kvh, bt_off, ctx, tb, te, lim, sm_m, sm_l, sm_o);
         const float* fm = sm_m + MMA_WARPS * ROWS;
         const float* fl = sm_l + MMA_WARPS * ROWS;
         if (splits == 1) {
@@ -458,12 +474,22 @@ __device__ __forceinline__ void attention_mma(const AttnArgs& a) {
 }
 
 // One entry point per (head_dim, row tiles) the host may pick (MMA_ROW_TILES in
-// crates/cuda/src/backend/attention.rs); written out so the loader can find the names.
-extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32) attention_mma_d64_n1(AttnArgs a) { pdl_entry(); attention_mma<64, 1>(a); }
-extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32) attention_mma_d64_n2(AttnArgs a) { pdl_entry(); attention_mma<64, 2>(a); }
-extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32) attention_mma_d64_n3(AttnArgs a) { pdl_entry(); attention_mma<64, 3>(a); }
-extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32) attention_mma_d64_n4(AttnArgs a) { pdl_entry(); attention_mma<64, 4>(a); }
-extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32) attention_mma_d64_n6(AttnArgs a) { pdl_entry(); attention_mma<64, 6>(a); }
-extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32) attention_mma_d128_n1(AttnArgs a) { pdl_entry(); attention_mma<128, 1>(a); }
-extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32) attention_mma_d128_n2(AttnArgs a) { pdl_entry(); attention_mma<128, 2>(a); }
-extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32) attention_mma_d128_n3(AttnArgs a) { pdl_entry(); attention_mma<128, 3>(a); }
+// crates/cuda/src/params.rs); written out so the loader can find the names. `_serial`: each
+// tile's loads waited for before its math (the loads before prefetching; WRING_CUDA_ATTENTION
+// =mma-serial, kept to measure against).
+extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32) attention_mma_d64_n1(AttnArgs a) { pdl_entry(); attention_mma<64, 1, true>(a); }
+extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32) attention_mma_d64_n2(AttnArgs a) { pdl_entry(); attention_mma<64, 2, true>(a); }
+extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32) attention_mma_d64_n3(AttnArgs a) { pdl_entry(); attention_mma<64, 3, true>(a); }
+extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32) attention_mma_d64_n4(AttnArgs a) { pdl_entry(); attention_mma<64, 4, true>(a); }
+extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32) attention_mma_d64_n6(AttnArgs a) { pdl_entry(); attention_mma<64, 6, true>(a); }
+extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32) attention_mma_d128_n1(AttnArgs a) { pdl_entry(); attention_mma<128, 1, true>(a); }
+extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32) attention_mma_d128_n2(AttnArgs a) { pdl_entry(); attention_mma<128, 2, true>(a); }
+extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32) attention_mma_d128_n3(AttnArgs a) { pdl_entry(); attention_mma<128, 3, false>(a); }  // prefetching spills (ptxas: 56 bytes)
+extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32) attention_mma_serial_d64_n1(AttnArgs a) { pdl_entry(); attention_mma<64, 1, false>(a); }
+extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32) attention_mma_serial_d64_n2(AttnArgs a) { pdl_entry(); attention_mma<64, 2, false>(a); }
+extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32) attention_mma_serial_d64_n3(AttnArgs a) { pdl_entry(); attention_mma<64, 3, false>(a); }
+extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32) attention_mma_serial_d64_n4(AttnArgs a) { pdl_entry(); attention_mma<64, 4, false>(a); }
+extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32) attention_mma_serial_d64_n6(AttnArgs a) { pdl_entry(); attention_mma<64, 6, false>(a); }
+extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32) attention_mma_serial_d128_n1(AttnArgs a) { pdl_entry(); attention_mma<128, 1, false>(a); }
+extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32) attention_mma_serial_d128_n2(AttnArgs a) { pdl_entry(); attention_mma<128, 2, false>(a); }
+extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32) attention_mma_serial_d128_n3(AttnArgs a) { pdl_entry(); attention_mma<128, 3, false>(a); }

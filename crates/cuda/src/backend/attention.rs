@@ -27,6 +27,11 @@ const MMA_MAX_CHUNKS: usize = 64;
 /// tokens (one more than may split their keys) run on it.
 const PREFILL_WARPS: usize = 4;
 const PREFILL_MIN_Q: usize = MMA_SPLIT_MAX_Q + 1;
+/// Head dims whose prefill chunks take the prefill kernel: measured faster than
+/// `attention_mma` for the 8B shape (128) and slower for the 135M one (64: 3 KV heads leave
+/// too few blocks of rows; `attention_mma`'s warps split the keys instead). Session 10,
+/// BENCHMARKS "A prefill attention kernel".
+const PREFILL_HEAD_DIMS: [usize; 1] = [128];
 /// Sequences per step whose keys may be split (partials are kept for this many); later
 /// sequences of a larger eager step run unsplit.
 const MMA_SEQ_CAP: usize = 256;
@@ -116,6 +121,7 @@ impl CudaBackend {
         let mma = mma_tiles(shape.head_dim, self.max_query_len * group)
             .filter(|_| block_size.is_multiple_of(16));
         let prefill = self.opts.attention == AttentionKernel::Mma
+            && PREFILL_HEAD_DIMS.contains(&shape.head_dim)
             && self.max_query_len >= PREFILL_MIN_Q
             && mma.is_some();
         match (self.opts.attention, mma) {
@@ -128,7 +134,10 @@ impl CudaBackend {
                     self.attention_mma(&mut args, shape, nt, chunks, PREFILL_MIN_Q - 1);
                 }
             }
-            (AttentionKernel::Mma | AttentionKernel::MmaOnly, Some((nt, chunks))) => {
+            (
+                AttentionKernel::Mma | AttentionKernel::MmaOnly | AttentionKernel::MmaSerial,
+                Some((nt, chunks)),
+            ) => {
                 self.attention_mma(&mut args, shape, nt, chunks, self.max_query_len);
             }
             (AttentionKernel::Split, _) if self.max_query_len <= 64 => {
@@ -211,7 +220,8 @@ impl CudaBackend {
         args.counters = counters;
         args.seq_cap = MMA_SEQ_CAP as i32;
         args.grid_splits = grid_splits as i32;
-        let Some(f) = self.kernels.attention_mma(shape.head_dim, nt) else {
+        let serial = self.opts.attention == AttentionKernel::MmaSerial;
+        let Some(f) = self.kernels.attention_mma(shape.head_dim, nt, serial) else {
             self.fail(anyhow!(
                 "attention_mma has no build for head_dim {} with {nt} row tiles",
                 shape.head_dim

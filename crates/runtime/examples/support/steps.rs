@@ -2,8 +2,9 @@
 //! the HBM roofline measured in the same call, for the 135M model's shape and dummy
 //! llama-3.1-8b, for each configuration in `STEPS_VARIANTS` (default: `default` = this
 //! build's defaults, `gemv` = the weight-streaming gemv kernels for steps of <= 8 tokens,
-//! `nosmall` = cuBLAS for every step, `nopdl` = no programmatic dependent launch, `before` =
-//! the previous defaults: split-KV attention, cuBLAS, no PDL).
+//! `nosmall` = cuBLAS for every step, `nopdl` = no programmatic dependent launch, `serial` =
+//! the tensor-core attention without its K/V prefetch, `before` = the previous defaults:
+//! split-KV attention, cuBLAS, no PDL).
 //! `STEPS_SHAPES=1x1,8x1` restricts the batch × q shapes.
 //! Writes `OUT_DIR/steps.json` (issue 14: decode at batch 1/8/32, verify 32 × (1 + K),
 //! K ∈ {4, 6, 8, 12}) and `OUT_DIR/latency.json` (issue 15: decode at batch 1 and 8 with
@@ -39,6 +40,7 @@ fn variant(name: &str) -> Result<(AttentionKernel, Option<usize>, bool)> {
         "nosmall" => (d.attention, Some(0), d.pdl),
         "nopdl" => (d.attention, None, false),
         "before" => (AttentionKernel::Split, Some(0), false),
+        "serial" => (AttentionKernel::MmaSerial, None, d.pdl),
         other => anyhow::bail!("STEPS_VARIANTS: unknown variant {other:?}"),
     })
 }
