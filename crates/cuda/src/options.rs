@@ -19,10 +19,10 @@ pub enum GraphMode {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AttentionKernel {
     /// Tensor cores, each K/V tile loaded once per (sequence, KV head): every step shape,
-    /// head_dim 64 and 128 (others fall back to `Reference`), each warp's next K/V tile
-    /// loaded while it computes this one; with head_dim 128, sequences of more than 16
-    /// query tokens (prefill chunks) on the staged prefill kernel (measured slower than
-    /// `attention_mma` with head_dim 64, faster with 128).
+    /// head_dim 64 and 128 (others fall back to `Reference`); with head_dim 64 each warp's
+    /// next K/V tile loaded while it computes this one, with 128 sequences of more than 16
+    /// query tokens (prefill chunks) on the staged prefill kernel (each where it measured
+    /// faster).
     Mma,
     /// `Mma` with prefill chunks on the decode/verify kernel too (the default before the
     /// prefill kernel), kept to measure against.

@@ -28,10 +28,16 @@ const MMA_MAX_CHUNKS: usize = 64;
 const PREFILL_WARPS: usize = 4;
 const PREFILL_MIN_Q: usize = MMA_SPLIT_MAX_Q + 1;
 /// Head dims whose prefill chunks take the prefill kernel: measured faster than
-/// `attention_mma` for the 8B shape (128) and slower for the 135M one (64: 3 KV heads leave
-/// too few blocks of rows; `attention_mma`'s warps split the keys instead). Session 10,
-/// BENCHMARKS "A prefill attention kernel".
+/// `attention_mma` for the 8B shape (128: 1 x 1024 step 46.0 vs 48.6 ms) and slower for the
+/// 135M one (64: 9.36 vs 6.22 ms; 3 KV heads leave too few blocks of rows, where
+/// `attention_mma`'s warps split the keys instead). Session 10, BENCHMARKS "K/V prefetch and
+/// a prefill kernel".
 const PREFILL_HEAD_DIMS: [usize; 1] = [128];
+/// Head dims whose `attention_mma` prefetches each warp's next K/V tile: faster for the 135M
+/// shape (64: verify 32 x 5 1.243 vs 1.390 ms, decode 32 x 1 1.141 vs 1.184) and slower for
+/// the 8B one (128: decode 8 x 1 5.64 vs 5.31 ms, 32 x 1 6.91 vs 6.60; twice the tile's
+/// registers). Session 10, BENCHMARKS "K/V prefetch and a prefill kernel".
+const PREFETCH_HEAD_DIMS: [usize; 1] = [64];
 /// Sequences per step whose keys may be split (partials are kept for this many); later
 /// sequences of a larger eager step run unsplit.
 const MMA_SEQ_CAP: usize = 256;
@@ -220,7 +226,8 @@ impl CudaBackend {
         args.counters = counters;
         args.seq_cap = MMA_SEQ_CAP as i32;
         args.grid_splits = grid_splits as i32;
-        let serial = self.opts.attention == AttentionKernel::MmaSerial;
+        let serial = self.opts.attention == AttentionKernel::MmaSerial
+            || !PREFETCH_HEAD_DIMS.contains(&shape.head_dim);
         let Some(f) = self.kernels.attention_mma(shape.head_dim, nt, serial) else {
             self.fail(anyhow!(
                 "attention_mma has no build for head_dim {} with {nt} row tiles",
