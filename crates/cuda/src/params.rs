@@ -31,8 +31,9 @@ pub(crate) struct AttnArgs {
     pub prefill_min_q: i32,
 }
 
-/// Row tiles (8 rows each) per warp that `attention_prefill_d{D}_n{NT}` is built for.
-pub(crate) const PREFILL_ROW_TILES: [(usize, &[usize]); 2] = [(64, &[1, 2]), (128, &[1, 2])];
+/// Row tiles (8 rows each) per warp that `attention_prefill_d{D}_n{NT}` is built for: head_dim
+/// 128 only, the one it measured faster for (backend/attention.rs `PREFILL_HEAD_DIMS`).
+pub(crate) const PREFILL_ROW_TILES: [(usize, &[usize]); 1] = [(128, &[1, 2])];
 
 /// Row tiles (8 rows each) per block that `attention_mma_d{D}_n{NT}` is built for.
 pub(crate) const MMA_ROW_TILES: [(usize, &[usize]); 2] =
