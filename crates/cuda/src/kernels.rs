@@ -414,9 +414,9 @@ mod tests {
     fn every_tensor_core_attention_build_is_defined() {
         let names: Vec<String> = SOURCES.iter().flat_map(|(_, s)| entry_names(s)).collect();
         for (kernel, builds) in [
-            ("attention_mma", crate::params::MMA_ROW_TILES),
-            ("attention_mma_serial", crate::params::MMA_ROW_TILES),
-            ("attention_prefill", crate::params::PREFILL_ROW_TILES),
+            ("attention_mma", &crate::params::MMA_ROW_TILES[..]),
+            ("attention_mma_serial", &crate::params::MMA_ROW_TILES[..]),
+            ("attention_prefill", &crate::params::PREFILL_ROW_TILES[..]),
         ] {
             for &(d, tiles) in builds.iter() {
                 for nt in tiles {
