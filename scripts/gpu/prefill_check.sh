@@ -29,23 +29,39 @@ G=$OUT/prefill
 mkdir -p "$G"
 start=$(date +%s)
 el() { echo $(( $(date +%s) - start )); }
-mkdir -p /tmp/wring-stage && cp .dev/pf/model.part00 /tmp/wring-stage/
-xz -dc .dev/pf/wring.xz > /tmp/wring && chmod +x /tmp/wring && : > /tmp/wring-flags
+# DIR: what was carried (.dev/pf; `DIR=.dev/pfc CHECKS_ONLY=1`: a gpu_check alone, from
+# `gpu_check_prepare .dev/pfc`, for the correctness checks without timings or staging).
+DIR=${DIR:-.dev/pf}
+if [ -f "$DIR/model.part00" ]; then
+    mkdir -p /tmp/wring-stage && cp "$DIR/model.part00" /tmp/wring-stage/
+    xz -dc "$DIR/wring.xz" > /tmp/wring && chmod +x /tmp/wring && : > /tmp/wring-flags
+fi
 . scripts/gpu/cuda_env.sh
 export WRING_HOME=/tmp/wring-home
-xz -dc .dev/pf/gpu_check.xz > /tmp/gpu_check && chmod +x /tmp/gpu_check
-echo "commit $(cat .dev/pf/commit 2>/dev/null)" | tee "$G/summary.md"
+xz -dc "$DIR/gpu_check.xz" > /tmp/gpu_check && chmod +x /tmp/gpu_check
+echo "commit $(cat "$DIR/commit" 2>/dev/null)" | tee "$G/summary.md"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee -a "$G/summary.md"
 GPU_CHECK=/tmp/gpu_check
 
+# 1. Checks in parallel; CHECKS picks them (default: attention, graphs-135m, cpu-135m;
+#    graphs-8b: the llama-3.1-8b shape, where the prefill kernel runs).
 checks=()
-( gpu_check_run 170 attention attention ) & checks+=($!)
-( gpu_check_run 150 graphs-135m graphs dummy ) & checks+=($!)
-( gpu_check_run 150 cpu-135m cpu-compare dummy-gguf ) & checks+=($!)
+for c in ${CHECKS:-attention graphs-135m cpu-135m}; do
+    case $c in
+        attention) ( gpu_check_run 170 attention attention ) & checks+=($!) ;;
+        graphs-135m) ( gpu_check_run 150 graphs-135m graphs dummy ) & checks+=($!) ;;
+        graphs-8b) ( gpu_check_run 200 graphs-8b graphs dummy-8b ) & checks+=($!) ;;
+        cpu-135m) ( gpu_check_run 150 cpu-135m cpu-compare dummy-gguf ) & checks+=($!) ;;
+    esac
+done
 wait "${checks[@]}"
 echo "checks done at $(el) s" | tee -a "$G/summary.md"
-grep -h "^| 64 ×\|^| 128 ×" "$G/attention.md" | tee -a "$G/summary.md"
-grep -h "vs per-head kernel, q 40" "$G/graphs-135m.md" | tee -a "$G/summary.md"
+grep -h "^| 64 ×\|^| 128 ×" "$G/attention.md" 2>/dev/null | tee -a "$G/summary.md"
+grep -h "vs per-head kernel, q 40" "$G"/graphs-*.md 2>/dev/null | tee -a "$G/summary.md"
+if [ "${CHECKS_ONLY:-0}" = 1 ]; then
+    cd "$OUT" && tar czf prefill.tgz prefill && rm -rf prefill
+    exit 0
+fi
 
 # 2. Graph-replay decode/verify step times, prefetching (default) vs serial loads, HBM
 #    roofline measured in the same call (steps.json; both models).
