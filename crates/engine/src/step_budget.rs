@@ -10,6 +10,9 @@
 //! length): the per-token cost of a prefill chunk grows with its position, and this
 //! term is what lets a chunk late in a long prompt shrink before it overshoots.
 //!
+//! A step with no decode/verify rows (a prompt prefilled alone) uses a longer target,
+//! [`PREFILL_ALONE_TARGET`]: nobody's next token waits on it.
+//!
 //! Rules that keep it safe: decode/verify rows are never cut (they are scheduled
 //! first, under the hard cap only); the prefill is never starved: where the target
 //! cannot be met (a slow or loaded machine, many streams) it still gets as much step
@@ -27,6 +30,13 @@ pub const FIRST_CHUNK_TOKENS: usize = 32;
 /// The smallest prefill chunk a step offers when prefill is waiting, whatever the
 /// prediction: a long prompt always advances.
 pub const MIN_PREFILL_TOKENS: usize = 8;
+
+/// The step-time target of a step with no decode/verify rows (a prompt prefilled alone): no
+/// stream's next token waits on it, so it may run longer and prefill in larger, more
+/// efficient chunks; the bound keeps a request that arrives meanwhile waiting ~0.5 s at
+/// most. On the 2-core CPU a lone 2,000-token prompt took 14.1–15.3 s to its first token
+/// with 120 ms steps, 11.0–11.3 s with 500 ms ones, 9.5–12.4 s unchunked (BENCHMARKS).
+pub const PREFILL_ALONE_TARGET: Duration = Duration::from_millis(500);
 
 /// Steps kept for the fit: enough to span a long prefill's changing positions,
 /// few enough that a change in load (other processes on the machine) shows quickly.
@@ -139,6 +149,11 @@ impl StepBudgeter {
         let Some(target) = self.target_secs else {
             return room;
         };
+        let target = if decode.tokens == 0 {
+            target.max(PREFILL_ALONE_TARGET.as_secs_f64())
+        } else {
+            target
+        };
         let grow = (2 * self.largest_chunk).max(FIRST_CHUNK_TOKENS);
         let predicted = match self.coef {
             Some(_) => {
@@ -240,6 +255,32 @@ mod tests {
         assert!(
             (a - 0.010).abs() < 1e-3 && (c - 0.002).abs() < 1e-4,
             "{a} {c} {d}"
+        );
+    }
+
+    #[test]
+    fn a_prompt_alone_prefills_in_longer_steps() {
+        let mut b = StepBudgeter::new(Some(Duration::from_millis(120)), 2048);
+        let alone = prefill(&mut b, 0, 2000);
+        let limit = PREFILL_ALONE_TARGET.as_secs_f64();
+        for &(n, secs) in &alone[3..alone.len() - 1] {
+            assert!(secs <= 1.05 * limit, "chunk {n}: {secs}");
+        }
+        assert!(
+            alone.iter().any(|&(_, secs)| secs > 0.8 * limit),
+            "{alone:?}"
+        );
+        // The same prompt beside one decoding stream keeps the 120 ms steps.
+        let mut b = StepBudgeter::new(Some(Duration::from_millis(120)), 2048);
+        let beside = prefill(&mut b, 1, 2000);
+        assert!(beside[3..beside.len() - 1]
+            .iter()
+            .all(|&(_, secs)| secs <= 0.126));
+        assert!(
+            alone.len() * 3 < beside.len(),
+            "{} vs {}",
+            alone.len(),
+            beside.len()
         );
     }
 
