@@ -154,8 +154,9 @@ pub struct Limits {
     pub vocab_size: usize,
     /// `max_tokens` when a chat request sends none (0 = the rest of the context).
     pub max_tokens_default: u32,
-    /// The model's generation config: fills sampling fields a request leaves out (as vLLM does);
-    /// without it OpenAI's defaults apply (temperature 1, top_p 1).
+    /// The model's own sampling settings (generation config, else a known model's card): fill
+    /// sampling fields a request leaves out (as vLLM does with the generation config); without
+    /// them OpenAI's defaults apply (temperature 1, top_p 1).
     pub generation: wring_model::GenerationDefaults,
 }
 
@@ -832,5 +833,37 @@ mod tests {
             "{}",
             e.message
         );
+    }
+
+    #[test]
+    fn the_models_own_defaults_fill_only_the_fields_a_request_leaves_out() {
+        // SmolLM2's model card (temperature 0.2, top_p 0.9), as `wring serve` passes it.
+        let limits = Limits {
+            generation: wring_model::GenerationDefaults {
+                temperature: Some(0.2),
+                top_p: Some(0.9),
+                ..LIMITS.generation
+            },
+            ..LIMITS
+        };
+        let req = |body: serde_json::Value| {
+            let r: ChatCompletionRequest =
+                parse_json_object(body.to_string().as_bytes(), ChatCompletionRequest::FIELDS)
+                    .unwrap();
+            chat_plan(&r, None, limits).unwrap().0.sampling
+        };
+        let msgs = serde_json::json!([{"role": "user", "content": "hi"}]);
+        let s = req(serde_json::json!({"messages": msgs}));
+        assert_eq!(
+            (s.temperature, s.top_p, s.min_p, s.top_k),
+            (0.2, 0.9, 0.0, 0)
+        );
+        let s = req(serde_json::json!({"messages": msgs, "temperature": 1.0}));
+        assert_eq!((s.temperature, s.top_p), (1.0, 0.9));
+        let s = req(serde_json::json!({"messages": msgs, "temperature": 0, "top_p": 1}));
+        assert_eq!((s.temperature, s.top_p), (0.0, 1.0));
+        // Without model defaults: OpenAI's.
+        let (plan, _) = chat(serde_json::json!({"messages": msgs})).unwrap();
+        assert_eq!((plan.sampling.temperature, plan.sampling.top_p), (1.0, 1.0));
     }
 }
