@@ -96,10 +96,14 @@ fn chat_samples_by_default_and_plain_generate_stays_greedy() {
         log.contains("sampling: temperature 0.2 (model card), top_p 0.8 (flag)"),
         "{log}"
     );
+    assert!(
+        log.contains("DRY 0.8 (wring chat default; base 1.75, allowed length 2, whole context)"),
+        "{log}"
+    );
     let (ok, log) = start(&["--chat", "--temperature", "0"]);
     assert!(ok, "{log}");
     assert!(
-        log.contains("sampling: greedy (temperature 0 (flag))"),
+        log.contains("sampling: greedy (temperature 0 (flag)), DRY 0.8 (wring chat default"),
         "{log}"
     );
     let (ok, log) = start(&[]);

@@ -166,6 +166,21 @@ pub struct SamplingArgs {
     /// 1 = off.
     #[arg(long, default_value_t = 1.0)]
     pub repetition_penalty: f32,
+    /// DRY loop penalty (llama.cpp's): a token that would extend a sequence repeated from
+    /// earlier in the context by n >= --dry-allowed-length tokens loses multiplier ·
+    /// base^(n - allowed) from its logit. 0 = off. Default: off for plain generate; for chat
+    /// 0.8 (a wring chat default: it stops the default model's loops, BENCHMARKS.md).
+    #[arg(long)]
+    pub dry_multiplier: Option<f32>,
+    /// DRY's growth per repeated token past the allowed length.
+    #[arg(long, default_value_t = wring_engine::api::DRY_BASE)]
+    pub dry_base: f32,
+    /// Repeats up to this many tokens go unpenalised by DRY.
+    #[arg(long, default_value_t = wring_engine::api::DRY_ALLOWED_LENGTH)]
+    pub dry_allowed_length: u32,
+    /// How many of the last context tokens DRY searches: -1 = all (prompt and output), 0 = off.
+    #[arg(long, default_value_t = -1, allow_hyphen_values = true)]
+    pub dry_penalty_last_n: i32,
     /// Stop when this text appears (repeatable); the text itself is not printed.
     #[arg(long = "stop")]
     pub stop: Vec<String>,
@@ -181,6 +196,10 @@ pub struct SamplingArgs {
 pub const CHAT_TEMPERATURE: f32 = 0.7;
 pub const CHAT_TOP_P: f32 = 0.95;
 pub const CHAT_MIN_P: f32 = 0.05;
+/// DRY for chat (no model card or generation config sets it): the default model under any
+/// chat sampling falls into phrase loops ("la France, la France, …") that DRY penalises
+/// without touching single repeated tokens (BENCHMARKS.md, issue 19 item 1).
+pub const CHAT_DRY_MULTIPLIER: f32 = 0.8;
 
 impl SamplingArgs {
     /// Plain completion (`wring generate` without --chat): greedy unless the flags say otherwise.
@@ -225,6 +244,11 @@ impl SamplingArgs {
             0.0,
             0.0,
         ) as u32;
+        let (dry_multiplier, dry_from) = match (self.dry_multiplier, chat) {
+            (Some(v), _) => (v, "flag"),
+            (None, Some(_)) => (CHAT_DRY_MULTIPLIER, "wring chat default"),
+            (None, None) => (0.0, "default"),
+        };
         let params = SamplingParams {
             temperature,
             top_p,
@@ -234,13 +258,29 @@ impl SamplingArgs {
             presence_penalty: self.presence_penalty,
             frequency_penalty: self.frequency_penalty,
             repetition_penalty: self.repetition_penalty,
+            dry_multiplier,
+            dry_base: self.dry_base,
+            dry_allowed_length: self.dry_allowed_length,
+            dry_penalty_last_n: self.dry_penalty_last_n,
             ..SamplingParams::default()
         };
-        let line = if temperature == 0.0 {
+        let mut line = if temperature == 0.0 {
             format!("sampling: greedy ({})", sources[0])
         } else {
             format!("sampling: {}", sources.join(", "))
         };
+        if dry_multiplier > 0.0 && self.dry_penalty_last_n != 0 {
+            let window = match self.dry_penalty_last_n {
+                -1 => "whole context".to_string(),
+                n => format!("last {n} tokens"),
+            };
+            line += &format!(
+                ", DRY {dry_multiplier} ({dry_from}; base {}, allowed length {}, {window})",
+                self.dry_base, self.dry_allowed_length
+            );
+        } else if chat.is_some() {
+            line += &format!(", DRY off ({dry_from})");
+        }
         (params, line)
     }
 }
@@ -514,7 +554,8 @@ mod sampling_tests {
         assert_eq!(
             line(&[], ModelSampling::default()),
             "sampling: temperature 0.7 (wring chat default), top_p 0.95 (wring chat default), \
-             min_p 0.05 (wring chat default), top_k 0 (wring chat default)"
+             min_p 0.05 (wring chat default), top_k 0 (wring chat default), \
+             DRY 0.8 (wring chat default; base 1.75, allowed length 2, whole context)"
         );
         let card = ModelSampling {
             defaults: GenerationDefaults {
@@ -527,7 +568,8 @@ mod sampling_tests {
         assert_eq!(
             line(&["--min-p", "0"], card),
             "sampling: temperature 0.2 (model card), top_p 0.9 (model card), min_p 0 (flag), \
-             top_k 0 (wring chat default)"
+             top_k 0 (wring chat default), DRY 0.8 (wring chat default; base 1.75, allowed length \
+             2, whole context)"
         );
         let config = ModelSampling {
             defaults: GenerationDefaults {
@@ -540,14 +582,41 @@ mod sampling_tests {
         assert_eq!(
             line(&[], config),
             "sampling: temperature 0.6 (generation config), top_p 0.95 (wring chat default), \
-             min_p 0.05 (wring chat default), top_k 20 (generation config)"
+             min_p 0.05 (wring chat default), top_k 20 (generation config), DRY 0.8 (wring chat \
+             default; base 1.75, allowed length 2, whole context)"
         );
         assert_eq!(
             line(&["--temperature", "0"], card),
-            "sampling: greedy (temperature 0 (flag))",
+            "sampling: greedy (temperature 0 (flag)), DRY 0.8 (wring chat default; base 1.75, \
+             allowed length 2, whole context)",
         );
+        assert_eq!(
+            line(
+                &[
+                    "--temperature",
+                    "0",
+                    "--dry-multiplier",
+                    "1",
+                    "--dry-penalty-last-n",
+                    "-1"
+                ],
+                card
+            ),
+            "sampling: greedy (temperature 0 (flag)), DRY 1 (flag; base 1.75, allowed length 2, \
+             whole context)",
+        );
+        assert_eq!(
+            line(&["--temperature", "0", "--dry-multiplier", "0"], card),
+            "sampling: greedy (temperature 0 (flag)), DRY off (flag)",
+        );
+        let (chat, _) = Cli::try_parse_from(["x", "--dry-penalty-last-n", "256"])
+            .unwrap()
+            .args
+            .chat_params(&card);
+        assert_eq!((chat.dry_multiplier, chat.dry_penalty_last_n), (0.8, 256));
         let (plain, _) = Cli::try_parse_from(["x"]).unwrap().args.resolve(None);
         assert_eq!(plain.temperature, 0.0, "plain generate stays greedy");
+        assert_eq!(plain.dry_multiplier, 0.0, "and without DRY");
     }
 }
 
