@@ -13,7 +13,12 @@ occurred earlier in the answer. Counts, not timings: fine on a busy machine.
 
 Settings: `default` (no sampling flag: what the binary resolves by itself), `old` (session 9's
 defaults as flags: temperature 0.7, top_p 0.95, min_p 0.05), `card` (SmolLM2's model card,
-temperature 0.2, top_p 0.9, as flags), `card_rp` (the card with repetition penalty 1.1), `greedy` (temperature 0, one run: seeds do not matter).
+temperature 0.2, top_p 0.9, as flags), `card_rp` (the card with repetition penalty 1.1), `greedy`
+(temperature 0, one run: seeds do not matter); each with DRY off (`--dry-multiplier 0`, since
+chat turns DRY on by default). `old_dry`, `card_dry`, `greedy_dry`: the same with DRY at
+`--dry-multiplier` M (--dry, default 0.8) and llama.cpp's base 1.75 and allowed length 2.
+
+    python3 scripts/chat_defaults_quality.py --settings old_dry,card_dry,greedy_dry --dry 0.8
 """
 
 import argparse
@@ -35,13 +40,16 @@ QUESTIONS = [
     ("What is the opposite of hot?", ["cold"]),
 ]
 
+OFF = ["--dry-multiplier", "0"]
 SETTINGS = {
     "default": [],
-    "old": ["--temperature", "0.7", "--top-p", "0.95", "--min-p", "0.05"],
-    "card": ["--temperature", "0.2", "--top-p", "0.9"],
-    "card_rp": ["--temperature", "0.2", "--top-p", "0.9", "--repetition-penalty", "1.1"],
-    "greedy": ["--temperature", "0"],
+    "old": ["--temperature", "0.7", "--top-p", "0.95", "--min-p", "0.05", *OFF],
+    "card": ["--temperature", "0.2", "--top-p", "0.9", *OFF],
+    "card_rp": ["--temperature", "0.2", "--top-p", "0.9", "--repetition-penalty", "1.1", *OFF],
+    "greedy": ["--temperature", "0", *OFF],
 }
+for name in ["old", "card", "greedy"]:
+    SETTINGS[name + "_dry"] = SETTINGS[name][: -len(OFF)] + ["--dry-multiplier", "DRY"]
 
 NGRAM, MIN_WORDS, LOOP_COVERAGE = 4, 16, 0.5
 
@@ -77,11 +85,14 @@ def main():
     ap.add_argument("--seeds", type=int, default=10, help="seeds 1..N per question")
     ap.add_argument("--max-tokens", type=int, default=96)
     ap.add_argument("--settings", default="old,default,greedy", help=f"comma-separated, of {list(SETTINGS)}")
+    ap.add_argument("--dry", default="0.8", help="DRY multiplier of the *_dry settings")
     ap.add_argument("--json", help="write every answer here")
     args = ap.parse_args()
+    for flags in SETTINGS.values():
+        flags[:] = [args.dry if f == "DRY" else f for f in flags]
     rows, answers = [], []
     for name in args.settings.split(","):
-        seeds = [1] if name == "greedy" else range(1, args.seeds + 1)
+        seeds = [1] if name.startswith("greedy") else range(1, args.seeds + 1)
         total_ok = total_loop = total = 0
         for q, words in QUESTIONS:
             ok = loops = 0
