@@ -27,6 +27,41 @@ pub struct SamplingParams {
     /// many tokens were emitted (vLLM `min_tokens`).
     #[serde(default)]
     pub min_tokens: u32,
+    /// DRY ("Don't Repeat Yourself", as in llama.cpp and text-generation-webui): a token that
+    /// would extend a sequence repeated from earlier in the context by n >= `dry_allowed_length`
+    /// tokens loses `dry_multiplier * dry_base^(n - dry_allowed_length)` from its logit.
+    /// 0 = off.
+    #[serde(default)]
+    pub dry_multiplier: f32,
+    #[serde(default = "dry_base_default")]
+    pub dry_base: f32,
+    /// Repeats up to this long go unpenalised (at least 1).
+    #[serde(default = "dry_allowed_length_default")]
+    pub dry_allowed_length: u32,
+    /// How many of the last context tokens (prompt and output) are searched for repeats:
+    /// -1 = the whole context, 0 = none (DRY off).
+    #[serde(default = "dry_penalty_last_n_default")]
+    pub dry_penalty_last_n: i32,
+    /// Texts that end a repeat: a token whose text contains one never belongs to a match.
+    /// None = [`DRY_SEQUENCE_BREAKERS`].
+    #[serde(default)]
+    pub dry_sequence_breakers: Option<Vec<String>>,
+}
+
+/// llama.cpp's default DRY sequence breakers: repeats do not run across lines, "key:" labels,
+/// quotes or markdown emphasis, which legitimately recur.
+pub const DRY_SEQUENCE_BREAKERS: [&str; 4] = ["\n", ":", "\"", "*"];
+pub const DRY_BASE: f32 = 1.75;
+pub const DRY_ALLOWED_LENGTH: u32 = 2;
+
+fn dry_base_default() -> f32 {
+    DRY_BASE
+}
+fn dry_allowed_length_default() -> u32 {
+    DRY_ALLOWED_LENGTH
+}
+fn dry_penalty_last_n_default() -> i32 {
+    -1
 }
 
 impl Default for SamplingParams {
@@ -43,6 +78,11 @@ impl Default for SamplingParams {
             logprobs: None,
             logit_bias: Vec::new(),
             min_tokens: 0,
+            dry_multiplier: 0.0,
+            dry_base: DRY_BASE,
+            dry_allowed_length: DRY_ALLOWED_LENGTH,
+            dry_penalty_last_n: -1,
+            dry_sequence_breakers: None,
         }
     }
 }

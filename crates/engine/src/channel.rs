@@ -3,7 +3,7 @@
 //! (`core.rs`) and the handles (`handle.rs`) both depend on it, not on each other.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
-use std::sync::{mpsc, Mutex};
+use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -12,6 +12,7 @@ use tokio::sync::mpsc::UnboundedSender;
 use crate::api::{EngineEvent, GenerateRequest};
 use crate::config::KPolicy;
 use crate::metrics::MetricsSnapshot;
+use crate::sampling::{BreakerCache, DryBreakers};
 
 pub(crate) enum Command {
     Submit(Box<Submission>),
@@ -26,6 +27,8 @@ pub(crate) struct Submission {
     /// Per-request K policy override, parsed at submission.
     pub k_policy: Option<KPolicy>,
     pub events: UnboundedSender<EngineEvent>,
+    /// DRY's sequence breakers, resolved at submission (None: DRY off).
+    pub dry_breakers: Option<Arc<DryBreakers>>,
 }
 
 /// State shared between handles and the engine thread.
@@ -38,6 +41,7 @@ pub(crate) struct Shared {
     pub metrics: Mutex<MetricsSnapshot>,
     pub thread: Mutex<Option<JoinHandle<()>>>,
     pub limits: Limits,
+    pub dry_breakers: BreakerCache,
 }
 
 #[derive(Debug, Clone)]

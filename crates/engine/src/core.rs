@@ -206,6 +206,7 @@ impl EngineCore {
             req,
             k_policy,
             events,
+            dry_breakers,
         } = s;
         let fail = |msg: String| {
             let _ = events.send(EngineEvent::Error { message: msg });
@@ -221,7 +222,11 @@ impl EngineCore {
             return fail(format!("{e:#}"));
         }
         let k_policy = k_policy.unwrap_or_else(|| self.cfg.spec.k_policy.clone());
-        let state = RequestState::new(&req, k_policy, events, &self.eos, self.tokenizer.clone());
+        let mut state =
+            RequestState::new(&req, k_policy, events, &self.eos, self.tokenizer.clone());
+        if let Some(b) = dry_breakers {
+            state.sampler.set_dry_breakers(b);
+        }
         self.requests.insert(id, state);
         self.sched.add(Sequence::new(id, req.prompt_ids));
     }

@@ -15,7 +15,7 @@ use crate::channel::{Command, Limits, Shared, Submission};
 use crate::config::{EngineConfig, KPolicy};
 use crate::core::EngineCore;
 use crate::metrics::MetricsSnapshot;
-use crate::sampling::validate_sampling;
+use crate::sampling::{validate_sampling, BreakerCache};
 
 /// What the server and the CLI need to know about the running engine.
 #[derive(Clone)]
@@ -107,6 +107,7 @@ impl Engine {
         };
         let (tx, rx) = mpsc::channel();
         let shared = Arc::new(Shared {
+            dry_breakers: BreakerCache::new(info.tokenizer.clone()),
             commands: Mutex::new(tx),
             next_id: AtomicU64::new(1),
             pending: AtomicUsize::new(0),
@@ -163,6 +164,8 @@ impl EngineHandle {
             return Err(SubmitError::ShuttingDown);
         }
         let k_policy = validate_request(&req, l)?;
+        // Here, not on the engine thread: the first DRY request decodes the vocabulary.
+        let dry_breakers = self.shared.dry_breakers.for_params(&req.sampling);
         // Reserve a waiting slot (undone on failure below).
         let pending = self.shared.pending.fetch_add(1, Ordering::AcqRel);
         if pending >= l.max_waiting {
@@ -176,6 +179,7 @@ impl EngineHandle {
             req,
             k_policy,
             events: tx,
+            dry_breakers,
         };
         if !self.shared.send(Command::Submit(Box::new(sub))) {
             self.shared.pending.fetch_sub(1, Ordering::AcqRel);

@@ -1,6 +1,7 @@
 //! Models: configs, weight loading (GGUF, safetensors, dummy), tokenizers, chat
 //! templates, and the Llama-family forward pass written against the backend trait.
 
+pub mod catalog;
 pub mod chat;
 pub mod config;
 pub mod export;
@@ -15,6 +16,7 @@ pub mod tokenizer;
 pub mod weight_slice;
 pub mod weights;
 
+pub use catalog::{ModelSampling, SamplingSource};
 pub use chat::{ChatMessage, ChatTemplate};
 pub use config::{GenerationDefaults, ModelConfig, RopeScaling};
 pub use runner::{greedy_continuation, Logits, ModelRunner, SeqInput, ShardRunner, StepInput};

@@ -137,6 +137,7 @@ struct Common<'a> {
     presence_penalty: Option<f32>,
     frequency_penalty: Option<f32>,
     repetition_penalty: Option<f32>,
+    dry: DryFields<'a>,
     logit_bias: Option<&'a Value>,
     min_tokens: Option<i64>,
     ignore_eos: Option<bool>,
@@ -148,14 +149,77 @@ struct Common<'a> {
     user: Option<String>,
 }
 
+/// llama.cpp's DRY fields as sent (all optional; no DRY unless `dry_multiplier` > 0).
+struct DryFields<'a> {
+    multiplier: Option<f32>,
+    base: Option<f32>,
+    allowed_length: Option<i64>,
+    penalty_last_n: Option<i64>,
+    sequence_breakers: Option<&'a Vec<String>>,
+}
+
+/// The DRY settings of a request; the engine's defaults for fields left out.
+fn dry_params(d: DryFields<'_>) -> Result<SamplingParams, ApiError> {
+    let def = SamplingParams::default();
+    let multiplier = d.multiplier.unwrap_or(0.0);
+    if !(multiplier >= 0.0 && multiplier.is_finite()) {
+        return Err(ApiError::invalid_param(
+            "dry_multiplier",
+            format!("`dry_multiplier` must be at least 0 (0 = off); got {multiplier}."),
+        ));
+    }
+    let base = d.base.unwrap_or(def.dry_base);
+    if !(base >= 1.0 && base.is_finite()) {
+        return Err(ApiError::invalid_param(
+            "dry_base",
+            format!("`dry_base` must be at least 1; got {base}."),
+        ));
+    }
+    let allowed = match d.allowed_length {
+        None => def.dry_allowed_length,
+        Some(n) if n >= 1 => u32::try_from(n).unwrap_or(u32::MAX),
+        Some(n) => {
+            return Err(ApiError::invalid_param(
+                "dry_allowed_length",
+                format!("`dry_allowed_length` must be at least 1; got {n}."),
+            ))
+        }
+    };
+    let last_n = match d.penalty_last_n {
+        None => def.dry_penalty_last_n,
+        Some(n) if n >= -1 => i32::try_from(n).unwrap_or(i32::MAX),
+        Some(n) => {
+            return Err(ApiError::invalid_param(
+                "dry_penalty_last_n",
+                format!(
+                    "`dry_penalty_last_n` must be -1 (the whole context), 0 (off) or positive; got {n}."
+                ),
+            ))
+        }
+    };
+    let p = SamplingParams {
+        dry_multiplier: multiplier,
+        dry_base: base,
+        dry_allowed_length: allowed,
+        dry_penalty_last_n: last_n,
+        dry_sequence_breakers: d.sequence_breakers.cloned(),
+        ..def
+    };
+    // The engine's own check covers the breaker list (count, empty or overlong strings).
+    wring_engine::sampling::validate_sampling(&p)
+        .map_err(|e| ApiError::invalid_param("dry_sequence_breakers", format!("{e}.")))?;
+    Ok(p)
+}
+
 /// What the server knows that validation needs.
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
     pub vocab_size: usize,
     /// `max_tokens` when a chat request sends none (0 = the rest of the context).
     pub max_tokens_default: u32,
-    /// The model's generation config: fills sampling fields a request leaves out (as vLLM does);
-    /// without it OpenAI's defaults apply (temperature 1, top_p 1).
+    /// The model's own sampling settings (generation config, else a known model's card): fill
+    /// sampling fields a request leaves out (as vLLM does with the generation config); without
+    /// them OpenAI's defaults apply (temperature 1, top_p 1).
     pub generation: wring_model::GenerationDefaults,
 }
 
@@ -204,6 +268,13 @@ pub fn chat_plan(
         presence_penalty: req.presence_penalty,
         frequency_penalty: req.frequency_penalty,
         repetition_penalty: req.repetition_penalty,
+        dry: DryFields {
+            multiplier: req.dry_multiplier,
+            base: req.dry_base,
+            allowed_length: req.dry_allowed_length,
+            penalty_last_n: req.dry_penalty_last_n,
+            sequence_breakers: req.dry_sequence_breakers.as_ref(),
+        },
         logit_bias: req.logit_bias.as_ref(),
         min_tokens: req.min_tokens,
         ignore_eos: req.ignore_eos,
@@ -282,6 +353,13 @@ pub fn completion_plan(
         presence_penalty: req.presence_penalty,
         frequency_penalty: req.frequency_penalty,
         repetition_penalty: req.repetition_penalty,
+        dry: DryFields {
+            multiplier: req.dry_multiplier,
+            base: req.dry_base,
+            allowed_length: req.dry_allowed_length,
+            penalty_last_n: req.dry_penalty_last_n,
+            sequence_breakers: req.dry_sequence_breakers.as_ref(),
+        },
         logit_bias: req.logit_bias.as_ref(),
         min_tokens: req.min_tokens,
         ignore_eos: req.ignore_eos,
@@ -425,6 +503,7 @@ fn common_plan(c: Common<'_>, limits: Limits, num_prompts: usize) -> Result<Plan
             ),
         ));
     }
+    let dry = dry_params(c.dry)?;
     let constraint = structured::parse(c.structured)?;
     Ok(Plan {
         model: c.model,
@@ -440,6 +519,7 @@ fn common_plan(c: Common<'_>, limits: Limits, num_prompts: usize) -> Result<Plan
             logprobs: None,
             logit_bias,
             min_tokens,
+            ..dry
         },
         max_tokens,
         default_max_tokens: limits.max_tokens_default,
@@ -665,6 +745,43 @@ mod tests {
     }
 
     #[test]
+    fn dry_is_off_unless_asked_and_takes_llama_cpp_fields() {
+        let m = serde_json::json!([{"role": "user", "content": "hi"}]);
+        let (plan, _) = chat(serde_json::json!({"messages": m})).unwrap();
+        assert_eq!(
+            plan.sampling.dry_multiplier, 0.0,
+            "OpenAI semantics: no DRY"
+        );
+        let (plan, _) = chat(serde_json::json!({
+            "messages": m, "dry_multiplier": 0.8, "dry_base": 2.0, "dry_allowed_length": 3,
+            "dry_penalty_last_n": 64, "dry_sequence_breakers": ["\n", "###"]
+        }))
+        .unwrap();
+        let s = &plan.sampling;
+        assert_eq!(
+            (
+                s.dry_multiplier,
+                s.dry_base,
+                s.dry_allowed_length,
+                s.dry_penalty_last_n
+            ),
+            (0.8, 2.0, 3, 64)
+        );
+        assert_eq!(
+            s.dry_sequence_breakers,
+            Some(vec!["\n".to_string(), "###".to_string()])
+        );
+        let (plan, _) =
+            completion(serde_json::json!({"prompt": "x", "dry_multiplier": 0.5})).unwrap();
+        assert_eq!(
+            (plan.sampling.dry_multiplier, plan.sampling.dry_base),
+            (0.5, 1.75)
+        );
+        assert_eq!(plan.sampling.dry_allowed_length, 2);
+        assert_eq!(plan.sampling.dry_penalty_last_n, -1);
+    }
+
+    #[test]
     fn every_bad_parameter_is_named() {
         let m = serde_json::json!([{"role": "user", "content": "hi"}]);
         let chat_cases = [
@@ -728,6 +845,26 @@ mod tests {
             (
                 serde_json::json!({"messages": m, "repetition_penalty": 0}),
                 "repetition_penalty",
+            ),
+            (
+                serde_json::json!({"messages": m, "dry_multiplier": -1}),
+                "dry_multiplier",
+            ),
+            (
+                serde_json::json!({"messages": m, "dry_base": 0.5}),
+                "dry_base",
+            ),
+            (
+                serde_json::json!({"messages": m, "dry_allowed_length": 0}),
+                "dry_allowed_length",
+            ),
+            (
+                serde_json::json!({"messages": m, "dry_penalty_last_n": -2}),
+                "dry_penalty_last_n",
+            ),
+            (
+                serde_json::json!({"messages": m, "dry_sequence_breakers": [""]}),
+                "dry_sequence_breakers",
             ),
             (serde_json::json!({"messages": m, "stop": 5}), "stop"),
             (serde_json::json!({"messages": m, "stop": ["a", 1]}), "stop"),
@@ -832,5 +969,37 @@ mod tests {
             "{}",
             e.message
         );
+    }
+
+    #[test]
+    fn the_models_own_defaults_fill_only_the_fields_a_request_leaves_out() {
+        // SmolLM2's model card (temperature 0.2, top_p 0.9), as `wring serve` passes it.
+        let limits = Limits {
+            generation: wring_model::GenerationDefaults {
+                temperature: Some(0.2),
+                top_p: Some(0.9),
+                ..LIMITS.generation
+            },
+            ..LIMITS
+        };
+        let req = |body: serde_json::Value| {
+            let r: ChatCompletionRequest =
+                parse_json_object(body.to_string().as_bytes(), ChatCompletionRequest::FIELDS)
+                    .unwrap();
+            chat_plan(&r, None, limits).unwrap().0.sampling
+        };
+        let msgs = serde_json::json!([{"role": "user", "content": "hi"}]);
+        let s = req(serde_json::json!({"messages": msgs}));
+        assert_eq!(
+            (s.temperature, s.top_p, s.min_p, s.top_k),
+            (0.2, 0.9, 0.0, 0)
+        );
+        let s = req(serde_json::json!({"messages": msgs, "temperature": 1.0}));
+        assert_eq!((s.temperature, s.top_p), (1.0, 0.9));
+        let s = req(serde_json::json!({"messages": msgs, "temperature": 0, "top_p": 1}));
+        assert_eq!((s.temperature, s.top_p), (0.0, 1.0));
+        // Without model defaults: OpenAI's.
+        let (plan, _) = chat(serde_json::json!({"messages": msgs})).unwrap();
+        assert_eq!((plan.sampling.temperature, plan.sampling.top_p), (1.0, 1.0));
     }
 }

@@ -36,7 +36,8 @@ pub struct ServerConfig {
     pub max_tokens_default: u32,
     /// How tool calls are written (None = detected from the chat template).
     pub tool_call_format: Option<ToolFormat>,
-    /// Sampling settings from the model's generation config, for fields a request leaves out.
+    /// The model's own sampling settings (its generation config, else its model card: the CLI's
+    /// `wring_model::ModelSampling`), for fields a request leaves out.
     pub generation_defaults: wring_model::GenerationDefaults,
 }
 

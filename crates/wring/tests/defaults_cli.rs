@@ -1,6 +1,6 @@
 //! What the CLI picks when flags leave a choice open, as the start-up log says it: speculation
 //! (`--speculative suffix` alone: adaptive K, unpadded on the CPU; `--k-policy`, `--pad`,
-//! `--no-pad` override), fair steps, and chat sampling.
+//! `--no-pad` override), fair steps, and chat sampling (flag, else the model's own, else wring's).
 
 use std::process::Command;
 
@@ -87,13 +87,23 @@ fn chat_samples_by_default_and_plain_generate_stays_greedy() {
     let (ok, log) = start(&["--chat"]);
     assert!(ok, "{log}");
     assert!(
-        log.contains("sampling: temperature 0.7 (wring chat default), top_p 0.95 (wring chat default), min_p 0.05 (wring chat default)"),
+        log.contains("sampling: temperature 0.2 (model card), top_p 0.9 (model card), min_p 0.05 (wring chat default)"),
+        "the default model's card (SmolLM2: temperature 0.2, top_p 0.9); its GGUF has no sampling keys\n{log}"
+    );
+    let (ok, log) = start(&["--chat", "--top-p", "0.8"]);
+    assert!(ok, "{log}");
+    assert!(
+        log.contains("sampling: temperature 0.2 (model card), top_p 0.8 (flag)"),
+        "{log}"
+    );
+    assert!(
+        log.contains("DRY 0.8 (wring chat default; base 1.75, allowed length 2, whole context)"),
         "{log}"
     );
     let (ok, log) = start(&["--chat", "--temperature", "0"]);
     assert!(ok, "{log}");
     assert!(
-        log.contains("sampling: greedy (temperature 0 (flag))"),
+        log.contains("sampling: greedy (temperature 0 (flag)), DRY 0.8 (wring chat default"),
         "{log}"
     );
     let (ok, log) = start(&[]);

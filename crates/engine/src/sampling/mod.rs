@@ -1,18 +1,22 @@
 //! Sampling: parameter validation, logit processing (logit bias, min tokens,
-//! penalties, temperature, top-k, top-p, min-p), seeded per-request random draws
+//! penalties, DRY, temperature, top-k, top-p, min-p), seeded per-request random draws
 //! and logprobs.
 
 mod distribution;
+mod dry;
 mod edits;
 mod logprobs;
 mod penalties;
 mod validate;
 
 pub use distribution::{argmax, Distribution};
+pub use dry::{BreakerCache, Dry, DryBreakers};
 pub use edits::LogitEdits;
 pub use logprobs::token_logprobs;
 pub use penalties::TokenHistory;
 pub use validate::validate_sampling;
+
+use std::sync::Arc;
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -25,6 +29,8 @@ use crate::api::SamplingParams;
 pub struct RequestSampler {
     params: SamplingParams,
     history: TokenHistory,
+    /// DRY's context and settings; None when DRY is off.
+    dry: Option<Dry>,
     edits: LogitEdits,
     /// Tokens observed so far (the output length, for `min_tokens`).
     emitted: usize,
@@ -36,6 +42,7 @@ impl RequestSampler {
         let seed = params.seed.unwrap_or_else(|| rand::thread_rng().gen());
         Self {
             history: TokenHistory::new(prompt, params.repetition_penalty != 1.0),
+            dry: Dry::new(&params, prompt),
             edits: LogitEdits::new(&params),
             emitted: 0,
             rng: ChaCha8Rng::seed_from_u64(seed),
@@ -50,6 +57,13 @@ impl RequestSampler {
         self
     }
 
+    /// The tokens that end DRY matches (without them every token may belong to one).
+    pub fn set_dry_breakers(&mut self, breakers: Arc<DryBreakers>) {
+        if let Some(d) = &mut self.dry {
+            d.set_breakers(breakers);
+        }
+    }
+
     pub fn params(&self) -> &SamplingParams {
         &self.params
     }
@@ -59,7 +73,7 @@ impl RequestSampler {
     }
 
     /// Whether the next token is always the argmax of the raw logits: greedy (or
-    /// top-k 1) with no penalty, bias or `min_tokens` ban that could move it. Then the
+    /// top-k 1) with no penalty (DRY included), bias or `min_tokens` ban that could move it. Then the
     /// engine may ask the runner for ids alone (`ModelRunner::forward_greedy`)
     /// instead of whole logit rows; otherwise the step takes the logits path, where
     /// sampling and verification see the edited rows.
@@ -69,6 +83,7 @@ impl RequestSampler {
             && p.repetition_penalty == 1.0
             && p.presence_penalty == 0.0
             && p.frequency_penalty == 0.0
+            && self.dry.is_none()
             && !self.edits.is_active(self.emitted)
     }
 
@@ -76,10 +91,15 @@ impl RequestSampler {
     /// and the tokens emitted so far.
     pub fn distribution(&self, raw_logits: &[f32]) -> Distribution {
         let edits = self.edits.is_active(self.emitted);
-        if edits || self.history.has_effect(&self.params) {
+        let dry = self.dry.as_ref().map(|d| d.repeat_lengths());
+        let dry = dry.filter(|r| !r.is_empty());
+        if edits || self.history.has_effect(&self.params) || dry.is_some() {
             let mut l = raw_logits.to_vec();
             self.edits.apply(self.emitted, &mut l);
             self.history.apply(&self.params, &mut l);
+            if let (Some(d), Some(repeats)) = (&self.dry, dry) {
+                d.apply(&repeats, &mut l);
+            }
             Distribution::from_logits(&l, &self.params)
         } else {
             Distribution::from_logits(raw_logits, &self.params)
@@ -101,9 +121,12 @@ impl RequestSampler {
         &mut self.rng
     }
 
-    /// Records an emitted token (for penalties).
+    /// Records an emitted token (for penalties and DRY).
     pub fn observe(&mut self, token: u32) {
         self.history.push(token);
+        if let Some(d) = &mut self.dry {
+            d.push(token);
+        }
         self.emitted += 1;
     }
 }
@@ -178,6 +201,10 @@ mod tests {
                 frequency_penalty: -0.5,
                 ..Default::default()
             },
+            SamplingParams {
+                dry_multiplier: 0.8,
+                ..Default::default()
+            },
         ] {
             assert!(!only(p.clone()), "{p:?}");
         }
@@ -207,6 +234,39 @@ mod tests {
         s.observe(5);
         assert!(s.argmax_only());
         assert_eq!(s.sample(&logits()), 1);
+    }
+
+    #[test]
+    fn dry_moves_the_greedy_choice_off_a_repeat_and_turns_off_the_ids_only_path() {
+        let p = SamplingParams {
+            dry_multiplier: 0.8,
+            ..Default::default()
+        };
+        // Prompt "1 0 4 1 0": token 4 would repeat "1 0 4"; logit 2.5 - 0.8 * 1.75^0 = 1.7,
+        // below token 2's 2.0 (and token 1 does not follow "1 0" anywhere).
+        let logits = [0.0, 1.0, 2.0, 0.5, 2.5, -1.0];
+        let mut s = RequestSampler::new(p.clone(), &[1, 0, 4, 1, 0]);
+        assert!(!s.argmax_only());
+        assert_eq!(s.sample(&logits), 2);
+        // Off: the raw argmax.
+        let off = SamplingParams {
+            dry_multiplier: 0.0,
+            ..p.clone()
+        };
+        let mut s = RequestSampler::new(off.clone(), &[1, 0, 4, 1, 0]);
+        assert!(s.argmax_only());
+        assert_eq!(s.sample(&logits), 4);
+        // A breaker inside the repeat ends it: 0 breaks, so "1 0" never matches.
+        let mut s = RequestSampler::new(p.clone(), &[1, 0, 4, 1, 0]);
+        s.set_dry_breakers(Arc::new(DryBreakers::from_ids(&[0])));
+        assert_eq!(s.sample(&logits), 4);
+        // Emitted tokens extend the context: after "3 1", token 0 would repeat "3 1 0".
+        let mut s = RequestSampler::new(p, &[3, 1, 0, 5]);
+        let l = [2.0, 1.0, 1.5, 0.0, 0.0, 0.0];
+        assert_eq!(s.sample(&l), 0);
+        s.observe(3);
+        s.observe(1);
+        assert_eq!(s.sample(&l), 2);
     }
 
     #[test]

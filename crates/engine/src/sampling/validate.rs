@@ -4,6 +4,9 @@ use crate::api::SamplingParams;
 
 /// Largest `logprobs` (top alternatives per token) accepted.
 pub const MAX_TOP_LOGPROBS: u32 = 20;
+/// Each request's breaker list is matched against every token's text once.
+const MAX_DRY_BREAKERS: usize = 64;
+const MAX_DRY_BREAKER_BYTES: usize = 40;
 
 pub fn validate_sampling(p: &SamplingParams) -> Result<(), String> {
     let finite = |name: &str, v: f32| {
@@ -48,6 +51,45 @@ pub fn validate_sampling(p: &SamplingParams) -> Result<(), String> {
             "repetition_penalty must be within (0, 10], got {}",
             p.repetition_penalty
         ));
+    }
+    finite("dry_multiplier", p.dry_multiplier)?;
+    finite("dry_base", p.dry_base)?;
+    if p.dry_multiplier < 0.0 {
+        return Err(format!(
+            "dry_multiplier must be at least 0 (0 = off), got {}",
+            p.dry_multiplier
+        ));
+    }
+    if p.dry_base < 1.0 {
+        return Err(format!("dry_base must be at least 1, got {}", p.dry_base));
+    }
+    if p.dry_allowed_length < 1 {
+        return Err(format!(
+            "dry_allowed_length must be at least 1, got {}",
+            p.dry_allowed_length
+        ));
+    }
+    if p.dry_penalty_last_n < -1 {
+        return Err(format!(
+            "dry_penalty_last_n must be -1 (the whole context), 0 (off) or positive, got {}",
+            p.dry_penalty_last_n
+        ));
+    }
+    if let Some(b) = &p.dry_sequence_breakers {
+        if b.len() > MAX_DRY_BREAKERS {
+            return Err(format!(
+                "dry_sequence_breakers takes at most {MAX_DRY_BREAKERS} strings, got {}",
+                b.len()
+            ));
+        }
+        if let Some(s) = b
+            .iter()
+            .find(|s| s.is_empty() || s.len() > MAX_DRY_BREAKER_BYTES)
+        {
+            return Err(format!(
+                "dry_sequence_breakers must be non-empty strings of at most {MAX_DRY_BREAKER_BYTES} bytes, got {s:?}"
+            ));
+        }
     }
     if let Some((t, b)) = p
         .logit_bias
@@ -139,6 +181,48 @@ mod tests {
                     ..base.clone()
                 },
                 "logprobs",
+            ),
+            (
+                SamplingParams {
+                    dry_multiplier: -0.5,
+                    ..base.clone()
+                },
+                "dry_multiplier",
+            ),
+            (
+                SamplingParams {
+                    dry_multiplier: f32::INFINITY,
+                    ..base.clone()
+                },
+                "dry_multiplier",
+            ),
+            (
+                SamplingParams {
+                    dry_base: 0.9,
+                    ..base.clone()
+                },
+                "dry_base",
+            ),
+            (
+                SamplingParams {
+                    dry_allowed_length: 0,
+                    ..base.clone()
+                },
+                "dry_allowed_length",
+            ),
+            (
+                SamplingParams {
+                    dry_penalty_last_n: -2,
+                    ..base.clone()
+                },
+                "dry_penalty_last_n",
+            ),
+            (
+                SamplingParams {
+                    dry_sequence_breakers: Some(vec![String::new()]),
+                    ..base.clone()
+                },
+                "dry_sequence_breakers",
             ),
         ];
         for (p, field) in cases {

@@ -8,7 +8,7 @@ use wring_engine::{EngineEvent, GenerateRequest};
 use wring_model::ChatMessage;
 
 use super::common::{
-    encode_prompt, model_generation_defaults, start_engine, CommonArgs, SamplingArgs,
+    encode_prompt, model_sampling_defaults, start_engine, CommonArgs, SamplingArgs,
 };
 
 #[derive(clap::Args)]
@@ -35,7 +35,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let base_len = history.len();
     let (sampling, how) = args
         .sampling
-        .chat_params(&model_generation_defaults(&args.common.model));
+        .chat_params(&model_sampling_defaults(&args.common.model));
     tracing::info!("{how}");
     eprintln!(
         "chatting with {} (/exit to quit, /reset to start over)",

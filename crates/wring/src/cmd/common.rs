@@ -142,16 +142,18 @@ pub struct SamplingArgs {
     #[arg(long, default_value_t = 256)]
     pub max_tokens: u32,
     /// 0 = greedy. Default: greedy for plain `wring generate`; for chat (`wring chat`, `wring
-    /// generate --chat`) the model's own generation config, else 0.7.
+    /// generate --chat`) the model's own: its generation config, else for a model wring knows its
+    /// publisher's model card (SmolLM2 instruct, the default model: 0.2); else 0.7.
     #[arg(long)]
     pub temperature: Option<f32>,
-    /// Default: 1 (off) for plain generate; for chat the model's, else 0.95.
+    /// Default: 1 (off) for plain generate; for chat the model's own (SmolLM2's card: 0.9),
+    /// else 0.95.
     #[arg(long)]
     pub top_p: Option<f32>,
     /// 0 = off. Default: off, or the model's own for chat.
     #[arg(long)]
     pub top_k: Option<u32>,
-    /// 0 = off. Default: off for plain generate; for chat the model's, else 0.05.
+    /// 0 = off. Default: off for plain generate; for chat the model's own, else 0.05.
     #[arg(long)]
     pub min_p: Option<f32>,
     /// Same seed, same output.
@@ -164,6 +166,21 @@ pub struct SamplingArgs {
     /// 1 = off.
     #[arg(long, default_value_t = 1.0)]
     pub repetition_penalty: f32,
+    /// DRY loop penalty (llama.cpp's): a token that would extend a sequence repeated from
+    /// earlier in the context by n >= --dry-allowed-length tokens loses multiplier ·
+    /// base^(n - allowed) from its logit. 0 = off. Default: off for plain generate; for chat
+    /// 0.8 (a wring chat default: it stops the default model's loops, BENCHMARKS.md).
+    #[arg(long)]
+    pub dry_multiplier: Option<f32>,
+    /// DRY's growth per repeated token past the allowed length.
+    #[arg(long, default_value_t = wring_engine::api::DRY_BASE)]
+    pub dry_base: f32,
+    /// Repeats up to this many tokens go unpenalised by DRY.
+    #[arg(long, default_value_t = wring_engine::api::DRY_ALLOWED_LENGTH)]
+    pub dry_allowed_length: u32,
+    /// How many of the last context tokens DRY searches: -1 = all (prompt and output), 0 = off.
+    #[arg(long, default_value_t = -1, allow_hyphen_values = true)]
+    pub dry_penalty_last_n: i32,
     /// Stop when this text appears (repeatable); the text itself is not printed.
     #[arg(long = "stop")]
     pub stop: Vec<String>,
@@ -172,13 +189,17 @@ pub struct SamplingArgs {
     pub ignore_eos: bool,
 }
 
-/// Chat sampling when neither the flags nor the model say otherwise: a conventional moderate
+/// Chat sampling when neither the flags nor the model (generation config or model card) say otherwise: a conventional moderate
 /// temperature with nucleus and min-p truncation (the combination llama.cpp's and most chat
 /// front ends' defaults are near). Greedy decoding of small quantized models falls into loops
 /// at near-tied tokens; sampling from the truncated distribution does not follow a flip forever.
 pub const CHAT_TEMPERATURE: f32 = 0.7;
 pub const CHAT_TOP_P: f32 = 0.95;
 pub const CHAT_MIN_P: f32 = 0.05;
+/// DRY for chat (no model card or generation config sets it): the default model under any
+/// chat sampling falls into phrase loops ("la France, la France, …") that DRY penalises
+/// without touching single repeated tokens (BENCHMARKS.md, issue 19 item 1).
+pub const CHAT_DRY_MULTIPLIER: f32 = 0.8;
 
 impl SamplingArgs {
     /// Plain completion (`wring generate` without --chat): greedy unless the flags say otherwise.
@@ -186,26 +207,27 @@ impl SamplingArgs {
         self.resolve(None).0
     }
 
-    /// Chat sampling: each setting from the flags, else the model's generation config, else
-    /// wring's chat defaults; and a line saying which.
-    pub fn chat_params(&self, model: &wring_model::GenerationDefaults) -> (SamplingParams, String) {
+    /// Chat sampling: each setting from the flags, else the model's own (generation config, or
+    /// the model card of a known model), else wring's chat defaults; and a line saying which.
+    pub fn chat_params(&self, model: &wring_model::ModelSampling) -> (SamplingParams, String) {
         self.resolve(Some(model))
     }
 
-    fn resolve(&self, chat: Option<&wring_model::GenerationDefaults>) -> (SamplingParams, String) {
+    fn resolve(&self, chat: Option<&wring_model::ModelSampling>) -> (SamplingParams, String) {
         let mut sources = vec![];
+        let model_source = chat.map_or("", |m| m.source.label());
         let mut pick =
             |name: &str, flag: Option<f32>, model: Option<f32>, chat_default: f32, plain: f32| {
                 let (v, from) = match (flag, model, chat) {
                     (Some(v), _, _) => (v, "flag"),
-                    (None, Some(v), Some(_)) => (v, "model"),
+                    (None, Some(v), Some(_)) => (v, model_source),
                     (None, None, Some(_)) => (chat_default, "wring chat default"),
                     (None, _, None) => (plain, "default"),
                 };
                 sources.push(format!("{name} {v} ({from})"));
                 v
             };
-        let m = chat.copied().unwrap_or_default();
+        let m = chat.map(|m| m.defaults).unwrap_or_default();
         let temperature = pick(
             "temperature",
             self.temperature,
@@ -222,6 +244,11 @@ impl SamplingArgs {
             0.0,
             0.0,
         ) as u32;
+        let (dry_multiplier, dry_from) = match (self.dry_multiplier, chat) {
+            (Some(v), _) => (v, "flag"),
+            (None, Some(_)) => (CHAT_DRY_MULTIPLIER, "wring chat default"),
+            (None, None) => (0.0, "default"),
+        };
         let params = SamplingParams {
             temperature,
             top_p,
@@ -231,24 +258,40 @@ impl SamplingArgs {
             presence_penalty: self.presence_penalty,
             frequency_penalty: self.frequency_penalty,
             repetition_penalty: self.repetition_penalty,
+            dry_multiplier,
+            dry_base: self.dry_base,
+            dry_allowed_length: self.dry_allowed_length,
+            dry_penalty_last_n: self.dry_penalty_last_n,
             ..SamplingParams::default()
         };
-        let line = if temperature == 0.0 {
+        let mut line = if temperature == 0.0 {
             format!("sampling: greedy ({})", sources[0])
         } else {
             format!("sampling: {}", sources.join(", "))
         };
+        if dry_multiplier > 0.0 && self.dry_penalty_last_n != 0 {
+            let window = match self.dry_penalty_last_n {
+                -1 => "whole context".to_string(),
+                n => format!("last {n} tokens"),
+            };
+            line += &format!(
+                ", DRY {dry_multiplier} ({dry_from}; base {}, allowed length {}, {window})",
+                self.dry_base, self.dry_allowed_length
+            );
+        } else if chat.is_some() {
+            line += &format!(", DRY off ({dry_from})");
+        }
         (params, line)
     }
 }
 
-/// The generation defaults of the model `args` names (none for dummy weights).
-pub fn model_generation_defaults(args: &ModelArgs) -> wring_model::GenerationDefaults {
+/// The sampling defaults of the model `args` names, and their source (none for dummy weights).
+pub fn model_sampling_defaults(args: &ModelArgs) -> wring_model::ModelSampling {
     if args.load_format == "dummy" {
         return Default::default();
     }
     wring_model::resolve_model_path(args.model.as_deref())
-        .map(|p| wring_model::GenerationDefaults::of_model(&p))
+        .map(|p| wring_model::ModelSampling::of_model(&p))
         .unwrap_or_default()
 }
 
@@ -487,6 +530,94 @@ pub fn parse_byte_size(s: &str) -> Result<usize, String> {
         return Err(format!("{s:?} is not a usable size"));
     }
     Ok(bytes as usize)
+}
+
+#[cfg(test)]
+mod sampling_tests {
+    use super::SamplingArgs;
+    use clap::Parser;
+    use wring_model::{GenerationDefaults, ModelSampling, SamplingSource};
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: SamplingArgs,
+    }
+
+    fn line(flags: &[&str], model: ModelSampling) -> String {
+        let cli = Cli::try_parse_from(std::iter::once("x").chain(flags.iter().copied())).unwrap();
+        cli.args.chat_params(&model).1
+    }
+
+    #[test]
+    fn each_chat_setting_says_where_it_came_from() {
+        assert_eq!(
+            line(&[], ModelSampling::default()),
+            "sampling: temperature 0.7 (wring chat default), top_p 0.95 (wring chat default), \
+             min_p 0.05 (wring chat default), top_k 0 (wring chat default), \
+             DRY 0.8 (wring chat default; base 1.75, allowed length 2, whole context)"
+        );
+        let card = ModelSampling {
+            defaults: GenerationDefaults {
+                temperature: Some(0.2),
+                top_p: Some(0.9),
+                ..Default::default()
+            },
+            source: SamplingSource::ModelCard,
+        };
+        assert_eq!(
+            line(&["--min-p", "0"], card),
+            "sampling: temperature 0.2 (model card), top_p 0.9 (model card), min_p 0 (flag), \
+             top_k 0 (wring chat default), DRY 0.8 (wring chat default; base 1.75, allowed length \
+             2, whole context)"
+        );
+        let config = ModelSampling {
+            defaults: GenerationDefaults {
+                temperature: Some(0.6),
+                top_k: Some(20),
+                ..Default::default()
+            },
+            source: SamplingSource::GenerationConfig,
+        };
+        assert_eq!(
+            line(&[], config),
+            "sampling: temperature 0.6 (generation config), top_p 0.95 (wring chat default), \
+             min_p 0.05 (wring chat default), top_k 20 (generation config), DRY 0.8 (wring chat \
+             default; base 1.75, allowed length 2, whole context)"
+        );
+        assert_eq!(
+            line(&["--temperature", "0"], card),
+            "sampling: greedy (temperature 0 (flag)), DRY 0.8 (wring chat default; base 1.75, \
+             allowed length 2, whole context)",
+        );
+        assert_eq!(
+            line(
+                &[
+                    "--temperature",
+                    "0",
+                    "--dry-multiplier",
+                    "1",
+                    "--dry-penalty-last-n",
+                    "-1"
+                ],
+                card
+            ),
+            "sampling: greedy (temperature 0 (flag)), DRY 1 (flag; base 1.75, allowed length 2, \
+             whole context)",
+        );
+        assert_eq!(
+            line(&["--temperature", "0", "--dry-multiplier", "0"], card),
+            "sampling: greedy (temperature 0 (flag)), DRY off (flag)",
+        );
+        let (chat, _) = Cli::try_parse_from(["x", "--dry-penalty-last-n", "256"])
+            .unwrap()
+            .args
+            .chat_params(&card);
+        assert_eq!((chat.dry_multiplier, chat.dry_penalty_last_n), (0.8, 256));
+        let (plain, _) = Cli::try_parse_from(["x"]).unwrap().args.resolve(None);
+        assert_eq!(plain.temperature, 0.0, "plain generate stays greedy");
+        assert_eq!(plain.dry_multiplier, 0.0, "and without DRY");
+    }
 }
 
 #[cfg(test)]

@@ -6,7 +6,7 @@ use std::time::Duration;
 use anyhow::Context;
 use wring_server::{AppState, ServerConfig};
 
-use super::common::{model_generation_defaults, start_engine, CommonArgs};
+use super::common::{model_sampling_defaults, start_engine, CommonArgs};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -61,7 +61,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let tool_call_format = wring_server::tools::ToolFormat::parse(&args.tool_call_parser)
         .map_err(anyhow::Error::msg)
         .context("--tool-call-parser")?;
-    let config = ServerConfig {
+    let mut config = ServerConfig {
         served_model_names: args.served_model_name.clone(),
         api_key: args.api_key.clone().filter(|k| !k.is_empty()),
         allowed_origins,
@@ -70,17 +70,19 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         max_body_bytes: args.max_body_bytes,
         drain_timeout: seconds("--drain-timeout", args.drain_timeout)?,
         stats_interval: seconds("--stats-interval", args.stats_interval)?,
-        generation_defaults: model_generation_defaults(&args.common.model),
         ..ServerConfig::default()
     };
-    if config.generation_defaults.is_empty() {
+    let model_sampling = model_sampling_defaults(&args.common.model);
+    config.generation_defaults = model_sampling.defaults;
+    if model_sampling.defaults.is_empty() {
         tracing::info!(
-            "sampling fields a request leaves out: OpenAI's defaults (temperature 1, top_p 1); the model ships no generation config"
+            "sampling fields a request leaves out: OpenAI's defaults (temperature 1, top_p 1); the model states none (no generation config, no known model card)"
         );
     } else {
         tracing::info!(
-            "sampling fields a request leaves out come from the model's generation config: {:?}",
-            config.generation_defaults
+            "sampling fields a request leaves out come from the model's {}: {:?}; the rest OpenAI's defaults",
+            model_sampling.source.label(),
+            model_sampling.defaults
         );
     }
     let (engine, info) = start_engine(&args.common)?;
