@@ -66,7 +66,7 @@ fn fair_steps_default_on_the_cpu_and_zero_turns_them_off() {
     let (ok, log) = start(&[]);
     assert!(ok, "{log}");
     assert!(
-        log.contains("fair steps: prefill chunks sized for 120 ms steps, the default here (hard cap 2048 tokens)"),
+        log.contains("fair steps: prefill chunks sized for 120 ms steps, the default here (500 ms for a prompt alone; hard cap 2048 tokens)"),
         "{log}"
     );
     let (ok, log) = start(&[

@@ -379,13 +379,14 @@ impl EngineArgs {
         };
         let steps_line = match step_time_target {
             Some(t) => format!(
-                "fair steps: prefill chunks sized for {} ms steps{} (hard cap {} tokens)",
+                "fair steps: prefill chunks sized for {} ms steps{} ({} ms for a prompt alone; hard cap {} tokens)",
                 t.as_millis(),
                 if self.step_time_target_ms.is_some() {
                     ""
                 } else {
                     ", the default here"
                 },
+                t.max(wring_engine::step_budget::PREFILL_ALONE_TARGET).as_millis(),
                 self.max_num_batched_tokens
             ),
             None => format!(
