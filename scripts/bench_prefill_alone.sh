@@ -11,13 +11,7 @@ model=${MODEL:-$home/models/SmolLM2-135M-Instruct.Q4_1.gguf}
 lb=${LLAMA_BENCH:-$home/llama.cpp/llama-bench}
 old=${OLD:?OLD=path to the other wring binary}
 new=${NEW:-target/release/wring}
-prompt_of() {
-  awk -v n="$1" 'BEGIN {
-    split("the of and to in is was for on that with as by at from his it an were are which this be or has had first one their its new after but who not they have her she two been other when there all during into school time may years more most only over city some world would where later up such used many can state about national out known university united then made", w, " ");
-    nw = length(w); s = 12345; out = "";
-    for (i = 0; i < n; i++) { s = (s * 1103515245 + 12345) % 2147483648; out = out (i ? " " : "") w[1 + int(s / 65536) % nw] }
-    print out }'
-}
+. scripts/prefill_prompt.sh
 for round in $(seq 1 "${ROUNDS:-2}"); do
   for n in ${LENGTHS:-512 2048 4096}; do
     p="$(prompt_of "$n")"
