@@ -139,45 +139,10 @@ __device__ __forceinline__ void gv_norm_scales(const GemvArgs& a, float* scale) 
 }
 
 
-__device__ __forceinline__ void gv_pdl_wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-    asm volatile("griddepcontrol.launch_dependents;" :::);
-#endif
-}
-
-// 16 bytes global -> shared, bypassing L1, with a hint that L2 may fetch the following
-// bytes; zero-filled (nothing read) when !ok.
-__device__ __forceinline__ void gv_cp16(void* dst, const void* src, bool ok) {
-    const u32 s = (u32)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;\n" ::"r"(s), "l"(src), "r"(ok ? 16 : 0)
-                 : "memory");
-}
-
 // 4 bytes global -> shared (scales and zeros), zero-filled when !ok.
 __device__ __forceinline__ void gv_cp4(void* dst, const void* src, bool ok) {
     const u32 s = (u32)__cvta_generic_to_shared(dst);
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(s), "l"(src), "r"(ok ? 4 : 0) : "memory");
-}
-
-__device__ __forceinline__ void gv_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-
-template <int N> __device__ __forceinline__ void gv_wait() {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
-
-__device__ __forceinline__ void gv_mma(float* c, u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
-// Two floats to bf16 (round to nearest even) in one register, `lo` in the low half.
-__device__ __forceinline__ u32 gv_pack(float lo, float hi) {
-    u32 r;
-    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
-    return r;
 }
 
 // a * b + c on bf16 pairs, one rounding (exact wherever it is used here).
@@ -307,7 +272,7 @@ __device__ __forceinline__ void gv_stage_x(const GemvArgs& a, bf16_t* xs, int XS
 #pragma unroll
             for (int j = 0; j < 8; ++j) {
                 const float f = __uint_as_float(e[j] << 16) * __ldg(a.smooth + kbase + c0 + 8 * v + j);
-                e[j] = gv_pack(f, 0.0f) & 0xFFFFu;
+                e[j] = pack_bf16x2(f, 0.0f) & 0xFFFFu;
             }
         }
         u32 o[8];
@@ -447,8 +412,8 @@ __device__ __forceinline__ void gemv(const GemvArgs& a) {
         const bool ok = tile_ok && col < a.K;
         const long off = ok ? (long)col * BN / BD : 0;
         uint4* slot = &ring[p % S][warp][0][0];
-        gv_cp16(slot + lane, (ok ? wa_base : a.w) + off, ok);
-        gv_cp16(slot + 32 + lane, (ok ? wb_base : a.w) + off, ok);
+        cp_async16_l2(slot + lane, (ok ? wa_base : a.w) + off, ok);
+        cp_async16_l2(slot + 32 + lane, (ok ? wb_base : a.w) + off, ok);
         if constexpr (F == GV_INT4) {
             // Scale and zero of rows g and g + 8 at this 128-column chunk's group, also for
             // lanes past K in a partial chunk: every lane scales the row's sums (x is 0 there).
@@ -476,7 +441,7 @@ __device__ __forceinline__ void gemv(const GemvArgs& a) {
 #pragma unroll
     for (int p = 0; p < S - 1; ++p) {
         if (p < cps) issue(p);
-        gv_commit();
+        cp_async_commit();
     }
     float rsa = 0.0f, rsb = 0.0f;  // fp8 / nvfp4 row scales (nvfp4: x 2^8, see above)
     if constexpr (F == GV_FP8 || F == GV_NVFP4) {
@@ -484,7 +449,7 @@ __device__ __forceinline__ void gemv(const GemvArgs& a) {
         if constexpr (F == GV_NVFP4) { rsa *= 256.0f; rsb *= 256.0f; }
     }
     const bool smooth = QUANT4 && a.smooth != nullptr;
-    gv_pdl_wait();
+    pdl_entry();
     const bool norm = a.norm_w != nullptr;
     if (norm) gv_norm_scales<TB>(a, norm_scale);
     // The tokens' columns of this range (gv_stage_x).
@@ -497,8 +462,8 @@ __device__ __forceinline__ void gemv(const GemvArgs& a) {
         // Refill the slot chunk p - 1 used (its words were consumed last iteration), then
         // wait for chunk p: at most S - 1 younger groups may still be in flight.
         if (p + S - 1 < cps) issue(p + S - 1);
-        gv_commit();
-        gv_wait<S - 1>();
+        cp_async_commit();
+        cp_async_wait<S - 1>();
         const uint4* slot = &ring[p % S][warp][0][0];
         const uint4 wa = slot[lane], wb = slot[32 + lane];
         u32 xw[W / 2];
@@ -513,8 +478,8 @@ __device__ __forceinline__ void gemv(const GemvArgs& a) {
         if constexpr (F == GV_INT4) {
             const float4 m = *(const float4*)(slot + 64 + lane);
             sa = m.x; sb = m.z;
-            za = gv_pack(-128.0f - m.y, -128.0f - m.y);
-            zb = gv_pack(-128.0f - m.w, -128.0f - m.w);
+            za = pack_bf16x2(-128.0f - m.y, -128.0f - m.y);
+            zb = pack_bf16x2(-128.0f - m.w, -128.0f - m.w);
         } else if constexpr (F == GV_NVFP4) {
             const uint4 m = slot[64 + lane];
             const u32 ua = m.x >> (8 * (m.z & 2)), ub = m.y >> (8 * ((m.z >> 8) & 2));
@@ -523,8 +488,8 @@ __device__ __forceinline__ void gemv(const GemvArgs& a) {
             for (int h = 0; h < 2; ++h) {
                 const float fa = e4m3_to_f32((ua >> (8 * h)) & 0xFFu) * k118;
                 const float fb = e4m3_to_f32((ub >> (8 * h)) & 0xFFu) * k118;
-                ma[h] = gv_pack(fa, fa);
-                mb[h] = gv_pack(fb, fb);
+                ma[h] = pack_bf16x2(fa, fa);
+                mb[h] = pack_bf16x2(fb, fb);
             }
         }
         float cacc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
@@ -534,7 +499,7 @@ __device__ __forceinline__ void gemv(const GemvArgs& a) {
             u32 alo, ahi, blo, bhi;
             gv_row_words<F>(wa, za, ma, st, alo, ahi);
             gv_row_words<F>(wb, zb, mb, st, blo, bhi);
-            gv_mma(dst, alo, blo, ahi, bhi, xw[2 * st], xw[2 * st + 1]);
+            mma_16816(dst, alo, blo, ahi, bhi, xw[2 * st], xw[2 * st + 1]);
         }
         if constexpr (F == GV_INT4) {
             // The chunk is one group: its scale on the f32 sums.

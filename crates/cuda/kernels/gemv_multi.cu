@@ -87,8 +87,8 @@ __device__ __forceinline__ void gemv_multi(const GemvArgs& a) {
         const bool ok = tile_ok && col < a.K;
         const long off = ok ? (long)col / 2 : 0;
         uint4* slot = &ring[p % S][warp][0][0];
-        gv_cp16(slot + lane, (ok ? wa_base : a.w) + off, ok);
-        gv_cp16(slot + 32 + lane, (ok ? wb_base : a.w) + off, ok);
+        cp_async16_l2(slot + lane, (ok ? wa_base : a.w) + off, ok);
+        cp_async16_l2(slot + 32 + lane, (ok ? wb_base : a.w) + off, ok);
         if constexpr (F == GV_INT4) {
             const int col0 = kbase + p * CW;
             const bool mok = tile_ok && col0 < a.K;
@@ -111,14 +111,14 @@ __device__ __forceinline__ void gemv_multi(const GemvArgs& a) {
 #pragma unroll
     for (int p = 0; p < S - 1; ++p) {
         if (p < cps) issue(p);
-        gv_commit();
+        cp_async_commit();
     }
     float rsa = 0.0f, rsb = 0.0f;  // nvfp4 row scales x 2^8
     if constexpr (F == GV_NVFP4) {
         if (tile_ok) { rsa = __ldg(a.scale + ra) * 256.0f; rsb = __ldg(a.scale + rb) * 256.0f; }
     }
     const bool smooth = a.smooth != nullptr;
-    gv_pdl_wait();
+    pdl_entry();
     const bool norm = a.norm_w != nullptr;
     if (norm) {
         // gv_norm_scales for 8 tokens at a time (each token's sum is its own chain).
@@ -145,8 +145,8 @@ __device__ __forceinline__ void gemv_multi(const GemvArgs& a) {
             __syncthreads();
         }
         if (p + S - 1 < cps) issue(p + S - 1);
-        gv_commit();
-        gv_wait<S - 1>();
+        cp_async_commit();
+        cp_async_wait<S - 1>();
         const uint4* slot = &ring[p % S][warp][0][0];
         const uint4 wa = slot[lane], wb = slot[32 + lane];
         u32 za = 0, zb = 0, ma[2] = {0, 0}, mb[2] = {0, 0};
@@ -154,8 +154,8 @@ __device__ __forceinline__ void gemv_multi(const GemvArgs& a) {
         if constexpr (F == GV_INT4) {
             const float4 m = *(const float4*)(slot + 64 + lane);
             sa = m.x; sb = m.z;
-            za = gv_pack(-128.0f - m.y, -128.0f - m.y);
-            zb = gv_pack(-128.0f - m.w, -128.0f - m.w);
+            za = pack_bf16x2(-128.0f - m.y, -128.0f - m.y);
+            zb = pack_bf16x2(-128.0f - m.w, -128.0f - m.w);
         } else {
             const uint4 m = slot[64 + lane];
             const u32 ua = m.x >> (8 * (m.z & 2)), ub = m.y >> (8 * ((m.z >> 8) & 2));
@@ -164,8 +164,8 @@ __device__ __forceinline__ void gemv_multi(const GemvArgs& a) {
             for (int h = 0; h < 2; ++h) {
                 const float fa = e4m3_to_f32((ua >> (8 * h)) & 0xFFu) * k118;
                 const float fb = e4m3_to_f32((ub >> (8 * h)) & 0xFFu) * k118;
-                ma[h] = gv_pack(fa, fa);
-                mb[h] = gv_pack(fb, fb);
+                ma[h] = pack_bf16x2(fa, fa);
+                mb[h] = pack_bf16x2(fb, fb);
             }
         }
         // The chunk's A fragments, dequantised once for all n-tiles.
@@ -189,14 +189,14 @@ __device__ __forceinline__ void gemv_multi(const GemvArgs& a) {
                 // The chunk is one group: its scale on the f32 sums.
                 float cacc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
-                for (int st = 0; st < KST; ++st) gv_mma(cacc, alo[st], blo[st], ahi[st], bhi[st], xw[2 * st], xw[2 * st + 1]);
+                for (int st = 0; st < KST; ++st) mma_16816(cacc, alo[st], blo[st], ahi[st], bhi[st], xw[2 * st], xw[2 * st + 1]);
                 acc[j][0] = fmaf(cacc[0], sa, acc[j][0]);
                 acc[j][1] = fmaf(cacc[1], sa, acc[j][1]);
                 acc[j][2] = fmaf(cacc[2], sb, acc[j][2]);
                 acc[j][3] = fmaf(cacc[3], sb, acc[j][3]);
             } else {
 #pragma unroll
-                for (int st = 0; st < KST; ++st) gv_mma(acc[j], alo[st], blo[st], ahi[st], bhi[st], xw[2 * st], xw[2 * st + 1]);
+                for (int st = 0; st < KST; ++st) mma_16816(acc[j], alo[st], blo[st], ahi[st], bhi[st], xw[2 * st], xw[2 * st + 1]);
             }
         }
     }

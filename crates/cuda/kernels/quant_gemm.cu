@@ -102,22 +102,8 @@ extern "C" __global__ void dequant_nvfp4_bf16(const unsigned char* __restrict__ 
 
 #define QG_WARPS 4
 
-// Two floats to bf16 (round to nearest even) in one register, `lo` in the low half.
-__device__ __forceinline__ u32 pack_bf16x2(float lo, float hi) {
-    u32 r;
-    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
-    return r;
-}
-
 // 2^23 + n for a small integer n, by placing n in an f32's mantissa (exact, no cvt).
 __device__ __forceinline__ float magic(u32 n) { return __uint_as_float(0x4B000000u | n); }
-
-__device__ __forceinline__ void mma_bf16_16816(float* c, const u32* a, u32 b0, u32 b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
 
 struct Int4Deq {
     const float* sc;
@@ -210,7 +196,7 @@ __device__ __forceinline__ void qgemm_body(const unsigned char* __restrict__ q, 
                     b0 = __ldg((const u32*)xr);
                     b1 = __ldg((const u32*)(xr + 8));
                 }
-                mma_bf16_16816(acc[n], a, b0, b1);
+                mma_16816(acc[n], a[0], a[1], a[2], a[3], b0, b1);
             }
         }
     }

@@ -38,19 +38,6 @@
 // Counters per (sequence, KV head): one per row chunk.
 #define MMA_MAX_CHUNKS 64
 
-__device__ __forceinline__ u32 mma_pack_bf16x2(float lo, float hi) {
-    u32 r;
-    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
-    return r;
-}
-
-__device__ __forceinline__ void mma_16816(float* c, u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
 __device__ __forceinline__ u32 movmatrix_trans(u32 x) {
     u32 r;
     asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(r) : "r"(x));
@@ -170,8 +157,8 @@ __device__ __forceinline__ void mma_tile(const KvTile<D>& kv, QFrag qb, int tile
                 o[mt][nt][2 + f] *= corr;
             }
         }
-        pb[nt][0] = movmatrix_trans(mma_pack_bf16x2(p0[0], p0[1]));
-        pb[nt][1] = movmatrix_trans(mma_pack_bf16x2(p1[0], p1[1]));
+        pb[nt][0] = movmatrix_trans(pack_bf16x2(p0[0], p0[1]));
+        pb[nt][1] = movmatrix_trans(pack_bf16x2(p1[0], p1[1]));
     }
     // O^T += V^T . P^T
 #pragma unroll
@@ -363,10 +350,10 @@ __device__ __forceinline__ void attention_mma(const AttnArgs& a) {
         }
         u32* dst0 = qfrag_s + ((nt * (D / 16) + 2 * p) * 32 + ln) * 2;
         u32* dst1 = qfrag_s + ((nt * (D / 16) + 2 * p + 1) * 32 + ln) * 2;
-        dst0[0] = mma_pack_bf16x2(x[0], x[1]);
-        dst0[1] = mma_pack_bf16x2(x[2], x[3]);
-        dst1[0] = mma_pack_bf16x2(x[4], x[5]);
-        dst1[1] = mma_pack_bf16x2(x[6], x[7]);
+        dst0[0] = pack_bf16x2(x[0], x[1]);
+        dst0[1] = pack_bf16x2(x[2], x[3]);
+        dst1[0] = pack_bf16x2(x[4], x[5]);
+        dst1[1] = pack_bf16x2(x[6], x[7]);
     }
     // Causal limit of this lane's rows (2c, 2c + 1 of each row tile): the query's position;
     // -1 for rows past the sequence.
@@ -407,7 +394,7 @@ __device__ __forceinline__ void attention_mma(const AttnArgs& a) {
                 const float* srcp = sm_o + r * D + seg * (D / 8);
 #pragma unroll
                 for (int i = 0; i < D / 8; i += 2) {
-                    *(u32*)(dst + i) = mma_pack_bf16x2(srcp[i] * inv, srcp[i + 1] * inv);
+                    *(u32*)(dst + i) = pack_bf16x2(srcp[i] * inv, srcp[i + 1] * inv);
                 }
             }
             __syncthreads();
@@ -466,7 +453,7 @@ __device__ __forceinline__ void attention_mma(const AttnArgs& a) {
                         x1 += __ldcg(ps + 1) * sc[s];
                     }
                 }
-                *(u32*)(dst + i) = mma_pack_bf16x2(x0 * inv, x1 * inv);
+                *(u32*)(dst + i) = pack_bf16x2(x0 * inv, x1 * inv);
             }
         }
         __syncthreads();

@@ -32,18 +32,6 @@ __device__ __forceinline__ int pf_v_piece(int key, int piece) {
     return D == 64 ? piece ^ (((key >> 1) & 3) << 1) : piece ^ (((key >> 1) & 1) | (((key >> 2) & 1) << 2));
 }
 
-__device__ __forceinline__ void pf_cp16(void* dst, const void* src, bool ok) {
-    const u32 s = (u32)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(src), "r"(ok ? 16 : 0)
-                 : "memory");
-}
-
-__device__ __forceinline__ void pf_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-
-template <int N> __device__ __forceinline__ void pf_wait() {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
-
 // Stage `stage`'s keys of (sequence, KV head) into sm (K rows, then V rows); keys at or past
 // ctx are zero-filled (masked later, and 0 * garbage could be NaN). Each thread copies the
 // same piece of PASSES keys: their pool slots are looked up first, all at once, so the
@@ -67,8 +55,8 @@ __device__ __forceinline__ void pf_fill(unsigned char* sm, const AttnArgs& a, u3
         const int key = k0 + j * KEYS_PER_PASS;
         const bool ok = stage * KEYS + key < ctx;
         const size_t src = (size_t)slot[j] * kv_width + col;
-        pf_cp16(sm + key * ROW + pf_k_piece<D>(key, piece) * 16, a.k_pool + src, ok);
-        pf_cp16(sm + (KEYS + key) * ROW + pf_v_piece<D>(key, piece) * 16, a.v_pool + src, ok);
+        cp_async16(sm + key * ROW + pf_k_piece<D>(key, piece) * 16, a.k_pool + src, ok);
+        cp_async16(sm + (KEYS + key) * ROW + pf_v_piece<D>(key, piece) * 16, a.v_pool + src, ok);
     }
 }
 
@@ -129,8 +117,8 @@ __device__ __forceinline__ void attention_prefill(const AttnArgs& a) {
             if (row < rows) {
                 const float* src = a.q + (size_t)(q_start + row / G) * width + (size_t)(kvh * G + row % G) * D + 32 * p + 8 * c;
                 const float4 u = *(const float4*)src, v = *(const float4*)(src + 4);
-                qf[nt][p] = make_uint4(mma_pack_bf16x2(u.x, u.y), mma_pack_bf16x2(u.z, u.w),
-                                       mma_pack_bf16x2(v.x, v.y), mma_pack_bf16x2(v.z, v.w));
+                qf[nt][p] = make_uint4(pack_bf16x2(u.x, u.y), pack_bf16x2(u.z, u.w),
+                                       pack_bf16x2(v.x, v.y), pack_bf16x2(v.z, v.w));
             } else {
                 qf[nt][p] = make_uint4(0, 0, 0, 0);
             }
@@ -157,13 +145,13 @@ __device__ __forceinline__ void attention_prefill(const AttnArgs& a) {
 
     // Three buffers: stages s + 1 and s + 2 are in flight while stage s is used.
     pf_fill<D>(sm, a, bt_off, kvh, 0, ctx);
-    pf_commit();
+    cp_async_commit();
     if (stages > 1) pf_fill<D>(sm + STAGE, a, bt_off, kvh, 1, ctx);
-    pf_commit();
+    cp_async_commit();
     for (int s = 0; s < stages; ++s) {
         if (s + 2 < stages) pf_fill<D>(sm + ((s + 2) % PF_BUFFERS) * STAGE, a, bt_off, kvh, s + 2, ctx);
-        pf_commit();  // empty groups past the end keep the count uniform
-        pf_wait<2>();
+        cp_async_commit();  // empty groups past the end keep the count uniform
+        cp_async_wait<2>();
         __syncthreads();
         const unsigned char* buf = sm + (s % PF_BUFFERS) * STAGE;
         for (int sub = 0; sub < KEYS / 16; ++sub) {
@@ -187,7 +175,7 @@ __device__ __forceinline__ void attention_prefill(const AttnArgs& a) {
             const float inv = 1.0f / l[nt][f];
             u32 w[D / 16];
 #pragma unroll
-            for (int mt = 0; mt < D / 16; ++mt) w[mt] = mma_pack_bf16x2(o[mt][nt][f] * inv, o[mt][nt][2 + f] * inv);
+            for (int mt = 0; mt < D / 16; ++mt) w[mt] = pack_bf16x2(o[mt][nt][f] * inv, o[mt][nt][2 + f] * inv);
             bf16_t* dst = a.out + (size_t)(q_start + row / G) * width + (size_t)(kvh * G + row % G) * D + g * (D / 8);
 #pragma unroll
             for (int i = 0; i < D / 16; i += 4) *(uint4*)(dst + 2 * i) = make_uint4(w[i], w[i + 1], w[i + 2], w[i + 3]);
