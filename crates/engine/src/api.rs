@@ -48,6 +48,13 @@ pub struct SamplingParams {
     pub dry_sequence_breakers: Option<Vec<String>>,
 }
 
+impl SamplingParams {
+    /// Whether DRY acts at all (a multiplier and a non-empty window).
+    pub fn dry_enabled(&self) -> bool {
+        self.dry_multiplier != 0.0 && self.dry_penalty_last_n != 0
+    }
+}
+
 /// llama.cpp's default DRY sequence breakers: repeats do not run across lines, "key:" labels,
 /// quotes or markdown emphasis, which legitimately recur.
 pub const DRY_SEQUENCE_BREAKERS: [&str; 4] = ["\n", ":", "\"", "*"];

@@ -2,11 +2,13 @@
 //!
 //! `attention_mma` (kernels/attention/mma.cu, the default) runs decode and verify steps on
 //! the tensor cores: one block per (sequence, KV head, row chunk, key split) loads each K/V
-//! tile once for all of the sequence's query tokens and grouped heads. Sequences with more
-//! than 16 query tokens (prefill chunks) go to `attention_prefill` (prefill.cu, same tile
-//! arithmetic): warps own rows and walk all their keys, K/V staged in shared memory for the
-//! whole block; both run in one step when it mixes the two (`WRING_CUDA_ATTENTION=mma-only`:
-//! everything on `attention_mma`, the previous default). The per-head
+//! tile once for all of the sequence's query tokens and grouped heads (with head_dim 64 each
+//! warp loads its next tile while computing this one: `PREFETCH_HEAD_DIMS`). With head_dim
+//! 128, sequences of more than 16 query tokens (prefill chunks) go to `attention_prefill`
+//! (prefill.cu, same tile arithmetic: warps own rows and walk all their keys, K/V staged in
+//! shared memory for the whole block; `PREFILL_HEAD_DIMS`), and both run in one step when it
+//! mixes the two (`WRING_CUDA_ATTENTION=mma-only`: everything on `attention_mma`;
+//! `mma-serial`: that without prefetch, session 9's default). The per-head
 //! kernels of kernels/attention/paged.cu serve head_dim 256 and block sizes that are not
 //! multiples of 16, and stay as the reference (`WRING_CUDA_ATTENTION=reference`) and the
 //! previous default (`split`) for side-by-side measurements.
@@ -248,10 +250,15 @@ impl CudaBackend {
     fn attention_prefill(&mut self, args: &mut AttnArgs, shape: AttnShape) {
         let rows = self.max_query_len * (shape.n_heads / shape.n_kv_heads);
         let units = self.layout.seqs * shape.n_kv_heads;
+        // Row chunks (one block each, per sequence and KV head) with nt row tiles a warp.
+        let chunks = |nt: usize| rows.div_ceil(PREFILL_WARPS * 8 * nt);
         // Two row tiles a warp share each staged K/V tile among more rows; one when that
         // leaves fewer blocks than twice the SMs (the rows' results do not depend on it).
-        let blocks = |nt: usize| units * rows.div_ceil(PREFILL_WARPS * 8 * nt);
-        let nt = if blocks(2) >= 2 * self.sm_count { 2 } else { 1 };
+        let nt = if units * chunks(2) >= 2 * self.sm_count {
+            2
+        } else {
+            1
+        };
         let Some(f) = self.kernels.attention_prefill(shape.head_dim, nt) else {
             self.fail(anyhow!(
                 "attention_prefill has no build for head_dim {}",
@@ -263,7 +270,7 @@ impl CudaBackend {
         let grid = (
             self.layout.seqs as u32,
             shape.n_kv_heads as u32,
-            rows.div_ceil(PREFILL_WARPS * 8 * nt) as u32,
+            chunks(nt) as u32,
         );
         self.launch_args(
             f,

@@ -67,7 +67,7 @@ impl BreakerCache {
 
     /// The breakers `p` asks for; None when DRY is off.
     pub fn for_params(&self, p: &SamplingParams) -> Option<Arc<DryBreakers>> {
-        if p.dry_multiplier == 0.0 || p.dry_penalty_last_n == 0 {
+        if !p.dry_enabled() {
             return None;
         }
         Some(match &p.dry_sequence_breakers {
@@ -108,7 +108,7 @@ pub struct Dry {
 impl Dry {
     /// None when the settings turn DRY off (multiplier 0 or an empty window).
     pub fn new(p: &SamplingParams, prompt: &[u32]) -> Option<Self> {
-        if p.dry_multiplier == 0.0 || p.dry_penalty_last_n == 0 {
+        if !p.dry_enabled() {
             return None;
         }
         let last_n = usize::try_from(p.dry_penalty_last_n).ok();

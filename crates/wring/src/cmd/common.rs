@@ -269,7 +269,7 @@ impl SamplingArgs {
         } else {
             format!("sampling: {}", sources.join(", "))
         };
-        if dry_multiplier > 0.0 && self.dry_penalty_last_n != 0 {
+        if params.dry_enabled() {
             let window = match self.dry_penalty_last_n {
                 -1 => "whole context".to_string(),
                 n => format!("last {n} tokens"),
