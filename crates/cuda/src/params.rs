@@ -24,11 +24,13 @@ pub(crate) struct AttnArgs {
     pub n_kv_heads: i32,
     pub head_dim: i32,
     pub block_size: i32,
-    pub seq_cap: i32,
+    pub part_tokens: i32,
     pub grid_splits: i32,
     pub scale: f32,
     pub scale_log2: f32,
     pub prefill_min_q: i32,
+    pub split_keys_per_q: i32,
+    pub prefill_split_keys: i32,
 }
 
 /// Row tiles (8 rows each) per warp that `attention_prefill_d{D}_n{NT}` is built for: head_dim
@@ -174,7 +176,10 @@ pub(crate) fn gemv_splits(
 pub(crate) struct MmaWorkspace {
     pub parts: DeviceBuffer,
     pub counters: DeviceBuffer,
+    /// Tokens of a step the partials cover (rows of later tokens run unsplit).
+    pub tokens: usize,
     pub n_heads: usize,
+    pub n_kv_heads: usize,
     pub head_dim: usize,
 }
 
@@ -184,14 +189,15 @@ mod tests {
 
     #[test]
     fn attention_args_match_the_kernels_struct() {
-        // 11 pointers, 6 ints, 2 floats, an int (kernels/attention/args.cuh), padded to 8.
+        // 11 pointers, 6 ints, 2 floats, 3 ints (kernels/attention/args.cuh).
         assert_eq!(
             std::mem::size_of::<AttnArgs>(),
-            11 * 8 + 6 * 4 + 2 * 4 + 4 + 4
+            11 * 8 + 6 * 4 + 2 * 4 + 3 * 4
         );
         assert_eq!(std::mem::offset_of!(AttnArgs, n_heads), 88);
         assert_eq!(std::mem::offset_of!(AttnArgs, scale_log2), 116);
         assert_eq!(std::mem::offset_of!(AttnArgs, prefill_min_q), 120);
+        assert_eq!(std::mem::offset_of!(AttnArgs, prefill_split_keys), 128);
     }
 
     #[test]

@@ -16,10 +16,14 @@ struct AttnArgs {
     float* parts;            // split partials (kernel-specific layout)
     u32* counters;           // zero between launches (attention_mma)
     int n_heads, n_kv_heads, head_dim, block_size;
-    int seq_cap;             // sequences the partials have room for
+    int part_tokens;         // tokens the partials have room for (attention_mma)
     int grid_splits;         // blocks per (sequence, KV head, row chunk) in gridDim.z
     float scale;             // 1 / sqrt(head_dim)
     float scale_log2;        // scale * log2(e)
     int prefill_min_q;       // > 0: sequences of at least this many query tokens run on
                              // attention_prefill, and attention_mma skips them
+    int split_keys_per_q;    // attention_mma: keys a split of a decode/verify sequence
+                             // holds per query token
+    int prefill_split_keys;  // attention_mma: keys a split of a prefill chunk holds (0:
+                             // prefill chunks unsplit)
 };

@@ -1,18 +1,26 @@
 // Paged attention on the tensor cores, for every step shape (decode: 1 query per
 // sequence, verify: 1 + K, prefill chunks: many); requires block_size % 16 == 0 and
 // head_dim 64 or 128 (the kernel's D; a.head_dim is ignored). Partials: a.parts is
-// [seq_cap][n_kv][MMA_SPLIT_MAX_Q * G][MMA_MAX_SPLITS][D + 2] f32, a.counters
-// [seq_cap][n_kv][MMA_MAX_CHUNKS].
+// [part_tokens][n_heads][MMA_MAX_SPLITS][D + 2] f32 (indexed by the row's token and head),
+// a.counters [n_kv][part_tokens * G] (indexed by a row chunk's first row in the step).
 //
 // Work split. One block (4 warps) per (sequence, KV head, row chunk, key split). The rows
 // of (sequence, KV head) are r = j * G + hh for query token j and grouped head hh (G query
 // heads share the KV head), so each K/V tile is loaded once for every query token and every
 // head of the group. A row chunk holds 8 * NT rows. The sequence's keys are cut into
 // `splits` contiguous ranges of 16-key tiles (a function of its own query length and
-// context only, never of the batch); inside a split warp w takes tiles w, w + 4, ... The
-// partials of the four warps are merged in warp order, and those of the splits (in split
-// order) by whichever block of the sequence finishes last (a counter, reset by that block),
-// so a row's result depends on its own sequence and nothing else.
+// context only, never of the batch or of the row chunks); inside a split warp w takes tiles
+// w, w + 4, ... The partials of the four warps are merged in warp order, and those of the
+// splits (in split order) by whichever block of the row chunk finishes last (a counter,
+// reset by that block), so a row's result depends on its own sequence and nothing else. A
+// chunk computes only the splits its rows reach (causal); the splits it skips would
+// contribute exact zeros to its rows, so skipping them changes no bit.
+//
+// Every split is its own block (gridDim.z = chunks * MMA_MAX_SPLITS when anything splits):
+// a split is a short chain of dependent loads, and the step's time is its longest chain,
+// so the keys are spread over as many blocks as there are splits. (Session 10 ran several
+// splits one after another in a block once the step had enough blocks to fill the GPU
+// twice: at 32 sequences x 1024 keys that took 29 us a layer for 25 MB of K/V.)
 //
 // Arithmetic, transposed so that the rows are the mma's N dimension (8 rows a tile: a
 // decode step of a GQA-4 model wastes half a tile, not three quarters):
@@ -33,10 +41,9 @@
 
 #define MMA_WARPS 4
 #define MMA_MAX_SPLITS 8
-// Sequences of at most this many query tokens may split their keys.
+// Sequences of at most this many query tokens (decode, verify) split their keys per query
+// token (a.split_keys_per_q); longer ones (prefill chunks) by a.prefill_split_keys.
 #define MMA_SPLIT_MAX_Q 16
-// Counters per (sequence, KV head): one per row chunk.
-#define MMA_MAX_CHUNKS 64
 
 __device__ __forceinline__ u32 movmatrix_trans(u32 x) {
     u32 r;
@@ -51,11 +58,13 @@ __device__ __forceinline__ uint4 ld_nc_v4(const void* p) {
     return r;
 }
 
-// Splits of a sequence's keys: one per 128 * q_len keys, at most MMA_MAX_SPLITS; prefill
-// chunks (more than MMA_SPLIT_MAX_Q queries) and sequences past the partials' capacity: 1.
-__device__ __forceinline__ int mma_splits(int q_len, int ctx, int seq, int seq_cap) {
-    if (q_len > MMA_SPLIT_MAX_Q || seq >= seq_cap) return 1;
-    const int per = 128 * q_len;
+// Splits of a sequence's keys: one per a.split_keys_per_q * q_len keys (decode, verify) or
+// per a.prefill_split_keys keys (prefill chunks), at most MMA_MAX_SPLITS; 1 for sequences
+// past the partials' capacity (token q_end).
+__device__ __forceinline__ int mma_splits(const AttnArgs& a, int q_len, int ctx, int q_end) {
+    if (q_end > a.part_tokens) return 1;
+    const int per = q_len <= MMA_SPLIT_MAX_Q ? a.split_keys_per_q * q_len : a.prefill_split_keys;
+    if (per <= 0) return 1;
     return min(MMA_MAX_SPLITS, max(1, (ctx + per - 1) / per));
 }
 
@@ -327,8 +336,15 @@ __device__ __forceinline__ void attention_mma(const AttnArgs& a) {
     if (row0 >= rows) return;
     const int ctx = (int)a.positions[q_start + q_len - 1] + 1;
     const u32 bt_off = a.seq_bt_off[seq];
-    const int splits = mma_splits(q_len, ctx, seq, a.seq_cap);
-    if (split0 >= splits) return;
+    const int splits = mma_splits(a, q_len, ctx, (int)q_start + q_len);
+    // Keys 0..max_lim: the chunk's last row's position.
+    const int max_lim = (int)a.positions[q_start + (min(rows, row0 + ROWS) - 1) / G];
+    const int ctx_tiles = (ctx + 15) / 16;
+    const int need_tiles = (max_lim + 16) / 16;  // tiles holding keys 0..max_lim
+    const int per_split = (ctx_tiles + splits - 1) / splits;
+    // Splits this chunk's rows reach; the rest would add exact zeros.
+    const int active = (need_tiles + per_split - 1) / per_split;
+    if (split0 >= active) return;
     const int c = threadIdx.x & 3;
     const int width = a.n_heads * D;
 
@@ -358,7 +374,6 @@ __device__ __forceinline__ void attention_mma(const AttnArgs& a) {
     // Causal limit of this lane's rows (2c, 2c + 1 of each row tile): the query's position;
     // -1 for rows past the sequence.
     int lim[NT][2];
-    int max_lim = -1;
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
@@ -366,23 +381,15 @@ __device__ __forceinline__ void attention_mma(const AttnArgs& a) {
             const int row = row0 + nt * 8 + 2 * c + f;
             lim[nt][f] = row < rows ? (int)a.positions[q_start + row / G] : -1;
         }
-    {
-        const int last_row = min(rows, row0 + ROWS) - 1;
-        max_lim = (int)a.positions[q_start + last_row / G];
-    }
     __syncthreads();
 
-    const int ctx_tiles = (ctx + 15) / 16;
-    const int need_tiles = (max_lim + 16) / 16;  // tiles holding keys 0..max_lim
-    const int per_split = (ctx_tiles + splits - 1) / splits;
-
-    for (int split = split0; split < splits; split += a.grid_splits) {
+    for (int split = split0; split < active; split += a.grid_splits) {
         const int tb = split * per_split;
         const int te = min(need_tiles, tb + per_split);
         mma_split<D, NT, PREFETCH>(a, qfrag_s, kvh, bt_off, ctx, tb, te, lim, sm_m, sm_l, sm_o);
         const float* fm = sm_m + MMA_WARPS * ROWS;
         const float* fl = sm_l + MMA_WARPS * ROWS;
-        if (splits == 1) {
+        if (active == 1) {
             // Normalise and store: D/8 contiguous dims per (row, lane group).
             for (int idx = threadIdx.x; idx < ROWS * 8; idx += blockDim.x) {
                 const int r = idx / 8, seg = idx % 8;
@@ -400,23 +407,25 @@ __device__ __forceinline__ void attention_mma(const AttnArgs& a) {
             __syncthreads();
             continue;
         }
-        // A partial: [m, l, o[D]] per row, then count it; the block that completes the
-        // sequence's last split combines all of them in split order.
-        const int rows_cap = MMA_SPLIT_MAX_Q * G;
-        float* part_base = a.parts + (size_t)(seq * a.n_kv_heads + kvh) * rows_cap * MMA_MAX_SPLITS * (D + 2);
+        // A partial: [m, l, o[D]] per row (at its token and head), then count it; the block
+        // that completes the chunk's last split combines all of them in split order.
+        const auto part_of = [&](int row) {
+            const int j = row / G, hh = row % G;
+            return a.parts + ((size_t)(q_start + j) * a.n_heads + kvh * G + hh) * MMA_MAX_SPLITS * (D + 2);
+        };
         for (int idx = threadIdx.x; idx < ROWS * (D + 2); idx += blockDim.x) {
             const int r = idx / (D + 2), col = idx % (D + 2);
             const int row = row0 + r;
             if (row >= rows) continue;
             const float v = col == 0 ? fm[r] : col == 1 ? fl[r] : sm_o[r * D + col - 2];
-            __stcg(part_base + ((size_t)row * MMA_MAX_SPLITS + split) * (D + 2) + col, v);
+            __stcg(part_of(row) + split * (D + 2) + col, v);
         }
         __threadfence();
         __syncthreads();
-        u32* counter = a.counters + (size_t)(seq * a.n_kv_heads + kvh) * MMA_MAX_CHUNKS + chunk;
+        u32* counter = a.counters + (size_t)kvh * a.part_tokens * G + (size_t)q_start * G + row0;
         if (threadIdx.x == 0) {
             const u32 done = atomicAdd(counter, 1u) + 1;
-            last_block = done == (u32)splits;
+            last_block = done == (u32)active;
             if (last_block) *counter = 0;  // ready for the next launch
         }
         __syncthreads();
@@ -426,14 +435,14 @@ __device__ __forceinline__ void attention_mma(const AttnArgs& a) {
             const int r = idx / 8, seg = idx % 8;
             const int row = row0 + r;
             if (row >= rows) continue;
-            const float* pr = part_base + (size_t)row * MMA_MAX_SPLITS * (D + 2);
+            const float* pr = part_of(row);
             float mx = -WRING_INF;
-            for (int s = 0; s < splits; ++s) mx = fmaxf(mx, __ldcg(pr + s * (D + 2)));
+            for (int s = 0; s < active; ++s) mx = fmaxf(mx, __ldcg(pr + s * (D + 2)));
             float wsum = 0.0f, sc[MMA_MAX_SPLITS];
 #pragma unroll
             for (int s = 0; s < MMA_MAX_SPLITS; ++s) {
                 sc[s] = 0.0f;
-                if (s < splits) {
+                if (s < active) {
                     const float ms = __ldcg(pr + s * (D + 2));
                     sc[s] = ms == -WRING_INF ? 0.0f : exp2f(ms - mx);
                     wsum += __ldcg(pr + s * (D + 2) + 1) * sc[s];
@@ -447,7 +456,7 @@ __device__ __forceinline__ void attention_mma(const AttnArgs& a) {
                 float x0 = 0.0f, x1 = 0.0f;
 #pragma unroll
                 for (int s = 0; s < MMA_MAX_SPLITS; ++s) {
-                    if (s < splits) {
+                    if (s < active) {
                         const float* ps = pr + s * (D + 2) + 2 + seg * (D / 8) + i;
                         x0 += __ldcg(ps) * sc[s];
                         x1 += __ldcg(ps + 1) * sc[s];

@@ -24,7 +24,13 @@ use wring_backend::AttnShape;
 /// kernels/attention/mma.cu's limits.
 const MMA_MAX_SPLITS: usize = 8;
 const MMA_SPLIT_MAX_Q: usize = 16;
-const MMA_MAX_CHUNKS: usize = 64;
+/// Keys per split of a decode/verify sequence, per query token (so a split's work stays
+/// about the same at any K).
+const SPLIT_KEYS_PER_Q: usize = 128;
+/// Keys per split of a prefill chunk on `attention_mma`: 16 tiles, 4 a warp. Unsplit, a
+/// 1 x 1024 prefill step of the 135M shape spent 2.80 of its 4.76 ms of kernel time in
+/// attention (ncu, session 11): each warp walked up to 32 tiles in a row.
+const PREFILL_SPLIT_KEYS: usize = 256;
 /// kernels/attention/prefill.cu: warps a block; sequences with at least this many query
 /// tokens (one more than may split their keys) run on it.
 const PREFILL_WARPS: usize = 4;
@@ -40,9 +46,11 @@ const PREFILL_HEAD_DIMS: [usize; 1] = [128];
 /// the 8B one (128: decode 8 x 1 5.64 vs 5.31 ms, 32 x 1 6.91 vs 6.60; twice the tile's
 /// registers). Session 10, BENCHMARKS "K/V prefetch and a prefill kernel".
 const PREFETCH_HEAD_DIMS: [usize; 1] = [64];
-/// Sequences per step whose keys may be split (partials are kept for this many); later
-/// sequences of a larger eager step run unsplit.
-const MMA_SEQ_CAP: usize = 256;
+/// Tokens of a step whose rows may split their keys when prefill chunks run on the prefill
+/// kernel (decode and verify rows only: 256 sequences of up to 16 tokens); rows of later
+/// tokens of a larger eager step run unsplit. Where `attention_mma` takes prefill chunks
+/// the partials cover `max_tokens`, every token a step can have.
+const MMA_SPLIT_TOKENS: usize = 256 * MMA_SPLIT_MAX_Q;
 /// The split-KV reference variant's split count (the previous default).
 const SPLIT_KERNEL_SPLITS: usize = 4;
 
@@ -211,22 +219,29 @@ impl CudaBackend {
         chunks: usize,
         max_q: usize,
     ) {
-        let Some((parts, counters)) = self.mma_workspace(shape) else {
+        let Some(workspace) = self.mma_workspace(shape) else {
             return;
         };
         let seqs = self.layout.seqs;
-        // Blocks per (sequence, KV head, chunk): enough to fill the GPU twice over when the
-        // step has few sequences. It decides which block computes a split, never where the
-        // splits fall, so results do not depend on it.
-        let units = (seqs * shape.n_kv_heads * chunks).max(1);
-        let grid_splits = if max_q <= MMA_SPLIT_MAX_Q {
-            (2 * self.sm_count).div_ceil(units).clamp(1, MMA_MAX_SPLITS)
+        let (parts, counters, part_tokens) = workspace;
+        let prefill_split = self.prefill_splits_on_mma(shape);
+        // One block per split (blocks past a sequence's splits return at once): it decides
+        // which block computes a split, never where the splits fall, so results do not
+        // depend on it.
+        let grid_splits = if max_q <= MMA_SPLIT_MAX_Q || prefill_split {
+            MMA_MAX_SPLITS
         } else {
             1
         };
         args.parts = parts;
         args.counters = counters;
-        args.seq_cap = MMA_SEQ_CAP as i32;
+        args.part_tokens = part_tokens as i32;
+        args.split_keys_per_q = SPLIT_KEYS_PER_Q as i32;
+        args.prefill_split_keys = if prefill_split {
+            PREFILL_SPLIT_KEYS as i32
+        } else {
+            0
+        };
         args.grid_splits = grid_splits as i32;
         let serial = self.opts.attention == AttentionKernel::MmaSerial
             || !PREFETCH_HEAD_DIMS.contains(&shape.head_dim);
@@ -281,11 +296,28 @@ impl CudaBackend {
         );
     }
 
-    /// The partials and counters for this model shape (allocated at the first eager use).
-    fn mma_workspace(&mut self, shape: AttnShape) -> Option<(u64, u64)> {
+    /// Whether prefill chunks of this shape run on `attention_mma` (not on the prefill
+    /// kernel) and split their keys there.
+    fn prefill_splits_on_mma(&self, shape: AttnShape) -> bool {
+        !(self.opts.attention == AttentionKernel::Mma
+            && PREFILL_HEAD_DIMS.contains(&shape.head_dim))
+    }
+
+    /// The partials, counters and the tokens they cover for this model shape (allocated at
+    /// the first eager use).
+    fn mma_workspace(&mut self, shape: AttnShape) -> Option<(u64, u64, usize)> {
+        let tokens = if self.prefill_splits_on_mma(shape) {
+            self.opts.max_tokens
+        } else {
+            MMA_SPLIT_TOKENS.min(self.opts.max_tokens)
+        };
         if let Some(w) = &self.mma_ws {
-            if w.n_heads == shape.n_heads && w.head_dim == shape.head_dim {
-                return Some((w.parts.ptr(), w.counters.ptr()));
+            if w.n_heads == shape.n_heads
+                && w.n_kv_heads == shape.n_kv_heads
+                && w.head_dim == shape.head_dim
+                && w.tokens >= tokens
+            {
+                return Some((w.parts.ptr(), w.counters.ptr(), w.tokens));
             }
         }
         if self.graphs.capturing() {
@@ -294,27 +326,25 @@ impl CudaBackend {
             ));
             return None;
         }
-        let group = shape.n_heads / shape.n_kv_heads;
-        let part_floats = MMA_SEQ_CAP
-            * shape.n_kv_heads
-            * MMA_SPLIT_MAX_Q
-            * group
-            * MMA_MAX_SPLITS
-            * (shape.head_dim + 2);
-        let counter_words = MMA_SEQ_CAP * shape.n_kv_heads * MMA_MAX_CHUNKS;
+        self.mma_ws = None;
+        let part_floats = tokens * shape.n_heads * MMA_MAX_SPLITS * (shape.head_dim + 2);
+        // One counter per row chunk, at the chunk's first row of the step (per KV head).
+        let counter_words = shape.n_kv_heads * tokens * (shape.n_heads / shape.n_kv_heads);
         let made = DeviceBuffer::alloc(part_floats * 4, "attention partials").and_then(|parts| {
             let counters = DeviceBuffer::alloc(counter_words * 4, "attention counters")?;
             counters.zero(counter_words * 4)?;
             Ok(MmaWorkspace {
                 parts,
                 counters,
+                tokens,
                 n_heads: shape.n_heads,
+                n_kv_heads: shape.n_kv_heads,
                 head_dim: shape.head_dim,
             })
         });
         match made {
             Ok(w) => {
-                let ptrs = (w.parts.ptr(), w.counters.ptr());
+                let ptrs = (w.parts.ptr(), w.counters.ptr(), w.tokens);
                 self.mma_ws = Some(w);
                 Some(ptrs)
             }
