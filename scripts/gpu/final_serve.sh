@@ -12,7 +12,8 @@
 #   6. fair steps on this machine's quiet CPU (issue 19 item 3; FAIR=0 skips).
 # PARTS (default tune32,tune1,hostsplit,structured,quant,fair) picks them; NAME the folder
 # and tarball under $OUT (serve_rerun.sh and host_phases.sh are such selections).
-# Flags from /tmp/wring-flags (written by the first call) apply to every server here.
+# Flags from /tmp/wring-flags (written by the first call) apply to every server here;
+# WRING_BIN picks the binary (default /tmp/wring).
 set -uo pipefail
 start=$(date +%s)
 # Optional parts (the quantized formats, fair steps) run only while the call has time left.
@@ -31,7 +32,7 @@ if [ ! -f "$model" ]; then
 fi
 [ -f /tmp/wring-flags ] && . /tmp/wring-flags
 env | grep WRING_CUDA | tee "$R/flags.txt"
-W=/tmp/wring; corp=$PWD/.dev/b/corpora
+W=${WRING_BIN:-/tmp/wring}; corp=$PWD/.dev/b/corpora
 tune() { # concurrency prompts configs
     local dir=$R/tune-c$1 t0=$(date +%s) warm=$1
     [ "$warm" -gt 8 ] && warm=8

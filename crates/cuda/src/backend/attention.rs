@@ -3,7 +3,9 @@
 //! `attention_mma` (kernels/attention/mma.cu, the default) runs decode and verify steps on
 //! the tensor cores: one block per (sequence, KV head, row chunk, key split) loads each K/V
 //! tile once for all of the sequence's query tokens and grouped heads (with head_dim 64 each
-//! warp loads its next tile while computing this one: `PREFETCH_HEAD_DIMS`). With head_dim
+//! warp loads its next tile while computing this one: `PREFETCH_HEAD_DIMS`). Keys split at
+//! fixed points of the sequence's own context (`SPLIT_KEYS_PER_Q` per query token for
+//! decode/verify, `PREFILL_SPLIT_KEYS` for prefill chunks), each split its own block. With head_dim
 //! 128, sequences of more than 16 query tokens (prefill chunks) go to `attention_prefill`
 //! (prefill.cu, same tile arithmetic: warps own rows and walk all their keys, K/V staged in
 //! shared memory for the whole block; `PREFILL_HEAD_DIMS`), and both run in one step when it
