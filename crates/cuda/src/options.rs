@@ -155,6 +155,74 @@ pub struct CudaOptions {
     /// Time cuBLAS against cuBLASLt candidates per GEMM shape at its first eager use and
     /// keep the fastest (`blas.rs`).
     pub gemm_tune: bool,
+    /// How `attention_mma` splits keys (`WRING_CUDA_MMA_SPLITS`).
+    pub mma_splits: MmaSplits,
+}
+
+/// How `attention_mma` splits a sequence's keys over blocks (`WRING_CUDA_MMA_SPLITS` =
+/// `per_q=128,prefill=0,grid=fill,prefill_nt=6`, any subset). Where splits fall depends
+/// only on a sequence's own query length and context; `grid` and `prefill_nt` decide which
+/// block computes what, never the arithmetic of a row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MmaSplits {
+    /// Keys per split of a decode/verify sequence, per query token.
+    pub per_q: usize,
+    /// Keys per split of a prefill chunk that runs on `attention_mma` (0: unsplit).
+    pub prefill: usize,
+    /// Blocks per split: `Fill` runs several splits one after another in a block once the
+    /// step has blocks enough to fill the GPU twice; `All` gives every split its own block.
+    pub grid: SplitGrid,
+    /// Most row tiles (8 rows each) per block in steps with prefill chunks.
+    pub prefill_nt: usize,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SplitGrid {
+    Fill,
+    All,
+}
+
+impl Default for MmaSplits {
+    fn default() -> Self {
+        Self {
+            per_q: 128,
+            prefill: 0,
+            grid: SplitGrid::Fill,
+            prefill_nt: 6,
+        }
+    }
+}
+
+impl MmaSplits {
+    fn parse(v: &str) -> Result<Self> {
+        let mut m = Self::default();
+        for item in v.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+            let (key, val) = item
+                .split_once('=')
+                .with_context(|| format!("WRING_CUDA_MMA_SPLITS: {item:?} is not key=value"))?;
+            let num = || {
+                val.parse::<usize>().with_context(|| {
+                    format!("WRING_CUDA_MMA_SPLITS: {key}={val:?} is not a number")
+                })
+            };
+            match key {
+                "per_q" => m.per_q = num()?.max(16),
+                "prefill" => m.prefill = num()?,
+                "prefill_nt" => m.prefill_nt = num()?.max(1),
+                "grid" => {
+                    m.grid = match val {
+                        "fill" => SplitGrid::Fill,
+                        "all" => SplitGrid::All,
+                        other => bail!("WRING_CUDA_MMA_SPLITS: grid={other:?}: expected fill or all"),
+                    }
+                }
+                other => bail!(
+                    "WRING_CUDA_MMA_SPLITS: unknown key {other:?} (per_q, prefill, grid, prefill_nt)"
+                ),
+            }
+        }
+        Ok(m)
+    }
 }
 
 impl Default for CudaOptions {
@@ -181,6 +249,7 @@ impl Default for CudaOptions {
             quant_kernels: false,
             fp8_fused: true,
             gemm_tune: false,
+            mma_splits: MmaSplits::default(),
         }
     }
 }
@@ -239,7 +308,8 @@ impl CudaOptions {
     /// `WRING_CUDA_GEMV_4BIT_MAX_T` = 0..=64, `WRING_CUDA_GEMV_4BIT_PATH` = auto | gemv | tensor-core,
     /// `WRING_CUDA_MULTI_FUSED_NORM` = off | on,
     /// `WRING_CUDA_FUSED` = on | off, `WRING_CUDA_FUSED_KV_STORE` = on | off, `WRING_CUDA_WEIGHTS` = bf16 | fp8 | int4 | nvfp4, `WRING_CUDA_QUANT_KERNELS` = off | on,
-    /// `WRING_CUDA_QGEMM_MAX_T` = 0..=32, `WRING_CUDA_FP8_FUSED` = on | off, `WRING_CUDA_GEMM_TUNE` = off | on.
+    /// `WRING_CUDA_QGEMM_MAX_T` = 0..=32, `WRING_CUDA_FP8_FUSED` = on | off, `WRING_CUDA_GEMM_TUNE` = off | on,
+    /// `WRING_CUDA_MMA_SPLITS` = per_q=128,prefill=0,grid=fill,prefill_nt=6 ([`MmaSplits`]).
     pub fn from_env() -> Result<Self> {
         let mut o = Self::default();
         let var = |n: &str| std::env::var(n).ok().filter(|v| !v.trim().is_empty());
@@ -337,6 +407,9 @@ impl CudaOptions {
                     format!("WRING_CUDA_QGEMM_MAX_T={v:?}: expected an integer from 0 to 32")
                 })?;
         }
+        if let Some(v) = var("WRING_CUDA_MMA_SPLITS") {
+            o.mma_splits = MmaSplits::parse(&v)?;
+        }
         if let Some(v) = var("WRING_CUDA_GEMM_TUNE") {
             o.gemm_tune = switch("WRING_CUDA_GEMM_TUNE", &v)?;
         }
@@ -409,5 +482,19 @@ mod tests {
         assert!(switch("X", "yes").is_err());
         assert!(switch("X", "on").unwrap());
         assert!(!switch("X", "0").unwrap());
+    }
+
+    #[test]
+    fn mma_splits_parse_any_subset_and_reject_typos() {
+        assert_eq!(MmaSplits::parse("").unwrap(), MmaSplits::default());
+        let m = MmaSplits::parse("prefill=512, grid=all").unwrap();
+        assert_eq!(m.prefill, 512);
+        assert_eq!(m.grid, SplitGrid::All);
+        assert_eq!(m.per_q, 128);
+        assert_eq!(MmaSplits::parse("per_q=4").unwrap().per_q, 16);
+        assert!(MmaSplits::parse("grid=some").is_err());
+        assert!(MmaSplits::parse("perq=128").is_err());
+        assert!(MmaSplits::parse("prefill").is_err());
+        assert!(MmaSplits::parse("prefill_nt=x").is_err());
     }
 }

@@ -189,10 +189,10 @@ mod tests {
 
     #[test]
     fn attention_args_match_the_kernels_struct() {
-        // 11 pointers, 6 ints, 2 floats, 3 ints (kernels/attention/args.cuh).
+        // 11 pointers, 6 ints, 2 floats, 3 ints (kernels/attention/args.cuh), padded to 8.
         assert_eq!(
             std::mem::size_of::<AttnArgs>(),
-            11 * 8 + 6 * 4 + 2 * 4 + 3 * 4
+            11 * 8 + 6 * 4 + 2 * 4 + 3 * 4 + 4
         );
         assert_eq!(std::mem::offset_of!(AttnArgs, n_heads), 88);
         assert_eq!(std::mem::offset_of!(AttnArgs, scale_log2), 116);

@@ -4,8 +4,8 @@
 //! the tensor cores: one block per (sequence, KV head, row chunk, key split) loads each K/V
 //! tile once for all of the sequence's query tokens and grouped heads (with head_dim 64 each
 //! warp loads its next tile while computing this one: `PREFETCH_HEAD_DIMS`). Keys split at
-//! fixed points of the sequence's own context (`SPLIT_KEYS_PER_Q` per query token for
-//! decode/verify, `PREFILL_SPLIT_KEYS` for prefill chunks), each split its own block. With head_dim
+//! fixed points of the sequence's own context (`MmaSplits`: keys per query token for
+//! decode/verify, and optionally for prefill chunks). With head_dim
 //! 128, sequences of more than 16 query tokens (prefill chunks) go to `attention_prefill`
 //! (prefill.cu, same tile arithmetic: warps own rows and walk all their keys, K/V staged in
 //! shared memory for the whole block; `PREFILL_HEAD_DIMS`), and both run in one step when it
@@ -18,7 +18,7 @@
 use super::tensor::{CudaTensor, DType};
 use super::CudaBackend;
 use crate::device::{Arg, DeviceBuffer};
-use crate::options::AttentionKernel;
+use crate::options::{AttentionKernel, SplitGrid};
 use crate::params::{AttnArgs, MmaWorkspace, MMA_ROW_TILES};
 use anyhow::anyhow;
 use wring_backend::AttnShape;
@@ -26,13 +26,6 @@ use wring_backend::AttnShape;
 /// kernels/attention/mma.cu's limits.
 const MMA_MAX_SPLITS: usize = 8;
 const MMA_SPLIT_MAX_Q: usize = 16;
-/// Keys per split of a decode/verify sequence, per query token (so a split's work stays
-/// about the same at any K).
-const SPLIT_KEYS_PER_Q: usize = 128;
-/// Keys per split of a prefill chunk on `attention_mma`: 16 tiles, 4 a warp. Unsplit, a
-/// 1 x 1024 prefill step of the 135M shape spent 2.80 of its 4.76 ms of kernel time in
-/// attention (ncu, session 11): each warp walked up to 32 tiles in a row.
-const PREFILL_SPLIT_KEYS: usize = 256;
 /// kernels/attention/prefill.cu: warps a block; sequences with at least this many query
 /// tokens (one more than may split their keys) run on it.
 const PREFILL_WARPS: usize = 4;
@@ -56,9 +49,15 @@ const MMA_SPLIT_TOKENS: usize = 256 * MMA_SPLIT_MAX_Q;
 /// The split-KV reference variant's split count (the previous default).
 const SPLIT_KERNEL_SPLITS: usize = 4;
 
-/// (row tiles per block, row chunks) for `rows` rows per (sequence, KV head).
-fn mma_tiles(head_dim: usize, rows: usize) -> Option<(usize, usize)> {
+/// (row tiles per block, row chunks) for `rows` rows per (sequence, KV head), with at
+/// most `max_nt` row tiles a block.
+fn mma_tiles(head_dim: usize, rows: usize, max_nt: usize) -> Option<(usize, usize)> {
     let (_, built) = MMA_ROW_TILES.iter().find(|(d, _)| *d == head_dim)?;
+    let built: Vec<usize> = built
+        .iter()
+        .copied()
+        .filter(|&nt| nt <= max_nt.max(1))
+        .collect();
     let tiles = rows.div_ceil(8).max(1);
     let largest = *built.last()?;
     match built.iter().find(|&&nt| nt >= tiles) {
@@ -136,7 +135,12 @@ impl CudaBackend {
         };
         let t = self.layout.tokens as u32;
         let group = shape.n_heads / shape.n_kv_heads;
-        let mma = mma_tiles(shape.head_dim, self.max_query_len * group)
+        let max_nt = if self.max_query_len > MMA_SPLIT_MAX_Q {
+            self.opts.mma_splits.prefill_nt
+        } else {
+            usize::MAX
+        };
+        let mma = mma_tiles(shape.head_dim, self.max_query_len * group, max_nt)
             .filter(|_| block_size.is_multiple_of(16));
         let prefill = self.opts.attention == AttentionKernel::Mma
             && PREFILL_HEAD_DIMS.contains(&shape.head_dim)
@@ -148,7 +152,8 @@ impl CudaBackend {
                 if self.min_query_len < PREFILL_MIN_Q {
                     // The step's shorter sequences (decode, verify, short chunks).
                     let short = (PREFILL_MIN_Q - 1) * group;
-                    let (nt, chunks) = mma_tiles(shape.head_dim, short).expect("built above");
+                    let (nt, chunks) =
+                        mma_tiles(shape.head_dim, short, usize::MAX).expect("built above");
                     self.attention_mma(&mut args, shape, nt, chunks, PREFILL_MIN_Q - 1);
                 }
             }
@@ -226,21 +231,26 @@ impl CudaBackend {
         };
         let seqs = self.layout.seqs;
         let (parts, counters, part_tokens) = workspace;
+        let splits = self.opts.mma_splits;
         let prefill_split = self.prefill_splits_on_mma(shape);
-        // One block per split (blocks past a sequence's splits return at once): it decides
-        // which block computes a split, never where the splits fall, so results do not
-        // depend on it.
-        let grid_splits = if max_q <= MMA_SPLIT_MAX_Q || prefill_split {
+        // Blocks per (sequence, KV head, chunk): one per split (`All`; blocks past a
+        // sequence's splits return at once), or enough to fill the GPU twice over when the
+        // step has few sequences (`Fill`). It decides which block computes a split, never
+        // where the splits fall, so results do not depend on it.
+        let units = (seqs * shape.n_kv_heads * chunks).max(1);
+        let grid_splits = if max_q > MMA_SPLIT_MAX_Q && !prefill_split {
+            1
+        } else if splits.grid == SplitGrid::All {
             MMA_MAX_SPLITS
         } else {
-            1
+            (2 * self.sm_count).div_ceil(units).clamp(1, MMA_MAX_SPLITS)
         };
         args.parts = parts;
         args.counters = counters;
         args.part_tokens = part_tokens as i32;
-        args.split_keys_per_q = SPLIT_KEYS_PER_Q as i32;
+        args.split_keys_per_q = splits.per_q as i32;
         args.prefill_split_keys = if prefill_split {
-            PREFILL_SPLIT_KEYS as i32
+            splits.prefill as i32
         } else {
             0
         };
@@ -301,8 +311,9 @@ impl CudaBackend {
     /// Whether prefill chunks of this shape run on `attention_mma` (not on the prefill
     /// kernel) and split their keys there.
     fn prefill_splits_on_mma(&self, shape: AttnShape) -> bool {
-        !(self.opts.attention == AttentionKernel::Mma
-            && PREFILL_HEAD_DIMS.contains(&shape.head_dim))
+        self.opts.mma_splits.prefill > 0
+            && !(self.opts.attention == AttentionKernel::Mma
+                && PREFILL_HEAD_DIMS.contains(&shape.head_dim))
     }
 
     /// The partials, counters and the tokens they cover for this model shape (allocated at
@@ -365,14 +376,18 @@ mod tests {
     #[test]
     fn row_tiles_cover_the_rows_with_the_smallest_build() {
         // 135M (head_dim 64, 3 heads a group): decode 3 rows, verify K=4 15, K=12 39.
-        assert_eq!(mma_tiles(64, 3), Some((1, 1)));
-        assert_eq!(mma_tiles(64, 15), Some((2, 1)));
-        assert_eq!(mma_tiles(64, 39), Some((6, 1)));
-        assert_eq!(mma_tiles(64, 2048 * 3), Some((6, 128)));
+        let any = usize::MAX;
+        assert_eq!(mma_tiles(64, 3, any), Some((1, 1)));
+        assert_eq!(mma_tiles(64, 15, any), Some((2, 1)));
+        assert_eq!(mma_tiles(64, 39, any), Some((6, 1)));
+        assert_eq!(mma_tiles(64, 2048 * 3, any), Some((6, 128)));
+        // A cap on the row tiles: more, smaller chunks.
+        assert_eq!(mma_tiles(64, 2048 * 3, 3), Some((3, 256)));
+        assert_eq!(mma_tiles(64, 2048 * 3, 5), Some((4, 192)));
         // 8B (head_dim 128, 4 a group): decode 4, K=4 20, K=12 52.
-        assert_eq!(mma_tiles(128, 4), Some((1, 1)));
-        assert_eq!(mma_tiles(128, 20), Some((3, 1)));
-        assert_eq!(mma_tiles(128, 52), Some((3, 3)));
-        assert_eq!(mma_tiles(256, 4), None);
+        assert_eq!(mma_tiles(128, 4, any), Some((1, 1)));
+        assert_eq!(mma_tiles(128, 20, any), Some((3, 1)));
+        assert_eq!(mma_tiles(128, 52, any), Some((3, 3)));
+        assert_eq!(mma_tiles(256, 4, any), None);
     }
 }
