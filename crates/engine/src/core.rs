@@ -17,6 +17,7 @@ use crate::block_manager::BlockManager;
 use crate::channel::{Command, Shared, Submission};
 use crate::config::{EngineConfig, KPolicy};
 use crate::metrics::MetricsSnapshot;
+use crate::outbox::Outbox;
 use crate::request::{Appended, RequestState};
 use crate::sampling::token_logprobs;
 use crate::scheduler::{PrefillDemand, Scheduler, SchedulerLimits, TokenBudget};
@@ -36,6 +37,8 @@ pub(crate) struct EngineCore {
     spec: SpecDecoder,
     /// Runs the drafter's deferred tree updates beside the model.
     background: BackgroundWorker,
+    /// Delivers the requests' events off the step's critical path, after each step.
+    outbox: Outbox,
     /// Sizes each step's prefill chunk from measured step times (fair steps).
     budget: StepBudgeter,
     cfg: EngineConfig,
@@ -106,6 +109,7 @@ impl EngineCore {
             requests: HashMap::new(),
             spec,
             background: BackgroundWorker::default(),
+            outbox: Outbox::default(),
             cfg,
             eos,
             tokenizer,
@@ -160,6 +164,7 @@ impl EngineCore {
                         self.finish(id, FinishReason::Abort, &shared);
                     }
                     self.publish(&shared);
+                    self.outbox.flush();
                     break;
                 }
             }
@@ -168,7 +173,10 @@ impl EngineCore {
                 // Nothing could be scheduled (should not happen); don't spin.
                 std::thread::sleep(Duration::from_millis(1));
             }
+            // Metrics first, then the events: a client that reads the snapshot after its
+            // event sees the step that made it.
             self.publish(&shared);
+            self.outbox.flush();
         }
         tracing::debug!("engine loop finished");
     }
@@ -491,11 +499,14 @@ impl EngineCore {
             l.truncate(kept.len());
             l
         });
-        let _ = state.events.send(EngineEvent::Tokens {
-            ids: kept,
-            text,
-            logprobs,
-        });
+        self.outbox.push(
+            &state.events,
+            EngineEvent::Tokens {
+                ids: kept,
+                text,
+                logprobs,
+            },
+        );
         finish
     }
 }

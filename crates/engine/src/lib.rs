@@ -12,6 +12,7 @@ mod core;
 mod handle;
 mod least_squares;
 pub mod metrics;
+mod outbox;
 mod request;
 pub mod sampling;
 pub mod scheduler;

@@ -30,9 +30,12 @@ impl EngineCore {
 
     pub(super) fn fail(&mut self, id: u64, message: String, shared: &Weak<Shared>) {
         if let Some(r) = self.requests.get(&id) {
-            let _ = r.events.send(EngineEvent::Error {
-                message: message.clone(),
-            });
+            self.outbox.push(
+                &r.events,
+                EngineEvent::Error {
+                    message: message.clone(),
+                },
+            );
         }
         self.finish(id, FinishReason::Error, shared);
     }
@@ -79,10 +82,13 @@ impl EngineCore {
             r.usage.completion_tokens
         );
         if reason != FinishReason::Error {
-            let _ = r.events.send(EngineEvent::Finished {
-                reason,
-                usage: r.usage,
-            });
+            self.outbox.push(
+                &r.events,
+                EngineEvent::Finished {
+                    reason,
+                    usage: r.usage,
+                },
+            );
         }
     }
 
