@@ -33,3 +33,25 @@ gpu_check_run() {
         [ $rc -ne 0 ] && tail -3 "$G/$tag.err"
     } | tee -a "$G/summary.md"
 }
+
+# gpu_check_checks "NAMES" (on the device): the named correctness checks in parallel, then
+# their table rows and reference comparisons appended to $G/summary.md. attention: every
+# kernel vs float64 (deterministic, batch-invariant, mma-only = mma-serial bitwise);
+# graphs-135m / graphs-8b: replay = eager bitwise, verify = plain greedy at every K, each
+# kernel vs the per-head reference (the 135M shape; dummy llama-3.1-8b, where the prefill
+# kernel runs); cpu-135m: against the f32 CPU backend, prefill included.
+gpu_check_checks() {
+    local checks=() c
+    for c in $1; do
+        case $c in
+            attention) ( gpu_check_run 200 attention attention ) & checks+=($!) ;;
+            graphs-135m) ( gpu_check_run 170 graphs-135m graphs dummy ) & checks+=($!) ;;
+            graphs-8b) ( gpu_check_run 200 graphs-8b graphs dummy-8b ) & checks+=($!) ;;
+            cpu-135m) ( gpu_check_run 170 cpu-135m cpu-compare dummy-gguf ) & checks+=($!) ;;
+            *) echo "unknown check $c" | tee -a "$G/summary.md" ;;
+        esac
+    done
+    wait "${checks[@]}"
+    grep -h "^| 64 ×\|^| 128 ×" "$G/attention.md" 2>/dev/null | tee -a "$G/summary.md"
+    grep -h "vs per-head kernel, q 40" "$G"/graphs-*.md 2>/dev/null | tee -a "$G/summary.md"
+}

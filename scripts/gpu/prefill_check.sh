@@ -45,19 +45,8 @@ GPU_CHECK=/tmp/gpu_check
 
 # 1. Checks in parallel; CHECKS picks them (default: attention, graphs-135m, cpu-135m;
 #    graphs-8b: the llama-3.1-8b shape, where the prefill kernel runs).
-checks=()
-for c in ${CHECKS:-attention graphs-135m cpu-135m}; do
-    case $c in
-        attention) ( gpu_check_run 170 attention attention ) & checks+=($!) ;;
-        graphs-135m) ( gpu_check_run 150 graphs-135m graphs dummy ) & checks+=($!) ;;
-        graphs-8b) ( gpu_check_run 200 graphs-8b graphs dummy-8b ) & checks+=($!) ;;
-        cpu-135m) ( gpu_check_run 150 cpu-135m cpu-compare dummy-gguf ) & checks+=($!) ;;
-    esac
-done
-wait "${checks[@]}"
+gpu_check_checks "${CHECKS:-attention graphs-135m cpu-135m}"
 echo "checks done at $(el) s" | tee -a "$G/summary.md"
-grep -h "^| 64 ×\|^| 128 ×" "$G/attention.md" 2>/dev/null | tee -a "$G/summary.md"
-grep -h "vs per-head kernel, q 40" "$G"/graphs-*.md 2>/dev/null | tee -a "$G/summary.md"
 if [ "${CHECKS_ONLY:-0}" = 1 ]; then
     cd "$OUT" && tar czf prefill.tgz prefill && rm -rf prefill
     exit 0

@@ -43,19 +43,8 @@ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee -a "$G/su
 GPU_CHECK=/tmp/gpu_check
 
 # 1. Checks in parallel (CHECKS picks them).
-checks=()
-for c in ${CHECKS:-attention graphs-135m graphs-8b cpu-135m}; do
-    case $c in
-        attention) ( gpu_check_run 200 attention attention ) & checks+=($!) ;;
-        graphs-135m) ( gpu_check_run 170 graphs-135m graphs dummy ) & checks+=($!) ;;
-        graphs-8b) ( gpu_check_run 200 graphs-8b graphs dummy-8b ) & checks+=($!) ;;
-        cpu-135m) ( gpu_check_run 170 cpu-135m cpu-compare dummy-gguf ) & checks+=($!) ;;
-    esac
-done
-wait "${checks[@]}"
+gpu_check_checks "${CHECKS:-attention graphs-135m graphs-8b cpu-135m}"
 echo "checks done at $(el) s" | tee -a "$G/summary.md"
-grep -h "^| 64 ×\|^| 128 ×" "$G/attention.md" 2>/dev/null | tee -a "$G/summary.md"
-grep -h "vs per-head kernel, q 40" "$G"/graphs-*.md 2>/dev/null | tee -a "$G/summary.md"
 [ "${CHECKS_ONLY:-0}" = 1 ] && { cd "$OUT" && tar czf split.tgz split && rm -rf split; exit 0; }
 
 # 2. Graph-replay step times, this build then the old one.
