@@ -5,7 +5,8 @@
 //! `nosmall` = cuBLAS for every step, `nopdl` = no programmatic dependent launch, `serial` =
 //! the tensor-core attention without its K/V prefetch, `before` = the previous defaults:
 //! split-KV attention, cuBLAS, no PDL).
-//! `STEPS_SHAPES=1x1,8x1` restricts the batch × q shapes.
+//! `STEPS_SHAPES=1x1,8x1` restricts the batch × q shapes; `STEPS_CTX=1024` times both models
+//! at that context instead of 256 (135M) and 512 (8B).
 //! Writes `OUT_DIR/steps.json` (issue 14: decode at batch 1/8/32, verify 32 × (1 + K),
 //! K ∈ {4, 6, 8, 12}) and `OUT_DIR/latency.json` (issue 15: decode at batch 1 and 8 with
 //! the kernels a replayed step launches).
@@ -79,12 +80,21 @@ pub fn run(out_dir: &str) -> Result<()> {
         "## Step times (graph replay)\n\nDevice-to-device copy: {:.0} GB/s (bytes read + written).\n",
         bw / 1e9
     );
+    let ctx_override = match std::env::var("STEPS_CTX") {
+        Ok(v) if !v.trim().is_empty() => Some(
+            v.trim()
+                .parse::<usize>()
+                .with_context(|| format!("STEPS_CTX={v:?}: expected a context length"))?,
+        ),
+        _ => None,
+    };
     let mut steps = vec![];
     let mut latency = vec![];
     for (model, shape, ctx) in [
         ("smollm2-135m", "smollm2-135m", 256usize),
         ("llama-3.1-8b", "llama-3.1-8b", 512),
     ] {
+        let ctx = ctx_override.unwrap_or(ctx);
         let cfg = ModelConfig::named_shape(shape).context("shape")?;
         let t0 = Instant::now();
         let backend = CudaBackend::new(0, CudaOptions::from_env()?)?;
