@@ -1,10 +1,13 @@
 //! The draft planner: one call per step drafts for every decoding sequence, picks
-//! each sequence's K under its policy (the adaptive one priced against the whole
-//! step, prefill included) and lays the drafts out as [`StepDrafts`].
+//! each sequence's K under its policy (the adaptive one priced by the step time the
+//! drafted rows add, the drafter asked only where a draft could pay) and lays the
+//! drafts out as [`StepDrafts`].
+
+use std::time::Instant;
 
 use super::drafts::{DraftRow, StepDrafts};
-use super::k_policy::StepLoad;
-use super::SpecDecoder;
+use super::k_policy::{AdaptiveK, DraftSeq, StepLoad};
+use super::{DraftProposal, SpecDecoder};
 use crate::config::KPolicy;
 use crate::scheduler::PrefillDemand;
 
@@ -16,6 +19,8 @@ pub struct DraftAsk<'a> {
     pub workload: Option<&'a str>,
     /// Positions left before the context limit (the most query slots it can carry).
     pub room: usize,
+    /// Tokens in its KV cache (what each of its query rows attends to).
+    pub context: usize,
     /// The most draft tokens it may have: emitting all of them plus one must stay
     /// within both the context and `max_tokens`.
     pub cap: usize,
@@ -33,21 +38,32 @@ pub struct StepBudget {
 impl SpecDecoder {
     /// Drafts for `asks`, padded to one K when padding is on.
     pub fn plan(&mut self, asks: &[DraftAsk], budget: StepBudget) -> StepDrafts {
+        let load = self.step_load(asks, budget);
+        let gate = self.adaptive_gate(asks, &load);
         let wants: Vec<usize> = asks
             .iter()
-            .map(|a| self.policies.wanted_k(a.policy, a.workload))
+            .zip(&gate)
+            .map(|(a, &open)| {
+                if open {
+                    self.policies.wanted_k(a.policy, a.workload)
+                } else {
+                    0
+                }
+            })
             .collect();
         let requests: Vec<(u64, usize)> = asks
             .iter()
             .zip(&wants)
             .map(|(a, &want)| (a.id, want.min(a.cap)))
             .collect();
-        let proposals = self.proposer.propose(&requests);
-        let adaptive_k = self.adaptive_k(asks, &requests, &proposals, budget);
+        let proposals = self.propose(&requests);
+        let adaptive_ks = self.adaptive_ks(asks, &proposals, &load);
 
         let mut step_k = 0;
         let mut rows = Vec::with_capacity(asks.len());
-        for ((a, &want), p) in asks.iter().zip(&wants).zip(proposals) {
+        for (((a, &want), p), &adaptive_k) in
+            asks.iter().zip(&wants).zip(proposals).zip(&adaptive_ks)
+        {
             let k = match a.policy {
                 KPolicy::Adaptive => adaptive_k,
                 _ => want,
@@ -76,25 +92,114 @@ impl SpecDecoder {
         StepDrafts::from_rows(step_k, rows)
     }
 
-    /// The one K of the step's adaptive sequences (0 when there are none or the
-    /// policy has no cost model yet).
-    fn adaptive_k(
+    /// Asks the drafter for the requests that want drafts (none for the others), and
+    /// keeps the drafter's time per sequence asked, which the adaptive gate charges.
+    fn propose(&mut self, requests: &[(u64, usize)]) -> Vec<DraftProposal> {
+        let asked: Vec<(u64, usize)> = requests.iter().copied().filter(|r| r.1 > 0).collect();
+        let mut out = vec![DraftProposal::default(); requests.len()];
+        if asked.is_empty() {
+            return out;
+        }
+        let t0 = Instant::now();
+        let mut got = self.proposer.propose(&asked).into_iter();
+        let per_seq = t0.elapsed().as_secs_f64() / asked.len() as f64;
+        // A slow average: one step's timing is noisy.
+        self.draft_secs_per_seq = if self.draft_secs_per_seq > 0.0 {
+            0.9 * self.draft_secs_per_seq + 0.1 * per_seq
+        } else {
+            per_seq
+        };
+        for (o, r) in out.iter_mut().zip(requests) {
+            if r.1 > 0 {
+                *o = got.next().unwrap_or_default();
+            }
+        }
+        out
+    }
+
+    /// The step's work besides the adaptive sequences' rows, and the row budget they
+    /// share (None when no adaptive sequence asks or the cost model is not ready).
+    fn step_load(&self, asks: &[DraftAsk], budget: StepBudget) -> Option<(StepLoad, usize)> {
+        self.policies.cost.as_ref()?;
+        let mut others = StepLoad::default();
+        let mut adaptive = 0;
+        for a in asks {
+            if *a.policy == KPolicy::Adaptive {
+                adaptive += 1;
+            } else {
+                // Decode rows of the other sequences, at the K they ask for.
+                others.seqs += 1;
+                others.rows += 1 + self.policies.wanted_k(a.policy, a.workload).min(a.cap);
+            }
+        }
+        if adaptive == 0 {
+            return None;
+        }
+        // The prefill that shares the step: it runs whatever K is (rows a larger K takes
+        // from it run in a later step), so it only shares the fixed cost.
+        let row_budget = budget.max_tokens.saturating_sub(others.rows);
+        let prefill_rows = budget
+            .prefill
+            .tokens
+            .min(row_budget.saturating_sub(adaptive));
+        if prefill_rows > 0 {
+            others.seqs += budget.prefill.seqs;
+            others.rows += prefill_rows;
+        }
+        Some((others, row_budget))
+    }
+
+    /// Per ask: whether the drafter is asked at all. An adaptive sequence is not when
+    /// even a first draft at the best acceptance the drafter is expected to reach, with
+    /// the drafter's own time, could not beat plain decode's rate.
+    fn adaptive_gate(&self, asks: &[DraftAsk], load: &Option<(StepLoad, usize)>) -> Vec<bool> {
+        let (Some((others, _)), Some(cost)) = (load, &self.policies.cost) else {
+            return asks
+                .iter()
+                .map(|a| *a.policy != KPolicy::Adaptive || self.policies.cost.is_some())
+                .collect();
+        };
+        let seqs: Vec<DraftSeq> = asks
+            .iter()
+            .filter(|a| *a.policy == KPolicy::Adaptive)
+            .map(|a| DraftSeq {
+                scores: &[],
+                context: a.context,
+            })
+            .collect();
+        let plain_rate = seqs.len() as f64 / AdaptiveK::plain_decode_secs(&seqs, *others, cost);
+        let best_p = self.stats.best_first_rate();
+        asks.iter()
+            .map(|a| {
+                *a.policy != KPolicy::Adaptive
+                    || AdaptiveK::can_pay(
+                        best_p,
+                        a.context,
+                        self.draft_secs_per_seq,
+                        plain_rate,
+                        cost,
+                    )
+            })
+            .collect()
+    }
+
+    /// The K of each ask under the adaptive policy (0 for the others, and for all when
+    /// the policy has no cost model yet): one K for the step when padded, each
+    /// sequence its own when not.
+    fn adaptive_ks(
         &self,
         asks: &[DraftAsk],
-        requests: &[(u64, usize)],
-        proposals: &[super::DraftProposal],
-        budget: StepBudget,
-    ) -> usize {
-        let Some(cost) = &self.policies.cost else {
-            return 0;
+        proposals: &[DraftProposal],
+        load: &Option<(StepLoad, usize)>,
+    ) -> Vec<usize> {
+        let mut ks = vec![0; asks.len()];
+        let (Some((others, row_budget)), Some(cost)) = (load, &self.policies.cost) else {
+            return ks;
         };
         let mut scores = Vec::new();
-        // Decode rows of the other sequences, at the K they asked for.
-        let mut others = StepLoad::default();
-        for ((a, p), &(_, k)) in asks.iter().zip(proposals).zip(requests) {
+        let mut index = Vec::new();
+        for (i, (a, p)) in asks.iter().zip(proposals).enumerate() {
             if *a.policy != KPolicy::Adaptive {
-                others.seqs += 1;
-                others.rows += 1 + k;
                 continue;
             }
             let n = p.tokens.len().min(a.cap);
@@ -102,24 +207,30 @@ impl SpecDecoder {
                 Some(pr) => self.stats.calibration.apply(&pr[..n.min(pr.len())]),
                 None => self.stats.position.running_probs(n),
             });
+            index.push(i);
         }
-        if scores.is_empty() {
-            return 0;
+        let seqs: Vec<DraftSeq> = scores
+            .iter()
+            .zip(&index)
+            .map(|(s, &i)| DraftSeq {
+                scores: s,
+                context: asks[i].context,
+            })
+            .collect();
+        let a = &self.policies.adaptive;
+        if self.pad {
+            let k = a.choose(&seqs, *others, true, *row_budget, cost);
+            for &i in &index {
+                ks[i] = k;
+            }
+        } else {
+            for (&i, k) in index
+                .iter()
+                .zip(a.choose_each(&seqs, *others, *row_budget, cost))
+            {
+                ks[i] = k;
+            }
         }
-        // The prefill that shares a plain decode step with these sequences is priced
-        // as fixed work: rows a larger K takes from it still have to run later.
-        let row_budget = budget.max_tokens.saturating_sub(others.rows);
-        let prefill_rows = budget
-            .prefill
-            .tokens
-            .min(row_budget.saturating_sub(scores.len()));
-        if prefill_rows > 0 {
-            others.seqs += budget.prefill.seqs;
-            others.rows += prefill_rows;
-        }
-        let refs: Vec<&[f32]> = scores.iter().map(|s| s.as_slice()).collect();
-        self.policies
-            .adaptive
-            .choose(&refs, others, self.pad, row_budget, cost)
+        ks
     }
 }
