@@ -51,6 +51,16 @@ impl EngineCore {
             logit_rows: input.logit_rows.len() as f64,
             attended: input.positions.iter().map(|&p| p as f64 + 1.0).sum(),
         };
+        tracing::trace!(
+            target: "wring_engine::step_cost",
+            "step seqs {} rows {} logit_rows {} attended {} secs {:.5} predicted {:.5}",
+            shape.seqs,
+            shape.rows,
+            shape.logit_rows,
+            shape.attended,
+            secs,
+            self.spec.predict_step(shape).unwrap_or(f64::NAN)
+        );
         self.spec.observe_step(shape, secs);
         self.metrics.steps += 1;
         self.metrics.step_model_seconds += secs;

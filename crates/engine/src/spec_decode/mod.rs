@@ -106,6 +106,11 @@ impl SpecDecoder {
         Ok(())
     }
 
+    /// The cost model's seconds for a step of this shape (None before calibration).
+    pub fn predict_step(&self, shape: StepShape) -> Option<f64> {
+        self.policies.cost.as_ref().map(|c| c.predict(shape))
+    }
+
     /// A real step's time, for the cost model.
     pub fn observe_step(&mut self, shape: StepShape, secs: f64) {
         if let Some(cost) = &mut self.policies.cost {
