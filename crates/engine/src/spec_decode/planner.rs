@@ -98,6 +98,9 @@ impl SpecDecoder {
         let asked: Vec<(u64, usize)> = requests.iter().copied().filter(|r| r.1 > 0).collect();
         let mut out = vec![DraftProposal::default(); requests.len()];
         if asked.is_empty() {
+            // Unmeasured, the last timing fades, so one slow call cannot keep the drafter
+            // shut for good.
+            self.draft_secs_per_seq *= 0.9;
             return out;
         }
         let t0 = Instant::now();
@@ -232,5 +235,96 @@ impl SpecDecoder {
             }
         }
         ks
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::SpecConfig;
+    use crate::spec_decode::{Proposer, StepCostModel};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+
+    /// Drafts `k` tokens of a sure guess with score 1.0 and counts the sequences asked.
+    struct Counting(Arc<AtomicUsize>);
+
+    impl Proposer for Counting {
+        fn name(&self) -> &'static str {
+            "counting"
+        }
+        fn start(&mut self, _: u64, _: &[u32]) -> anyhow::Result<()> {
+            Ok(())
+        }
+        fn append(&mut self, _: u64, _: &[u32]) -> anyhow::Result<()> {
+            Ok(())
+        }
+        fn finish(&mut self, _: u64, _: bool) {}
+        fn propose(&mut self, reqs: &[(u64, usize)]) -> Vec<DraftProposal> {
+            self.0.fetch_add(reqs.len(), Ordering::Relaxed);
+            reqs.iter()
+                .map(|&(_, k)| DraftProposal {
+                    tokens: vec![7; k],
+                    probs: Some(vec![1.0; k]),
+                })
+                .collect()
+        }
+    }
+
+    fn decoder(cost: StepCostModel) -> (SpecDecoder, Arc<AtomicUsize>) {
+        let cfg = SpecConfig {
+            k_policy: KPolicy::Adaptive,
+            pad: false,
+            ..SpecConfig::default()
+        };
+        let mut d = SpecDecoder::new(&cfg, 100, None).unwrap();
+        let asked = Arc::new(AtomicUsize::new(0));
+        d.proposer = Box::new(Counting(asked.clone()));
+        d.policies.cost = Some(cost);
+        (d, asked)
+    }
+
+    fn asks(n: usize) -> Vec<DraftAsk<'static>> {
+        (0..n as u64)
+            .map(|id| DraftAsk {
+                id,
+                policy: &KPolicy::Adaptive,
+                workload: None,
+                room: 1000,
+                context: 300,
+                cap: 63,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn where_no_draft_can_pay_the_drafter_is_not_asked() {
+        // A compute-bound CPU step: 11 ms fixed, 2.5 ms a row. A first draft's calibrated
+        // acceptance tops out near 60 %; at 32 sequences a row needs ~84 %.
+        let cost = StepCostModel::from_coefficients(0.011, 0.0001, 0.0025);
+        let (mut d, asked) = decoder(cost);
+        for _ in 0..300 {
+            d.stats.calibration.observe(&[1.0, 1.0], 1);
+            d.stats.calibration.observe(&[1.0, 1.0], 0);
+        }
+        for bin in 0..10 {
+            for _ in 0..50 {
+                d.stats.calibration.observe(&[bin as f32 / 10.0 + 0.05], 0);
+            }
+        }
+        let budget = StepBudget {
+            max_tokens: 2048,
+            prefill: PrefillDemand::default(),
+        };
+        let many = asks(32);
+        let drafts = d.plan(&many, budget);
+        assert_eq!(asked.load(Ordering::Relaxed), 0);
+        assert_eq!(drafts.k, 0);
+        assert!(drafts.slots.iter().all(|&s| s == 0));
+        // Alone, the same drafts pay: the drafter is asked and K > 0.
+        let one = asks(1);
+        let drafts = d.plan(&one, budget);
+        assert_eq!(asked.load(Ordering::Relaxed), 1);
+        assert!(drafts.k > 0, "{drafts:?}");
     }
 }
