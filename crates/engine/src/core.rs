@@ -271,6 +271,7 @@ impl EngineCore {
                 policy: &r.k_policy,
                 workload: r.workload.as_deref(),
                 room,
+                context: seq.num_computed,
                 cap: room.min(remaining),
             });
         }

@@ -1,4 +1,4 @@
-//! Non-negative least squares over three cost terms, shared by the adaptive K policy's
+//! Non-negative least squares over a few cost terms, shared by the adaptive K policy's
 //! step-cost model and the fair-step budget (both fit step seconds to a fixed cost plus
 //! per-unit costs, and neither may believe in a negative cost).
 
@@ -7,18 +7,18 @@
 /// `ridge` × the largest diagonal so features that move together stay solvable), drops a term
 /// that comes out negative (noise) and refits without it. A feature that is zero in every
 /// sample is dropped too. None when the samples cannot determine a fit.
-pub(crate) fn nonnegative_fit(
-    samples: &[([f64; 3], f64)],
-    mut active: [bool; 3],
+pub(crate) fn nonnegative_fit<const N: usize>(
+    samples: &[([f64; N], f64)],
+    mut active: [bool; N],
     ridge: f64,
-) -> Option<[f64; 3]> {
-    for _ in 0..3 {
-        let idx: Vec<usize> = (0..3).filter(|&i| active[i]).collect();
+) -> Option<[f64; N]> {
+    for _ in 0..N {
+        let idx: Vec<usize> = (0..N).filter(|&i| active[i]).collect();
         let n = idx.len();
         if n == 0 || samples.len() < n {
             return None;
         }
-        let mut scale = [0.0f64; 3];
+        let mut scale = [0.0f64; N];
         for (f, _) in samples {
             for (s, v) in scale.iter_mut().zip(f) {
                 *s = s.max(v.abs());
@@ -46,7 +46,7 @@ pub(crate) fn nonnegative_fit(
             row[i] += ridge * diag;
         }
         let x = solve(ata, atb)?;
-        let mut coef = [0.0; 3];
+        let mut coef = [0.0; N];
         let mut ok = true;
         for (r, &i) in idx.iter().enumerate() {
             coef[i] = x[r] / scale[i];

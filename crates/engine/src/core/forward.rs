@@ -7,7 +7,7 @@ use std::time::Instant;
 use wring_model::runner::StepInput;
 
 use super::EngineCore;
-use crate::spec_decode::StepOutput;
+use crate::spec_decode::{StepOutput, StepShape};
 use crate::step_input::StepRow;
 
 impl EngineCore {
@@ -45,7 +45,23 @@ impl EngineCore {
             format!("model step failed: {e:#}")
         })?;
         let secs = t0.elapsed().as_secs_f64();
-        self.spec.observe_step(rows.len(), input.tokens.len(), secs);
+        let shape = StepShape {
+            seqs: rows.len() as f64,
+            rows: input.tokens.len() as f64,
+            logit_rows: input.logit_rows.len() as f64,
+            attended: input.positions.iter().map(|&p| p as f64 + 1.0).sum(),
+        };
+        tracing::trace!(
+            target: "wring_engine::step_cost",
+            "step seqs {} rows {} logit_rows {} attended {} secs {:.5} predicted {:.5}",
+            shape.seqs,
+            shape.rows,
+            shape.logit_rows,
+            shape.attended,
+            secs,
+            self.spec.predict_step(shape).unwrap_or(f64::NAN)
+        );
+        self.spec.observe_step(shape, secs);
         self.metrics.steps += 1;
         self.metrics.step_model_seconds += secs;
         out.check_shape(input.logit_rows.len(), self.vocab)?;

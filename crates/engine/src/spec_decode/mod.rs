@@ -21,7 +21,8 @@ pub mod verifier;
 
 pub use drafts::{StepDrafts, PAD_TOKEN};
 pub use k_policy::{
-    AdaptiveK, DynamicK, KPolicies, ScoreCalibration, StepCostModel, StepLoad, FALLBACK_KS,
+    AdaptiveK, DraftSeq, DynamicK, KPolicies, ScoreCalibration, StepCostModel, StepLoad, StepShape,
+    FALLBACK_KS,
 };
 pub use planner::{DraftAsk, StepBudget};
 pub use proposer::{DraftProposal, NgramProposer, NoProposer, Proposer};
@@ -43,6 +44,9 @@ pub struct SpecDecoder {
     pub policies: KPolicies,
     pub stats: AcceptanceStats,
     pad: bool,
+    /// The drafter's time per sequence asked (a slow average): host time the step
+    /// waits for, which a draft must earn back.
+    draft_secs_per_seq: f64,
 }
 
 impl SpecDecoder {
@@ -67,6 +71,7 @@ impl SpecDecoder {
             stats: AcceptanceStats::new(max_k),
             policies,
             pad: cfg.pad,
+            draft_secs_per_seq: 0.0,
         })
     }
 
@@ -92,7 +97,7 @@ impl SpecDecoder {
         let points = k_policy::calibrate::measure_step_costs(runner, blocks, max_num_seqs, &ks)?;
         let model = StepCostModel::fit_calibration(&points);
         tracing::info!(
-            "adaptive K: candidates {:?}; step-cost model measured in {:.1}s: {:?} (fixed s, s/seq, s/row)",
+            "adaptive K: candidates {:?}; step-cost model measured in {:.1}s: {:?} (fixed s, s/seq, s/row, s/logit row, s/attended pair)",
             self.policies.adaptive.candidates(),
             t.elapsed().as_secs_f64(),
             model.coefficients()
@@ -101,10 +106,15 @@ impl SpecDecoder {
         Ok(())
     }
 
+    /// The cost model's seconds for a step of this shape (None before calibration).
+    pub fn predict_step(&self, shape: StepShape) -> Option<f64> {
+        self.policies.cost.as_ref().map(|c| c.predict(shape))
+    }
+
     /// A real step's time, for the cost model.
-    pub fn observe_step(&mut self, num_seqs: usize, num_rows: usize, secs: f64) {
+    pub fn observe_step(&mut self, shape: StepShape, secs: f64) {
         if let Some(cost) = &mut self.policies.cost {
-            cost.observe(num_seqs, num_rows, secs);
+            cost.observe(shape, secs);
         }
     }
 

@@ -1,10 +1,13 @@
 //! The draft planner: one call per step drafts for every decoding sequence, picks
-//! each sequence's K under its policy (the adaptive one priced against the whole
-//! step, prefill included) and lays the drafts out as [`StepDrafts`].
+//! each sequence's K under its policy (the adaptive one priced by the step time the
+//! drafted rows add, the drafter asked only where a draft could pay) and lays the
+//! drafts out as [`StepDrafts`].
+
+use std::time::Instant;
 
 use super::drafts::{DraftRow, StepDrafts};
-use super::k_policy::StepLoad;
-use super::SpecDecoder;
+use super::k_policy::{AdaptiveK, DraftSeq, StepLoad};
+use super::{DraftProposal, SpecDecoder};
 use crate::config::KPolicy;
 use crate::scheduler::PrefillDemand;
 
@@ -16,6 +19,8 @@ pub struct DraftAsk<'a> {
     pub workload: Option<&'a str>,
     /// Positions left before the context limit (the most query slots it can carry).
     pub room: usize,
+    /// Tokens in its KV cache (what each of its query rows attends to).
+    pub context: usize,
     /// The most draft tokens it may have: emitting all of them plus one must stay
     /// within both the context and `max_tokens`.
     pub cap: usize,
@@ -33,21 +38,32 @@ pub struct StepBudget {
 impl SpecDecoder {
     /// Drafts for `asks`, padded to one K when padding is on.
     pub fn plan(&mut self, asks: &[DraftAsk], budget: StepBudget) -> StepDrafts {
+        let load = self.step_load(asks, budget);
+        let gate = self.adaptive_gate(asks, &load);
         let wants: Vec<usize> = asks
             .iter()
-            .map(|a| self.policies.wanted_k(a.policy, a.workload))
+            .zip(&gate)
+            .map(|(a, &open)| {
+                if open {
+                    self.policies.wanted_k(a.policy, a.workload)
+                } else {
+                    0
+                }
+            })
             .collect();
         let requests: Vec<(u64, usize)> = asks
             .iter()
             .zip(&wants)
             .map(|(a, &want)| (a.id, want.min(a.cap)))
             .collect();
-        let proposals = self.proposer.propose(&requests);
-        let adaptive_k = self.adaptive_k(asks, &requests, &proposals, budget);
+        let proposals = self.propose(&requests);
+        let adaptive_ks = self.adaptive_ks(asks, &proposals, &load);
 
         let mut step_k = 0;
         let mut rows = Vec::with_capacity(asks.len());
-        for ((a, &want), p) in asks.iter().zip(&wants).zip(proposals) {
+        for (((a, &want), p), &adaptive_k) in
+            asks.iter().zip(&wants).zip(proposals).zip(&adaptive_ks)
+        {
             let k = match a.policy {
                 KPolicy::Adaptive => adaptive_k,
                 _ => want,
@@ -76,25 +92,117 @@ impl SpecDecoder {
         StepDrafts::from_rows(step_k, rows)
     }
 
-    /// The one K of the step's adaptive sequences (0 when there are none or the
-    /// policy has no cost model yet).
-    fn adaptive_k(
+    /// Asks the drafter for the requests that want drafts (none for the others), and
+    /// keeps the drafter's time per sequence asked, which the adaptive gate charges.
+    fn propose(&mut self, requests: &[(u64, usize)]) -> Vec<DraftProposal> {
+        let asked: Vec<(u64, usize)> = requests.iter().copied().filter(|r| r.1 > 0).collect();
+        let mut out = vec![DraftProposal::default(); requests.len()];
+        if asked.is_empty() {
+            // Unmeasured, the last timing fades, so one slow call cannot keep the drafter
+            // shut for good.
+            self.draft_secs_per_seq *= 0.9;
+            return out;
+        }
+        let t0 = Instant::now();
+        let mut got = self.proposer.propose(&asked).into_iter();
+        let per_seq = t0.elapsed().as_secs_f64() / asked.len() as f64;
+        // A slow average: one step's timing is noisy.
+        self.draft_secs_per_seq = if self.draft_secs_per_seq > 0.0 {
+            0.9 * self.draft_secs_per_seq + 0.1 * per_seq
+        } else {
+            per_seq
+        };
+        for (o, r) in out.iter_mut().zip(requests) {
+            if r.1 > 0 {
+                *o = got.next().unwrap_or_default();
+            }
+        }
+        out
+    }
+
+    /// The step's work besides the adaptive sequences' rows, and the row budget they
+    /// share (None when no adaptive sequence asks or the cost model is not ready).
+    fn step_load(&self, asks: &[DraftAsk], budget: StepBudget) -> Option<(StepLoad, usize)> {
+        self.policies.cost.as_ref()?;
+        let mut others = StepLoad::default();
+        let mut adaptive = 0;
+        for a in asks {
+            if *a.policy == KPolicy::Adaptive {
+                adaptive += 1;
+            } else {
+                // Decode rows of the other sequences, at the K they ask for.
+                others.seqs += 1;
+                others.rows += 1 + self.policies.wanted_k(a.policy, a.workload).min(a.cap);
+            }
+        }
+        if adaptive == 0 {
+            return None;
+        }
+        // The prefill that shares the step: it runs whatever K is (rows a larger K takes
+        // from it run in a later step), so it only shares the fixed cost.
+        let row_budget = budget.max_tokens.saturating_sub(others.rows);
+        let prefill_rows = budget
+            .prefill
+            .tokens
+            .min(row_budget.saturating_sub(adaptive));
+        if prefill_rows > 0 {
+            others.seqs += budget.prefill.seqs;
+            others.rows += prefill_rows;
+        }
+        Some((others, row_budget))
+    }
+
+    /// Per ask: whether the drafter is asked at all. An adaptive sequence is not when
+    /// even a first draft at the best acceptance the drafter is expected to reach, with
+    /// the drafter's own time, could not beat plain decode's rate.
+    fn adaptive_gate(&self, asks: &[DraftAsk], load: &Option<(StepLoad, usize)>) -> Vec<bool> {
+        let (Some((others, _)), Some(cost)) = (load, &self.policies.cost) else {
+            return asks
+                .iter()
+                .map(|a| *a.policy != KPolicy::Adaptive || self.policies.cost.is_some())
+                .collect();
+        };
+        let seqs: Vec<DraftSeq> = asks
+            .iter()
+            .filter(|a| *a.policy == KPolicy::Adaptive)
+            .map(|a| DraftSeq {
+                scores: &[],
+                context: a.context,
+            })
+            .collect();
+        let plain_rate = seqs.len() as f64 / AdaptiveK::plain_decode_secs(&seqs, *others, cost);
+        let best_p = self.stats.best_first_rate();
+        asks.iter()
+            .map(|a| {
+                *a.policy != KPolicy::Adaptive
+                    || AdaptiveK::can_pay(
+                        best_p,
+                        a.context,
+                        self.draft_secs_per_seq,
+                        plain_rate,
+                        cost,
+                    )
+            })
+            .collect()
+    }
+
+    /// The K of each ask under the adaptive policy (0 for the others, and for all when
+    /// the policy has no cost model yet): one K for the step when padded, each
+    /// sequence its own when not.
+    fn adaptive_ks(
         &self,
         asks: &[DraftAsk],
-        requests: &[(u64, usize)],
-        proposals: &[super::DraftProposal],
-        budget: StepBudget,
-    ) -> usize {
-        let Some(cost) = &self.policies.cost else {
-            return 0;
+        proposals: &[DraftProposal],
+        load: &Option<(StepLoad, usize)>,
+    ) -> Vec<usize> {
+        let mut ks = vec![0; asks.len()];
+        let (Some((others, row_budget)), Some(cost)) = (load, &self.policies.cost) else {
+            return ks;
         };
         let mut scores = Vec::new();
-        // Decode rows of the other sequences, at the K they asked for.
-        let mut others = StepLoad::default();
-        for ((a, p), &(_, k)) in asks.iter().zip(proposals).zip(requests) {
+        let mut index = Vec::new();
+        for (i, (a, p)) in asks.iter().zip(proposals).enumerate() {
             if *a.policy != KPolicy::Adaptive {
-                others.seqs += 1;
-                others.rows += 1 + k;
                 continue;
             }
             let n = p.tokens.len().min(a.cap);
@@ -102,24 +210,121 @@ impl SpecDecoder {
                 Some(pr) => self.stats.calibration.apply(&pr[..n.min(pr.len())]),
                 None => self.stats.position.running_probs(n),
             });
+            index.push(i);
         }
-        if scores.is_empty() {
-            return 0;
+        let seqs: Vec<DraftSeq> = scores
+            .iter()
+            .zip(&index)
+            .map(|(s, &i)| DraftSeq {
+                scores: s,
+                context: asks[i].context,
+            })
+            .collect();
+        let a = &self.policies.adaptive;
+        if self.pad {
+            let k = a.choose(&seqs, *others, true, *row_budget, cost);
+            for &i in &index {
+                ks[i] = k;
+            }
+        } else {
+            for (&i, k) in index
+                .iter()
+                .zip(a.choose_each(&seqs, *others, *row_budget, cost))
+            {
+                ks[i] = k;
+            }
         }
-        // The prefill that shares a plain decode step with these sequences is priced
-        // as fixed work: rows a larger K takes from it still have to run later.
-        let row_budget = budget.max_tokens.saturating_sub(others.rows);
-        let prefill_rows = budget
-            .prefill
-            .tokens
-            .min(row_budget.saturating_sub(scores.len()));
-        if prefill_rows > 0 {
-            others.seqs += budget.prefill.seqs;
-            others.rows += prefill_rows;
+        ks
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::SpecConfig;
+    use crate::spec_decode::{Proposer, StepCostModel};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+
+    /// Drafts `k` tokens of a sure guess with score 1.0 and counts the sequences asked.
+    struct Counting(Arc<AtomicUsize>);
+
+    impl Proposer for Counting {
+        fn name(&self) -> &'static str {
+            "counting"
         }
-        let refs: Vec<&[f32]> = scores.iter().map(|s| s.as_slice()).collect();
-        self.policies
-            .adaptive
-            .choose(&refs, others, self.pad, row_budget, cost)
+        fn start(&mut self, _: u64, _: &[u32]) -> anyhow::Result<()> {
+            Ok(())
+        }
+        fn append(&mut self, _: u64, _: &[u32]) -> anyhow::Result<()> {
+            Ok(())
+        }
+        fn finish(&mut self, _: u64, _: bool) {}
+        fn propose(&mut self, reqs: &[(u64, usize)]) -> Vec<DraftProposal> {
+            self.0.fetch_add(reqs.len(), Ordering::Relaxed);
+            reqs.iter()
+                .map(|&(_, k)| DraftProposal {
+                    tokens: vec![7; k],
+                    probs: Some(vec![1.0; k]),
+                })
+                .collect()
+        }
+    }
+
+    fn decoder(cost: StepCostModel) -> (SpecDecoder, Arc<AtomicUsize>) {
+        let cfg = SpecConfig {
+            k_policy: KPolicy::Adaptive,
+            pad: false,
+            ..SpecConfig::default()
+        };
+        let mut d = SpecDecoder::new(&cfg, 100, None).unwrap();
+        let asked = Arc::new(AtomicUsize::new(0));
+        d.proposer = Box::new(Counting(asked.clone()));
+        d.policies.cost = Some(cost);
+        (d, asked)
+    }
+
+    fn asks(n: usize) -> Vec<DraftAsk<'static>> {
+        (0..n as u64)
+            .map(|id| DraftAsk {
+                id,
+                policy: &KPolicy::Adaptive,
+                workload: None,
+                room: 1000,
+                context: 300,
+                cap: 63,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn where_no_draft_can_pay_the_drafter_is_not_asked() {
+        // A compute-bound CPU step: 11 ms fixed, 2.5 ms a row. A first draft's calibrated
+        // acceptance tops out near 60 %; at 32 sequences a row needs ~84 %.
+        let cost = StepCostModel::from_coefficients(0.011, 0.0001, 0.0025);
+        let (mut d, asked) = decoder(cost);
+        for _ in 0..300 {
+            d.stats.calibration.observe(&[1.0, 1.0], 1);
+            d.stats.calibration.observe(&[1.0, 1.0], 0);
+        }
+        for bin in 0..10 {
+            for _ in 0..50 {
+                d.stats.calibration.observe(&[bin as f32 / 10.0 + 0.05], 0);
+            }
+        }
+        let budget = StepBudget {
+            max_tokens: 2048,
+            prefill: PrefillDemand::default(),
+        };
+        let many = asks(32);
+        let drafts = d.plan(&many, budget);
+        assert_eq!(asked.load(Ordering::Relaxed), 0);
+        assert_eq!(drafts.k, 0);
+        assert!(drafts.slots.iter().all(|&s| s == 0));
+        // Alone, the same drafts pay: the drafter is asked and K > 0.
+        let one = asks(1);
+        let drafts = d.plan(&one, budget);
+        assert_eq!(asked.load(Ordering::Relaxed), 1);
+        assert!(drafts.k > 0, "{drafts:?}");
     }
 }

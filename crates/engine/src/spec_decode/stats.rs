@@ -64,6 +64,18 @@ pub struct AcceptanceStats {
 }
 
 impl AcceptanceStats {
+    /// The most a first draft is expected to be accepted, whichever estimate the
+    /// drafter's drafts use (its calibrated scores, or the per-position rate).
+    pub fn best_first_rate(&self) -> f64 {
+        let by_position = self
+            .position
+            .running_probs(1)
+            .first()
+            .copied()
+            .unwrap_or(1.0);
+        self.calibration.best_first_rate().max(by_position as f64)
+    }
+
     pub fn new(max_k: usize) -> Self {
         Self {
             position: PositionAcceptance::new(max_k),

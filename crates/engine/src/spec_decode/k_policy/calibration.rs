@@ -48,6 +48,20 @@ impl ScoreCalibration {
             .collect()
     }
 
+    /// The most a first draft token can be expected to be accepted: the highest
+    /// calibrated rate of position 0 over the score bins, a bin without data at the top
+    /// of its raw range. The adaptive policy does not ask the drafter for drafts a row
+    /// of which could not pay even at this rate.
+    pub fn best_first_rate(&self) -> f64 {
+        (0..Self::BINS)
+            .map(|s| {
+                let (n, h) = self.cells[0][s];
+                let top = (s + 1) as f64 / Self::BINS as f64;
+                (h + Self::PRIOR * top) / (n + Self::PRIOR)
+            })
+            .fold(0.0, f64::max)
+    }
+
     /// One verify outcome: `raw` are the scores of the drafts that were verified,
     /// `accepted` how many of them were accepted (a prefix).
     pub fn observe(&mut self, raw: &[f32], accepted: usize) {
@@ -75,7 +89,7 @@ impl Default for ScoreCalibration {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::spec_decode::k_policy::{AdaptiveK, StepCostModel, StepLoad};
+    use crate::spec_decode::k_policy::{AdaptiveK, DraftSeq, StepCostModel, StepLoad};
 
     #[test]
     fn calibration_learns_an_over_confident_drafter() {
@@ -103,13 +117,26 @@ mod tests {
         // The adaptive choice follows: with the learned rates, long K pays again.
         let cost = StepCostModel::from_coefficients(0.010, 0.0, 0.001);
         let a = AdaptiveK::new(&[0, 4, 8]);
-        let k = a.choose(
-            &[&c.apply(&raw)],
-            StepLoad::default(),
-            true,
-            usize::MAX,
-            &cost,
-        );
+        let cal = c.apply(&raw);
+        let seq = DraftSeq {
+            scores: &cal,
+            context: 0,
+        };
+        let k = a.choose(&[seq], StepLoad::default(), true, usize::MAX, &cost);
         assert_eq!(k, 8);
+    }
+
+    #[test]
+    fn best_first_rate_bounds_what_drafts_earn() {
+        let mut c = ScoreCalibration::new();
+        // No data: a first draft might be accepted every time.
+        assert!((c.best_first_rate() - 1.0).abs() < 1e-9);
+        // Every score bin measured at about 40 %: the bound follows.
+        for i in 0..5000 {
+            let score = (i % 10) as f32 / 10.0 + 0.05;
+            c.observe(&[score], usize::from((i / 10) % 5 < 2));
+        }
+        let best = c.best_first_rate();
+        assert!(best > 0.35 && best < 0.5, "{best}");
     }
 }

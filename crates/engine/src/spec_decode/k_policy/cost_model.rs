@@ -1,25 +1,82 @@
-//! Step-cost model: seconds of one forward step as a function of the number of
-//! sequences B and query rows T, `t = a + b * B + c * T`, fitted by least squares to
+//! Step-cost model: seconds of one forward step as a function of its shape,
+//! `t = a + b·seqs + c·rows + e·logit_rows + d·attended`, fitted by least squares to
 //! steps timed at start-up on the actual runner and refitted as real steps run.
+//!
+//! Rows with logits are priced apart from rows without (a prefill chunk's rows skip the
+//! LM head, a verify step's rows do not: on the default model the LM head is a fifth of
+//! a row's weights), and attention by the (query, key) pairs it computes, so a drafted
+//! row of a sequence hundreds of tokens long costs what it really does. Without those
+//! two terms, refits over real steps (mostly prefill rows beside decode rows on the
+//! CPU) priced a verify row below its cost and the adaptive policy drafted where it
+//! could not pay (BENCHMARKS, issue 19 item 4).
 
 use crate::least_squares::nonnegative_fit;
 use std::collections::VecDeque;
 
+/// Terms of the model: fixed, per sequence, per row, per logit row, per attended pair.
+const TERMS: usize = 5;
+
+/// The shape of a step (or of one sequence's part of it), as the model prices it.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct StepShape {
+    pub seqs: f64,
+    /// Query rows.
+    pub rows: f64,
+    /// Rows whose logits (or argmax) the step computes.
+    pub logit_rows: f64,
+    /// Σ over query rows of the keys the row attends to (position + 1).
+    pub attended: f64,
+}
+
+impl StepShape {
+    /// One sequence of context `context` (tokens already in the KV cache) running `q`
+    /// query rows that all get logits (a decode or verify row set).
+    pub fn verify(context: usize, q: usize) -> Self {
+        let (l, q) = (context as f64, q as f64);
+        Self {
+            seqs: 1.0,
+            rows: q,
+            logit_rows: q,
+            attended: q * l + q * (q + 1.0) / 2.0,
+        }
+    }
+
+    pub fn plus(self, o: StepShape) -> StepShape {
+        StepShape {
+            seqs: self.seqs + o.seqs,
+            rows: self.rows + o.rows,
+            logit_rows: self.logit_rows + o.logit_rows,
+            attended: self.attended + o.attended,
+        }
+    }
+
+    fn features(&self) -> [f64; TERMS] {
+        [1.0, self.seqs, self.rows, self.logit_rows, self.attended]
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct StepCostModel {
-    /// (a, b, c): fixed, per sequence, per row.
-    coef: [f64; 3],
-    /// Recent (B, T, seconds) observations.
-    samples: VecDeque<(f64, f64, f64)>,
-    calibration: Vec<(f64, f64, f64)>,
+    /// (a, b, c, e, d): fixed, per sequence, per row, per logit row, per attended pair.
+    coef: [f64; TERMS],
+    /// Recent (shape, seconds) observations.
+    samples: VecDeque<(StepShape, f64)>,
+    calibration: Vec<(StepShape, f64)>,
     max_samples: usize,
     since_fit: usize,
 }
 
 impl StepCostModel {
+    /// A model with only the fixed, per-sequence and per-row terms (every row priced
+    /// the same, attention free).
     pub fn from_coefficients(a: f64, b: f64, c: f64) -> Self {
+        Self::from_terms([a, b, c, 0.0, 0.0])
+    }
+
+    /// (fixed, per sequence, per row, per logit row, per attended pair).
+    pub fn from_terms(coef: [f64; TERMS]) -> Self {
         Self {
-            coef: [a, b, c],
+            coef,
             samples: VecDeque::new(),
             calibration: Vec::new(),
             max_samples: 512,
@@ -27,37 +84,49 @@ impl StepCostModel {
         }
     }
 
-    /// Fits a model to calibration points (B, T, seconds). They stay in every
+    /// Fits a model to calibration points (shape, seconds). They stay in every
     /// later refit so the model keeps covering shapes traffic has not visited.
-    pub fn fit_calibration(points: &[(usize, usize, f64)]) -> Self {
-        let mut m = Self::from_coefficients(0.0, 0.0, 0.0);
-        m.calibration = points
-            .iter()
-            .map(|&(b, t, s)| (b as f64, t as f64, s))
-            .collect();
+    pub fn fit_calibration(points: &[(StepShape, f64)]) -> Self {
+        let mut m = Self::from_terms([0.0; TERMS]);
+        m.calibration = points.to_vec();
         m.refit();
         m
     }
 
-    pub fn coefficients(&self) -> [f64; 3] {
+    /// (fixed, per sequence, per row, per logit row, per attended pair).
+    pub fn coefficients(&self) -> [f64; TERMS] {
         self.coef
     }
 
-    pub fn predict(&self, num_seqs: usize, num_rows: usize) -> f64 {
-        let [a, b, c] = self.coef;
-        (a + b * num_seqs as f64 + c * num_rows as f64).max(1e-6)
+    /// Seconds of a step of this shape, without the floor `predict` applies.
+    pub fn linear(&self, s: StepShape) -> f64 {
+        self.coef.iter().zip(s.features()).map(|(c, f)| c * f).sum()
+    }
+
+    pub fn predict(&self, s: StepShape) -> f64 {
+        self.linear(s).max(1e-6)
+    }
+
+    /// The fixed cost of a step (paid once, whoever is in it).
+    pub fn fixed(&self) -> f64 {
+        self.coef[0]
+    }
+
+    /// Seconds the `j`-th query row (0-based) of a sequence of context `context` adds,
+    /// logits included: the price of a drafted row.
+    pub fn row_cost(&self, context: usize, j: usize) -> f64 {
+        self.coef[2] + self.coef[3] + self.coef[4] * (context + j + 1) as f64
     }
 
     /// Records a real step's time; refits every 32 steps.
-    pub fn observe(&mut self, num_seqs: usize, num_rows: usize, secs: f64) {
+    pub fn observe(&mut self, shape: StepShape, secs: f64) {
         if !(secs.is_finite() && secs > 0.0) {
             return;
         }
         if self.samples.len() == self.max_samples {
             self.samples.pop_front();
         }
-        self.samples
-            .push_back((num_seqs as f64, num_rows as f64, secs));
+        self.samples.push_back((shape, secs));
         self.since_fit += 1;
         if self.since_fit >= 32 {
             self.refit();
@@ -66,58 +135,80 @@ impl StepCostModel {
 
     fn refit(&mut self) {
         self.since_fit = 0;
-        let pts: Vec<(f64, f64, f64)> = self
+        let rows: Vec<([f64; TERMS], f64)> = self
             .calibration
             .iter()
             .chain(self.samples.iter())
-            .copied()
+            .map(|(s, secs)| (s.features(), *secs))
             .collect();
-        if let Some(c) = least_squares(&pts) {
+        // Non-negative: a negative cost term is noise. The whisper of ridge keeps the
+        // system solvable when features move together (every online step had the same
+        // batch size, or every row had logits).
+        if let Some(c) = nonnegative_fit(&rows, [true; TERMS], 1e-9) {
             self.coef = c;
         }
     }
-}
-
-/// Non-negative least squares over (1, B, T): a negative cost term is noise. The whisper of
-/// ridge keeps the system solvable when a feature is constant (every online step had the
-/// same batch size).
-fn least_squares(pts: &[(f64, f64, f64)]) -> Option<[f64; 3]> {
-    let rows: Vec<([f64; 3], f64)> = pts.iter().map(|p| ([1.0, p.0, p.1], p.2)).collect();
-    nonnegative_fit(&rows, [true; 3], 1e-9)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn prefill(context: usize, q: usize) -> StepShape {
+        StepShape {
+            logit_rows: 1.0,
+            ..StepShape::verify(context, q)
+        }
+    }
+
     #[test]
     fn fit_recovers_a_linear_cost() {
-        let truth = |b: usize, t: usize| 0.02 + 0.001 * b as f64 + 0.0005 * t as f64;
-        let pts: Vec<_> = [
-            (1, 1),
-            (1, 13),
-            (4, 4),
-            (4, 52),
-            (16, 16),
-            (16, 208),
-            (8, 40),
-        ]
-        .iter()
-        .map(|&(b, t)| (b, t, truth(b, t)))
-        .collect();
+        let truth = StepCostModel::from_terms([0.02, 0.001, 0.0005, 0.0002, 1e-7]);
+        let mut shapes = Vec::new();
+        for &(b, q, l) in &[
+            (1, 1, 0),
+            (1, 13, 0),
+            (4, 4, 512),
+            (4, 5, 0),
+            (16, 1, 0),
+            (16, 13, 512),
+            (8, 5, 100),
+        ] {
+            let one = StepShape::verify(l, q);
+            let mut s = StepShape::default();
+            for _ in 0..b {
+                s = s.plus(one);
+            }
+            shapes.push(s);
+        }
+        shapes.push(prefill(0, 128));
+        shapes.push(prefill(256, 64));
+        let pts: Vec<_> = shapes.iter().map(|&s| (s, truth.linear(s))).collect();
         let m = StepCostModel::fit_calibration(&pts);
-        let [a, b, c] = m.coefficients();
-        assert!(
-            (a - 0.02).abs() < 1e-5 && (b - 0.001).abs() < 1e-6 && (c - 0.0005).abs() < 1e-7,
-            "{a} {b} {c}"
-        );
-        assert!((m.predict(32, 416) - truth(32, 416)).abs() < 1e-5);
+        for (got, want) in m.coefficients().iter().zip(truth.coefficients()) {
+            assert!(
+                (got - want).abs() < 1e-3 * want.max(1e-6),
+                "{got} vs {want}"
+            );
+        }
+        let big = StepShape::verify(700, 9);
+        assert!((m.predict(big) - truth.predict(big)).abs() < 1e-6);
+        assert!((m.row_cost(100, 2) - (0.0005 + 0.0002 + 1e-7 * 103.0)).abs() < 1e-9);
     }
 
     #[test]
     fn negative_terms_are_dropped_and_online_samples_refit() {
         // Pure per-row cost with a tiny negative per-seq artefact.
-        let pts = vec![(1, 1, 0.001), (2, 2, 0.002), (1, 5, 0.005), (4, 4, 0.0039)];
+        let pts: Vec<_> = [(1, 1, 0.001), (2, 1, 0.002), (1, 5, 0.005), (4, 1, 0.0039)]
+            .iter()
+            .map(|&(b, q, secs)| {
+                let mut s = StepShape::default();
+                for _ in 0..b {
+                    s = s.plus(StepShape::verify(0, q));
+                }
+                (s, secs)
+            })
+            .collect();
         let m = StepCostModel::fit_calibration(&pts);
         assert!(
             m.coefficients().iter().all(|&c| c >= 0.0),
@@ -127,12 +218,47 @@ mod tests {
         let mut m = StepCostModel::from_coefficients(1.0, 0.0, 0.0);
         for i in 0..64 {
             let t = 1 + i % 9;
-            m.observe(1, t, 0.01 * t as f64);
+            m.observe(StepShape::verify(0, t), 0.01 * t as f64);
         }
+        let ten = StepShape::verify(0, 10);
         assert!(
-            (m.predict(1, 10) - 0.1).abs() < 1e-6,
+            (m.predict(ten) - 0.1).abs() < 1e-6,
             "{:?}",
             m.coefficients()
         );
+    }
+
+    #[test]
+    fn prefill_rows_do_not_make_verify_rows_look_cheap() {
+        // The old model (one price per row) refitted on real CPU steps — mostly prefill
+        // rows without logits — priced a verify row at the prefill row's cost. With the
+        // logit term, a verify row keeps its price whatever the mix of steps.
+        let truth = StepCostModel::from_terms([0.010, 0.0002, 0.0010, 0.0004, 0.0]);
+        let mut pts = vec![];
+        for b in [1usize, 8, 16, 32] {
+            for q in [1usize, 5, 13] {
+                let mut s = StepShape::default();
+                for _ in 0..b {
+                    s = s.plus(StepShape::verify(0, q));
+                }
+                pts.push((s, truth.linear(s)));
+            }
+        }
+        let p = prefill(0, 128);
+        pts.push((p, truth.linear(p)));
+        let mut m = StepCostModel::fit_calibration(&pts);
+        for i in 0..256 {
+            // 32 decode rows beside a prefill chunk of 40 to 100 tokens.
+            let mut s = StepShape::default();
+            for _ in 0..32 {
+                s = s.plus(StepShape::verify(0, 1));
+            }
+            let chunk = 40 + (i * 7) % 61;
+            s = s.plus(prefill(0, chunk));
+            m.observe(s, truth.linear(s));
+        }
+        let got = m.row_cost(0, 0);
+        let want = truth.row_cost(0, 0);
+        assert!((got - want).abs() < 0.02 * want, "{got} vs {want}");
     }
 }

@@ -10,9 +10,9 @@ mod calibration;
 mod cost_model;
 mod dynamic;
 
-pub use adaptive::{AdaptiveK, DraftScores, StepLoad, FALLBACK_KS};
+pub use adaptive::{AdaptiveK, DraftScores, DraftSeq, StepLoad, FALLBACK_KS};
 pub use calibration::ScoreCalibration;
-pub use cost_model::StepCostModel;
+pub use cost_model::{StepCostModel, StepShape};
 pub use dynamic::DynamicK;
 
 use crate::config::KPolicy;
