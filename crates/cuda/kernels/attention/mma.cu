@@ -16,11 +16,13 @@
 // chunk computes only the splits its rows reach (causal); the splits it skips would
 // contribute exact zeros to its rows, so skipping them changes no bit.
 //
-// Every split is its own block (gridDim.z = chunks * MMA_MAX_SPLITS when anything splits):
-// a split is a short chain of dependent loads, and the step's time is its longest chain,
-// so the keys are spread over as many blocks as there are splits. (Session 10 ran several
-// splits one after another in a block once the step had enough blocks to fill the GPU
-// twice: at 32 sequences x 1024 keys that took 29 us a layer for 25 MB of K/V.)
+// Where splits fall (keys per split per query token, a.split_keys_per_q; prefill chunks
+// a.prefill_split_keys, 0 = unsplit) and how many blocks take a (sequence, KV head, chunk)'s
+// splits (a.grid_splits: a block runs splits split0, split0 + grid_splits, ...) come from
+// the host (WRING_CUDA_MMA_SPLITS). Giving every split its own block and splitting prefill
+// chunks measured no faster in session 11 (prefill slower): the time is in how fast a
+// block walks its keys, not in how the keys are spread (BENCHMARKS, "Where attention_mma's
+// time goes").
 //
 // Arithmetic, transposed so that the rows are the mma's N dimension (8 rows a tile: a
 // decode step of a GQA-4 model wastes half a tile, not three quarters):
