@@ -253,13 +253,6 @@ mod tests {
         fn name(&self) -> &'static str {
             "counting"
         }
-        fn start(&mut self, _: u64, _: &[u32]) -> anyhow::Result<()> {
-            Ok(())
-        }
-        fn append(&mut self, _: u64, _: &[u32]) -> anyhow::Result<()> {
-            Ok(())
-        }
-        fn finish(&mut self, _: u64, _: bool) {}
         fn propose(&mut self, reqs: &[(u64, usize)]) -> Vec<DraftProposal> {
             self.0.fetch_add(reqs.len(), Ordering::Relaxed);
             reqs.iter()

@@ -11,13 +11,19 @@ pub struct DraftProposal {
     pub probs: Option<Vec<f32>>,
 }
 
+/// A proposer that keeps no per-request state may leave `start`, `append` and `finish` to
+/// their defaults (they do nothing).
 pub trait Proposer: Send {
     fn name(&self) -> &'static str;
-    fn start(&mut self, id: u64, prompt: &[u32]) -> anyhow::Result<()>;
+    fn start(&mut self, _id: u64, _prompt: &[u32]) -> anyhow::Result<()> {
+        Ok(())
+    }
     /// Tokens emitted for `id` (never rejected drafts).
-    fn append(&mut self, id: u64, tokens: &[u32]) -> anyhow::Result<()>;
+    fn append(&mut self, _id: u64, _tokens: &[u32]) -> anyhow::Result<()> {
+        Ok(())
+    }
     /// The request ended; `completed` ones may feed shared state (the global tree).
-    fn finish(&mut self, id: u64, completed: bool);
+    fn finish(&mut self, _id: u64, _completed: bool) {}
     /// Drafts for each (id, max_k).
     fn propose(&mut self, reqs: &[(u64, usize)]) -> Vec<DraftProposal>;
     /// Clears shared state (admin reset).
@@ -38,13 +44,6 @@ impl Proposer for NoProposer {
     fn name(&self) -> &'static str {
         "none"
     }
-    fn start(&mut self, _: u64, _: &[u32]) -> anyhow::Result<()> {
-        Ok(())
-    }
-    fn append(&mut self, _: u64, _: &[u32]) -> anyhow::Result<()> {
-        Ok(())
-    }
-    fn finish(&mut self, _: u64, _: bool) {}
     fn propose(&mut self, reqs: &[(u64, usize)]) -> Vec<DraftProposal> {
         vec![DraftProposal::default(); reqs.len()]
     }
