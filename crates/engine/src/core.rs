@@ -329,18 +329,18 @@ impl EngineCore {
         let constrained = !jobs.is_empty();
         // The drafter's deferred tree updates run beside the model (and the emitting
         // of its tokens); the next step's draft waits for them.
-        if let Some(work) = self.spec.proposer().take_background() {
-            self.background.submit(work);
+        if let Some(job) = self.spec.proposer().take_background() {
+            self.background.submit(job);
         }
         let scheduled = Instant::now();
         let (out, jobs) = if jobs.is_empty() {
-            (self.run_model(&input, &rows, ids_only), Vec::new())
+            (self.run_model(&input, &rows, ids_only, work), Vec::new())
         } else {
             // The grammar masks of this step's positions are computed while the
             // model runs (constrained sequences only).
             std::thread::scope(|s| {
                 let masks = s.spawn(move || EngineCore::prepare_masks(jobs));
-                let out = self.run_model(&input, &rows, ids_only);
+                let out = self.run_model(&input, &rows, ids_only, work);
                 (out, masks.join().unwrap_or_default())
             })
         };

@@ -53,15 +53,11 @@ const SPLIT_KERNEL_SPLITS: usize = 4;
 /// most `max_nt` row tiles a block.
 fn mma_tiles(head_dim: usize, rows: usize, max_nt: usize) -> Option<(usize, usize)> {
     let (_, built) = MMA_ROW_TILES.iter().find(|(d, _)| *d == head_dim)?;
-    let built: Vec<usize> = built
-        .iter()
-        .copied()
-        .filter(|&nt| nt <= max_nt.max(1))
-        .collect();
+    let allowed = || built.iter().copied().filter(|&nt| nt <= max_nt.max(1));
     let tiles = rows.div_ceil(8).max(1);
-    let largest = *built.last()?;
-    match built.iter().find(|&&nt| nt >= tiles) {
-        Some(&nt) => Some((nt, 1)),
+    let largest = allowed().next_back()?;
+    match allowed().find(|&nt| nt >= tiles) {
+        Some(nt) => Some((nt, 1)),
         None => Some((largest, tiles.div_ceil(largest))),
     }
 }
@@ -226,11 +222,10 @@ impl CudaBackend {
         chunks: usize,
         max_q: usize,
     ) {
-        let Some(workspace) = self.mma_workspace(shape) else {
+        let Some((parts, counters, part_tokens)) = self.mma_workspace(shape) else {
             return;
         };
         let seqs = self.layout.seqs;
-        let (parts, counters, part_tokens) = workspace;
         let splits = self.opts.mma_splits;
         let prefill_split = self.prefill_splits_on_mma(shape);
         // Blocks per (sequence, KV head, chunk): one per split (`All`; blocks past a

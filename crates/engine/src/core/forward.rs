@@ -8,6 +8,7 @@ use wring_model::runner::StepInput;
 
 use super::EngineCore;
 use crate::spec_decode::{StepOutput, StepShape};
+use crate::step_budget::StepWork;
 use crate::step_input::StepRow;
 
 impl EngineCore {
@@ -29,6 +30,7 @@ impl EngineCore {
         input: &StepInput,
         rows: &[StepRow],
         ids_only: bool,
+        work: StepWork,
     ) -> Result<StepOutput, String> {
         let t0 = Instant::now();
         let result = if ids_only && !input.logit_rows.is_empty() {
@@ -49,7 +51,7 @@ impl EngineCore {
             seqs: rows.len() as f64,
             rows: input.tokens.len() as f64,
             logit_rows: input.logit_rows.len() as f64,
-            attended: input.positions.iter().map(|&p| p as f64 + 1.0).sum(),
+            attended: work.attended,
         };
         tracing::trace!(
             target: "wring_engine::step_cost",
