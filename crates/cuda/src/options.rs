@@ -194,7 +194,7 @@ impl Default for MmaSplits {
 }
 
 impl MmaSplits {
-    fn parse(v: &str) -> Result<Self> {
+    pub fn parse(v: &str) -> Result<Self> {
         let mut m = Self::default();
         for item in v.split(',').map(str::trim).filter(|s| !s.is_empty()) {
             let (key, val) = item

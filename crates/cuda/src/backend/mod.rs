@@ -238,6 +238,14 @@ impl CudaBackend {
         self.opts.attention = kernel;
     }
 
+    /// How attention_mma splits keys for steps run from now on (graphs dropped, as above).
+    pub fn set_mma_splits(&mut self, splits: crate::options::MmaSplits) {
+        if self.opts.mma_splits != splits {
+            self.drop_graphs();
+        }
+        self.opts.mma_splits = splits;
+    }
+
     /// Whether the fused q/k/v split stores K/V into the pool itself (eager steps; a
     /// captured graph keeps what it was captured with).
     pub fn set_fused_kv_store(&mut self, on: bool) {

@@ -4,7 +4,8 @@
 //! build's defaults, `gemv` = the weight-streaming gemv kernels for steps of <= 8 tokens,
 //! `nosmall` = cuBLAS for every step, `nopdl` = no programmatic dependent launch, `serial` =
 //! the tensor-core attention without its K/V prefetch, `before` = the previous defaults:
-//! split-KV attention, cuBLAS, no PDL).
+//! split-KV attention, cuBLAS, no PDL, `splits=per_q=512+grid=all` = the defaults with
+//! that `WRING_CUDA_MMA_SPLITS`, `+` for `,`).
 //! `STEPS_SHAPES=1x1,8x1` restricts the batch × q shapes; `STEPS_CTX=1024` times both models
 //! at that context instead of 256 (135M) and 512 (8B).
 //! Writes `OUT_DIR/steps.json` (issue 14: decode at batch 1/8/32, verify 32 × (1 + K),
@@ -15,7 +16,7 @@ use super::{time_steps, Runner, BLOCK};
 use anyhow::{Context, Result};
 use serde_json::json;
 use std::time::Instant;
-use wring_cuda::{AttentionKernel, CudaBackend, CudaOptions, GraphMode};
+use wring_cuda::{AttentionKernel, CudaBackend, CudaOptions, GraphMode, MmaSplits};
 use wring_model::llama::LlamaRunner;
 use wring_model::weights::WeightSource;
 use wring_model::ModelConfig;
@@ -32,10 +33,15 @@ fn roofline_bytes(cfg: &ModelConfig, batch: usize, ctx: usize) -> f64 {
 }
 
 /// A backend configuration to time: (attention kernel, small-step linear max tokens forced
-/// (None: the environment's path, `auto` by default), PDL).
-fn variant(name: &str) -> Result<(AttentionKernel, Option<usize>, bool)> {
+/// (None: the environment's path, `auto` by default), PDL, attention_mma's key splits).
+fn variant(name: &str) -> Result<(AttentionKernel, Option<usize>, bool, MmaSplits)> {
     let d = CudaOptions::from_env()?;
-    Ok(match name {
+    if let Some(spec) = name.strip_prefix("splits=") {
+        let splits = MmaSplits::parse(&spec.replace('+', ","))
+            .with_context(|| format!("STEPS_VARIANTS: {name:?}"))?;
+        return Ok((d.attention, None, d.pdl, splits));
+    }
+    let (kernel, small, pdl) = match name {
         "default" => (d.attention, None, d.pdl),
         "gemv" | "small" => (d.attention, Some(8), d.pdl),
         "nosmall" => (d.attention, Some(0), d.pdl),
@@ -43,7 +49,8 @@ fn variant(name: &str) -> Result<(AttentionKernel, Option<usize>, bool)> {
         "before" => (AttentionKernel::Split, Some(0), false),
         "serial" => (AttentionKernel::MmaSerial, None, d.pdl),
         other => anyhow::bail!("STEPS_VARIANTS: unknown variant {other:?}"),
-    })
+    };
+    Ok((kernel, small, pdl, d.mma_splits))
 }
 
 pub fn run(out_dir: &str) -> Result<()> {
@@ -112,8 +119,9 @@ pub fn run(out_dir: &str) -> Result<()> {
         println!("| variant | batch × q | graph ms | roofline ms | % of roofline | × decode at this batch | kernels/step |");
         println!("|---|---|---|---|---|---|---|");
         for name in &variants {
-            let (kernel, small, pdl) = variant(name)?;
+            let (kernel, small, pdl, splits) = variant(name)?;
             r.backend_mut().set_attention(kernel);
+            r.backend_mut().set_mma_splits(splits);
             match small {
                 Some(t) => r.backend_mut().set_small_linear_max_t(t),
                 None => {
