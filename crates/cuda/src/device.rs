@@ -99,6 +99,7 @@ fn launch_params(
     f: sys::CUfunction,
     grid: (u32, u32, u32),
     block: u32,
+    smem: u32,
     stream: sys::CUstream,
     params: &mut [*mut c_void],
     pdl: bool,
@@ -114,7 +115,7 @@ fn launch_params(
         blockDimX: block,
         blockDimY: 1,
         blockDimZ: 1,
-        sharedMemBytes: 0,
+        sharedMemBytes: smem,
         hStream: stream,
         attrs: if pdl { &mut attr } else { std::ptr::null_mut() },
         numAttrs: pdl as u32,
@@ -125,17 +126,19 @@ fn launch_params(
 }
 
 /// Launches `f` whose one parameter is the C struct that `args` mirrors (`#[repr(C)]`,
-/// same fields in the same order).
-pub fn launch_struct<T: Copy>(
+/// same fields in the same order), with `smem` bytes of dynamic shared memory (past 48 KB
+/// the kernel's limit must have been raised at load: `Kernels::load`).
+pub fn launch_struct_smem<T: Copy>(
     f: sys::CUfunction,
     grid: (u32, u32, u32),
     block: u32,
+    smem: u32,
     stream: sys::CUstream,
     args: &T,
     pdl: bool,
 ) -> Result<(), result::DriverError> {
     let mut params = [args as *const T as *mut c_void];
-    launch_params(f, grid, block, stream, &mut params, pdl)
+    launch_params(f, grid, block, smem, stream, &mut params, pdl)
 }
 
 /// Launches `f` on `stream` with `args` in order.
@@ -162,5 +165,5 @@ pub fn launch(
         .iter_mut()
         .map(|s| s as *mut u64 as *mut c_void)
         .collect();
-    launch_params(f, grid, block, stream, &mut params, pdl)
+    launch_params(f, grid, block, 0, stream, &mut params, pdl)
 }

@@ -136,6 +136,29 @@ fn cached_ptx(name: &str, src: &str, arch: (i32, i32)) -> Result<String> {
     Ok(ptx)
 }
 
+/// How `attention_mma` gets each warp's K/V tiles (kernels/attention/mma.cu `MMA_*`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum MmaBuild {
+    /// The next tile loaded into registers while this one is computed.
+    Prefetch,
+    /// Each tile's loads waited for before its math.
+    Serial,
+    /// cp.async into a ring of tiles per warp in dynamic shared memory.
+    Staged,
+}
+
+impl MmaBuild {
+    const ALL: [Self; 3] = [Self::Prefetch, Self::Serial, Self::Staged];
+
+    fn kernel(self) -> &'static str {
+        match self {
+            Self::Prefetch => "attention_mma",
+            Self::Serial => "attention_mma_serial",
+            Self::Staged => "attention_mma_staged",
+        }
+    }
+}
+
 /// Handles of every kernel the backend launches.
 pub struct Kernels {
     pub embed_rows: sys::CUfunction,
@@ -167,9 +190,9 @@ pub struct Kernels {
     /// `gemv_{int4,nvfp4}_{epilogue}_t{16,32,64}` (kernels/gemv_multi.cu): [int4, nvfp4]
     /// [epilogue][token bucket].
     gemv_multi: [[[sys::CUfunction; 3]; 3]; 2],
-    /// `attention_mma_d{head_dim}_n{row tiles}` (prefetching) and
-    /// `attention_mma_serial_d{head_dim}_n{row tiles}`, keyed by (head_dim, row tiles, serial).
-    attention_mma: Vec<((usize, usize, bool), sys::CUfunction)>,
+    /// `attention_mma{,_serial,_staged}_d{head_dim}_n{row tiles}`, keyed by (head_dim, row
+    /// tiles, build).
+    attention_mma: Vec<((usize, usize, MmaBuild), sys::CUfunction)>,
     /// `attention_prefill_d{head_dim}_n{row tiles per warp}`, keyed the same way.
     attention_prefill: Vec<((usize, usize), sys::CUfunction)>,
     pub argmax_rows: sys::CUfunction,
@@ -270,14 +293,22 @@ impl Kernels {
             attention_mma: crate::params::MMA_ROW_TILES
                 .iter()
                 .flat_map(|&(d, tiles)| tiles.iter().map(move |&nt| (d, nt)))
-                .flat_map(|(d, nt)| [(d, nt, false), (d, nt, true)])
-                .map(|(d, nt, serial)| {
-                    let name = if serial {
-                        "attention_mma_serial"
-                    } else {
-                        "attention_mma"
-                    };
-                    Ok(((d, nt, serial), get(&format!("{name}_d{d}_n{nt}"))?))
+                .flat_map(|(d, nt)| MmaBuild::ALL.map(|b| (d, nt, b)))
+                .map(|(d, nt, build)| {
+                    let f = get(&format!("{}_d{d}_n{nt}", build.kernel()))?;
+                    if build == MmaBuild::Staged {
+                        let smem = crate::params::mma_staged_smem(d) as i32;
+                        // SAFETY: f was just loaded; the attribute is a plain integer.
+                        unsafe {
+                            result::function::set_function_attribute(
+                                f,
+                                sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                smem,
+                            )
+                        }
+                        .with_context(|| format!("{}_d{d}_n{nt}: {smem} bytes of shared memory", build.kernel()))?;
+                    }
+                    Ok(((d, nt, build), f))
                 })
                 .collect::<Result<_>>()?,
             attention_prefill: crate::params::PREFILL_ROW_TILES
@@ -331,17 +362,16 @@ impl Kernels {
         Some(self.gemv_multi[fi][epilogue as usize][b])
     }
 
-    /// The tensor-core attention kernel for `head_dim` with `row_tiles` tiles of 8 rows;
-    /// `serial`: the build that waits for each tile's loads (no prefetch).
+    /// The tensor-core attention kernel for `head_dim` with `row_tiles` tiles of 8 rows.
     pub(crate) fn attention_mma(
         &self,
         head_dim: usize,
         row_tiles: usize,
-        serial: bool,
+        build: MmaBuild,
     ) -> Option<sys::CUfunction> {
         self.attention_mma
             .iter()
-            .find(|(k, _)| *k == (head_dim, row_tiles, serial))
+            .find(|(k, _)| *k == (head_dim, row_tiles, build))
             .map(|&(_, f)| f)
     }
 
@@ -416,6 +446,7 @@ mod tests {
         for (kernel, builds) in [
             ("attention_mma", &crate::params::MMA_ROW_TILES[..]),
             ("attention_mma_serial", &crate::params::MMA_ROW_TILES[..]),
+            ("attention_mma_staged", &crate::params::MMA_ROW_TILES[..]),
             ("attention_prefill", &crate::params::PREFILL_ROW_TILES[..]),
         ] {
             for &(d, tiles) in builds.iter() {

@@ -30,6 +30,9 @@ pub enum AttentionKernel {
     /// `MmaOnly` with each tile's K/V loads waited for before its math (no prefetch; the
     /// default of session 9), kept to measure against.
     MmaSerial,
+    /// `Mma` with every warp's K/V tiles copied by cp.async into its own ring in shared
+    /// memory (no tile held in registers, one barrier to merge the warps; session 12).
+    MmaStaged,
     /// One block per (token, head) with the keys split over 4 blocks plus a combine
     /// kernel for decode/verify steps: the default before `Mma`, kept to measure against.
     Split,
@@ -91,7 +94,7 @@ pub struct CudaOptions {
     pub query_lens: Vec<usize>,
     /// Most tokens one step may carry (sizes the activation arena).
     pub max_tokens: usize,
-    /// The attention kernel (`WRING_CUDA_ATTENTION` = mma | mma-only | mma-serial | split | reference).
+    /// The attention kernel (`WRING_CUDA_ATTENTION` = mma | mma-staged | mma-only | mma-serial | split | reference).
     pub attention: AttentionKernel,
     /// Steps of at most this many tokens (capped at 8, the largest gemv token bucket) run
     /// every linear, bf16 or quantized, through the weight-streaming kernels of
@@ -333,10 +336,11 @@ impl CudaOptions {
                 "mma" => AttentionKernel::Mma,
                 "mma-only" => AttentionKernel::MmaOnly,
                 "mma-serial" => AttentionKernel::MmaSerial,
+                "mma-staged" => AttentionKernel::MmaStaged,
                 "split" => AttentionKernel::Split,
                 "reference" => AttentionKernel::Reference,
                 other => {
-                    bail!("WRING_CUDA_ATTENTION={other:?}: expected mma, mma-only, mma-serial, split or reference")
+                    bail!("WRING_CUDA_ATTENTION={other:?}: expected mma, mma-staged, mma-only, mma-serial, split or reference")
                 }
             };
         }

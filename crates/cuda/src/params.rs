@@ -37,6 +37,13 @@ pub(crate) struct AttnArgs {
 /// 128 only, the one it measured faster for (backend/attention.rs `PREFILL_HEAD_DIMS`).
 pub(crate) const PREFILL_ROW_TILES: [(usize, &[usize]); 1] = [(128, &[1, 2])];
 
+/// Dynamic shared memory of `attention_mma_staged_d{D}_n{NT}`: 4 warps × MMA_STAGES(D)
+/// tiles × MMA_TILE_BYTES(D) (kernels/attention/mma.cu), 64 KB for both head dims.
+pub(crate) fn mma_staged_smem(head_dim: usize) -> usize {
+    let stages = if head_dim == 128 { 2 } else { 4 };
+    4 * stages * 64 * head_dim
+}
+
 /// Row tiles (8 rows each) per block that `attention_mma_d{D}_n{NT}` is built for.
 pub(crate) const MMA_ROW_TILES: [(usize, &[usize]); 2] =
     [(64, &[1, 2, 3, 4, 6]), (128, &[1, 2, 3])];

@@ -60,6 +60,36 @@ __device__ __forceinline__ uint4 ld_nc_v4(const void* p) {
     return r;
 }
 
+// How a warp gets its K/V tiles: SERIAL loads each tile into registers and waits for it;
+// PREFETCH loads the next tile into registers while computing this one (twice the tile's
+// registers); STAGED copies its next MMA_STAGES(D) - 1 tiles with cp.async into its own ring
+// in dynamic shared memory (no registers held, no block barrier in the loop), reads each
+// tile's fragments from there, and merges the warps through the ring after one barrier.
+#define MMA_SERIAL 0
+#define MMA_PREFETCH 1
+#define MMA_STAGED 2
+// Tiles in a warp's ring: 64 KB a block either way (three blocks an SM).
+#define MMA_STAGES(D) ((D) == 128 ? 2 : 4)
+// Bytes of one staged 16-key tile: K rows then V rows, D bf16 each.
+#define MMA_TILE_BYTES(D) (64 * (D))
+
+// Where piece `piece` (16 bytes) of key `key`'s K or V row sits in a staged row: permuted
+// (XOR) so that the fragment reads of load_tile's layout hit 8 different bank groups in
+// each quarter warp:
+//   K: lane (g, c) reads piece 4p + c of keys g and g + 8 -> piece ^ ((key & 1) << 2);
+//   V: lane (g, c) reads pieces [g * D/64, +D/64) of keys 2c, 2c+1, 2c+8, 2c+9
+//      -> D = 64: piece ^ (((key >> 1) & 3) << 1); D = 128: piece ^ ((key >> 1) & 1 | ((key >> 2) & 1) << 2).
+// Shared with the prefill kernel's stages (prefill.cu).
+template <int D>
+__device__ __forceinline__ int kv_k_piece(int key, int piece) {
+    return piece ^ ((key & 1) << 2);
+}
+
+template <int D>
+__device__ __forceinline__ int kv_v_piece(int key, int piece) {
+    return D == 64 ? piece ^ (((key >> 1) & 3) << 1) : piece ^ (((key >> 1) & 1) | (((key >> 2) & 1) << 2));
+}
+
 // Splits of a sequence's keys: one per a.split_keys_per_q * q_len keys (decode, verify) or
 // per a.prefill_split_keys keys (prefill chunks), at most MMA_MAX_SPLITS; 1 for sequences
 // past the partials' capacity (token q_end).
@@ -105,6 +135,50 @@ __device__ __forceinline__ void load_tile(KvTile<D>& t, const bf16_t* __restrict
         const bf16_t* vr = vbase + (size_t)vk[i] * kv_width + g * (D / 8);
 #pragma unroll
         for (int u = 0; u < (D / 64 > 0 ? D / 64 : 1); ++u) t.v[i][u] = ok ? ld_nc_v4(vr + 8 * u) : zero;
+    }
+}
+
+// The fragments of 16-key tile `sub` of staged K rows `ks` and V rows `vs` (kv_*_piece's
+// layout), in load_tile's layout.
+template <int D>
+__device__ __forceinline__ void staged_load_tile(KvTile<D>& t, const unsigned char* ks, const unsigned char* vs,
+                                                 int sub, int g, int c) {
+    constexpr int ROW = D * 2;
+    const int kg = sub * 16 + g, kg8 = kg + 8;
+#pragma unroll
+    for (int p = 0; p < D / 32; ++p) {
+        t.ka[p] = *(const uint4*)(ks + kg * ROW + kv_k_piece<D>(kg, 4 * p + c) * 16);
+        t.kb[p] = *(const uint4*)(ks + kg8 * ROW + kv_k_piece<D>(kg8, 4 * p + c) * 16);
+    }
+    const int vk[4] = {2 * c, 2 * c + 1, 2 * c + 8, 2 * c + 9};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const int key = sub * 16 + vk[i];
+#pragma unroll
+        for (int u = 0; u < (D / 64 > 0 ? D / 64 : 1); ++u)
+            t.v[i][u] = *(const uint4*)(vs + key * ROW + kv_v_piece<D>(key, g * (D / 64) + u) * 16);
+    }
+}
+
+// One warp copies 16-key tile `tile` of (sequence, KV head) into `dst` (MMA_TILE_BYTES(D):
+// K rows, then V rows) with cp.async; keys at or past ctx are zero-filled (masked later,
+// and 0 * garbage could be NaN). Consecutive lanes copy consecutive pieces of a key.
+template <int D>
+__device__ __forceinline__ void stage_tile(unsigned char* dst, const AttnArgs& a, u32 bt_off, int kvh, int tile,
+                                           int ctx, int lane) {
+    constexpr int PIECES = D / 8, ROW = D * 2, PER_LANE = 16 * PIECES / 32;
+    const int key0 = tile * 16;
+    // A tile never crosses a pool block (block_size % 16 == 0).
+    const u32 slot0 = a.block_tables[bt_off + key0 / a.block_size] * a.block_size + key0 % a.block_size;
+    const size_t kv_width = (size_t)a.n_kv_heads * D;
+    const size_t base = (size_t)slot0 * kv_width + (size_t)kvh * D;
+#pragma unroll
+    for (int j = 0; j < PER_LANE; ++j) {
+        const int i = lane + 32 * j, key = i / PIECES, piece = i % PIECES;
+        const bool ok = key0 + key < ctx;
+        const size_t src = base + (size_t)key * kv_width + piece * 8;
+        cp_async16(dst + key * ROW + kv_k_piece<D>(key, piece) * 16, a.k_pool + src, ok);
+        cp_async16(dst + (16 + key) * ROW + kv_v_piece<D>(key, piece) * 16, a.v_pool + src, ok);
     }
 }
 
@@ -215,11 +289,12 @@ __device__ __forceinline__ void mma_row_sums(float (&l)[NT][2], int c) {
 
 // One split of one row chunk: this warp's tiles, then the four warps merged in shared
 // memory. Leaves, for each row of the chunk, max m (base 2), sum l and the unnormalised
-// output in sm_o[row][D] (valid after the final __syncthreads).
-template <int D, int NT, bool PREFETCH>
+// output in sm_o[row][D] (valid after the final __syncthreads; STAGED: sm_o is the ring).
+template <int D, int NT, int MODE>
 __device__ __forceinline__ void mma_split(const AttnArgs& a, const u32* __restrict__ qfrag_s, int kvh,
                                           u32 bt_off, int ctx, int tile_begin, int tile_end,
-                                          const int (&lim)[NT][2], float* sm_m, float* sm_l, float* sm_o) {
+                                          const int (&lim)[NT][2], float* sm_m, float* sm_l, float* sm_o,
+                                          unsigned char* ring) {
     constexpr int ROWS = 8 * NT;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int g = lane >> 2, c = lane & 3;
@@ -233,7 +308,34 @@ __device__ __forceinline__ void mma_split(const AttnArgs& a, const u32* __restri
     const auto qb = [&](int nt, int k) {
         return *(const uint2*)(qfrag_s + (((nt * (D / 16) + k) * 32 + lane) * 2));
     };
-    if (PREFETCH) {
+    if (MODE == MMA_STAGED) {
+        // Tiles tile, tile + 4, ... of this warp through its ring of S tiles: S - 1 copies
+        // in flight while one tile is computed. Copies are per lane, reads cross lanes:
+        // __syncwarp after each wait (visibility) and after each tile's reads (before
+        // that slot is refilled).
+        constexpr int S = MMA_STAGES(D), TB = MMA_TILE_BYTES(D);
+        unsigned char* my_ring = ring + warp * S * TB;
+        int tile = tile_begin + warp;
+#pragma unroll
+        for (int i = 0; i < S - 1; ++i) {
+            const int t = tile + i * MMA_WARPS;
+            if (t < tile_end) stage_tile<D>(my_ring + i * TB, a, bt_off, kvh, t, ctx, lane);
+            cp_async_commit();
+        }
+        for (int slot = 0; tile < tile_end; tile += MMA_WARPS, slot = slot + 1 == S ? 0 : slot + 1) {
+            const int ahead = tile + (S - 1) * MMA_WARPS;
+            const int fill = slot == 0 ? S - 1 : slot - 1;  // the slot read last iteration
+            if (ahead < tile_end) stage_tile<D>(my_ring + fill * TB, a, bt_off, kvh, ahead, ctx, lane);
+            cp_async_commit();  // empty groups past the end keep the count uniform
+            cp_async_wait<S - 1>();
+            __syncwarp();
+            KvTile<D> kv;
+            staged_load_tile<D>(kv, my_ring + slot * TB, my_ring + slot * TB + 16 * 2 * D, 0, g, c);
+            mma_tile<D, NT>(kv, qb, tile, g, a.scale_log2, lim, o, m, l);
+            __syncwarp();
+        }
+        cp_async_wait<0>();
+    } else if (MODE == MMA_PREFETCH) {
         // The warp's next tile is loaded (registers) while this one is computed: the loads'
         // latency is hidden instead of paid once per tile. Same arithmetic, same order.
         KvTile<D> next;
@@ -280,28 +382,54 @@ __device__ __forceinline__ void mma_split(const AttnArgs& a, const u32* __restri
             const float m_use = mx == -WRING_INF ? 0.0f : mx;
             mine[nt][f] = exp2f(m[nt][f] - m_use);
         }
-    for (int w = 0; w < MMA_WARPS; ++w) {
-        if (warp == w) {
+    if (MODE == MMA_STAGED) {
+        // Every warp's rescaled output in its own slice of the (now idle) ring, one
+        // barrier, then each (row, dim) summed in warp order by one thread, into slice 0.
+        float* wo = (float*)ring + warp * ROWS * D;
 #pragma unroll
-            for (int nt = 0; nt < NT; ++nt)
+        for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-                for (int f = 0; f < 2; ++f) {
-                    const int row = nt * 8 + 2 * c + f;
-                    float* dst = sm_o + row * D + g * (D / 8);
+            for (int f = 0; f < 2; ++f) {
+                const int row = nt * 8 + 2 * c + f;
+                float* dst = wo + row * D + g * (D / 8);
 #pragma unroll
-                    for (int mt = 0; mt < D / 16; ++mt) {
-                        const float x0 = o[mt][nt][f] * mine[nt][f], x1 = o[mt][nt][2 + f] * mine[nt][f];
-                        if (w == 0) {
-                            dst[2 * mt] = x0;
-                            dst[2 * mt + 1] = x1;
-                        } else {
-                            dst[2 * mt] += x0;
-                            dst[2 * mt + 1] += x1;
+                for (int mt = 0; mt < D / 16; ++mt) {
+                    dst[2 * mt] = o[mt][nt][f] * mine[nt][f];
+                    dst[2 * mt + 1] = o[mt][nt][2 + f] * mine[nt][f];
+                }
+            }
+        __syncthreads();
+        float* all = (float*)ring;
+        for (int idx = threadIdx.x; idx < ROWS * D; idx += blockDim.x) {
+            float x = all[idx];
+#pragma unroll
+            for (int w = 1; w < MMA_WARPS; ++w) x += all[w * ROWS * D + idx];
+            all[idx] = x;
+        }
+    } else {
+        for (int w = 0; w < MMA_WARPS; ++w) {
+            if (warp == w) {
+#pragma unroll
+                for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+                    for (int f = 0; f < 2; ++f) {
+                        const int row = nt * 8 + 2 * c + f;
+                        float* dst = sm_o + row * D + g * (D / 8);
+#pragma unroll
+                        for (int mt = 0; mt < D / 16; ++mt) {
+                            const float x0 = o[mt][nt][f] * mine[nt][f], x1 = o[mt][nt][2 + f] * mine[nt][f];
+                            if (w == 0) {
+                                dst[2 * mt] = x0;
+                                dst[2 * mt + 1] = x1;
+                            } else {
+                                dst[2 * mt] += x0;
+                                dst[2 * mt + 1] += x1;
+                            }
                         }
                     }
-                }
+            }
+            __syncthreads();
         }
-        __syncthreads();
     }
     // Row max and sum of the block (in warp order) for the caller.
     if (threadIdx.x < ROWS) {
@@ -317,13 +445,17 @@ __device__ __forceinline__ void mma_split(const AttnArgs& a, const u32* __restri
     __syncthreads();
 }
 
-template <int D, int NT, bool PREFETCH>
+template <int D, int NT, int MODE>
 __device__ __forceinline__ void attention_mma(const AttnArgs& a) {
     constexpr int ROWS = 8 * NT;
     __shared__ __align__(16) u32 qfrag_s[NT * (D / 16) * 32 * 2];
     __shared__ float sm_m[(MMA_WARPS + 1) * ROWS];
     __shared__ float sm_l[(MMA_WARPS + 1) * ROWS];
-    __shared__ __align__(16) float sm_o[ROWS * D];
+    // STAGED: the warps' rings (MMA_WARPS * MMA_STAGES(D) * MMA_TILE_BYTES(D) bytes of
+    // dynamic shared memory, set by the host), which also hold the merged output.
+    extern __shared__ __align__(128) unsigned char mma_ring[];
+    __shared__ __align__(16) float sm_o_regs[MODE == MMA_STAGED ? 4 : ROWS * D];
+    float* sm_o = MODE == MMA_STAGED ? (float*)mma_ring : sm_o_regs;
     __shared__ int last_block;
 
     const int seq = blockIdx.x, kvh = blockIdx.y;
@@ -388,7 +520,7 @@ __device__ __forceinline__ void attention_mma(const AttnArgs& a) {
     for (int split = split0; split < active; split += a.grid_splits) {
         const int tb = split * per_split;
         const int te = min(need_tiles, tb + per_split);
-        mma_split<D, NT, PREFETCH>(a, qfrag_s, kvh, bt_off, ctx, tb, te, lim, sm_m, sm_l, sm_o);
+        mma_split<D, NT, MODE>(a, qfrag_s, kvh, bt_off, ctx, tb, te, lim, sm_m, sm_l, sm_o, mma_ring);
         const float* fm = sm_m + MMA_WARPS * ROWS;
         const float* fl = sm_l + MMA_WARPS * ROWS;
         if (active == 1) {
@@ -475,19 +607,27 @@ __device__ __forceinline__ void attention_mma(const AttnArgs& a) {
 // crates/cuda/src/params.rs); written out so the loader can find the names. `_serial`: each
 // tile's loads waited for before its math (the loads before prefetching; WRING_CUDA_ATTENTION
 // =mma-serial, kept to measure against).
-extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32) attention_mma_d64_n1(AttnArgs a) { pdl_entry(); attention_mma<64, 1, true>(a); }
-extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32) attention_mma_d64_n2(AttnArgs a) { pdl_entry(); attention_mma<64, 2, true>(a); }
-extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32) attention_mma_d64_n3(AttnArgs a) { pdl_entry(); attention_mma<64, 3, true>(a); }
-extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32) attention_mma_d64_n4(AttnArgs a) { pdl_entry(); attention_mma<64, 4, true>(a); }
-extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32) attention_mma_d64_n6(AttnArgs a) { pdl_entry(); attention_mma<64, 6, true>(a); }
-extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32) attention_mma_d128_n1(AttnArgs a) { pdl_entry(); attention_mma<128, 1, true>(a); }
-extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32) attention_mma_d128_n2(AttnArgs a) { pdl_entry(); attention_mma<128, 2, true>(a); }
-extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32) attention_mma_d128_n3(AttnArgs a) { pdl_entry(); attention_mma<128, 3, false>(a); }  // prefetching spills (ptxas: 56 bytes)
-extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32) attention_mma_serial_d64_n1(AttnArgs a) { pdl_entry(); attention_mma<64, 1, false>(a); }
-extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32) attention_mma_serial_d64_n2(AttnArgs a) { pdl_entry(); attention_mma<64, 2, false>(a); }
-extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32) attention_mma_serial_d64_n3(AttnArgs a) { pdl_entry(); attention_mma<64, 3, false>(a); }
-extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32) attention_mma_serial_d64_n4(AttnArgs a) { pdl_entry(); attention_mma<64, 4, false>(a); }
-extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32) attention_mma_serial_d64_n6(AttnArgs a) { pdl_entry(); attention_mma<64, 6, false>(a); }
-extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32) attention_mma_serial_d128_n1(AttnArgs a) { pdl_entry(); attention_mma<128, 1, false>(a); }
-extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32) attention_mma_serial_d128_n2(AttnArgs a) { pdl_entry(); attention_mma<128, 2, false>(a); }
-extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32) attention_mma_serial_d128_n3(AttnArgs a) { pdl_entry(); attention_mma<128, 3, false>(a); }
+extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32) attention_mma_d64_n1(AttnArgs a) { pdl_entry(); attention_mma<64, 1, MMA_PREFETCH>(a); }
+extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32) attention_mma_d64_n2(AttnArgs a) { pdl_entry(); attention_mma<64, 2, MMA_PREFETCH>(a); }
+extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32) attention_mma_d64_n3(AttnArgs a) { pdl_entry(); attention_mma<64, 3, MMA_PREFETCH>(a); }
+extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32) attention_mma_d64_n4(AttnArgs a) { pdl_entry(); attention_mma<64, 4, MMA_PREFETCH>(a); }
+extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32) attention_mma_d64_n6(AttnArgs a) { pdl_entry(); attention_mma<64, 6, MMA_PREFETCH>(a); }
+extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32) attention_mma_d128_n1(AttnArgs a) { pdl_entry(); attention_mma<128, 1, MMA_PREFETCH>(a); }
+extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32) attention_mma_d128_n2(AttnArgs a) { pdl_entry(); attention_mma<128, 2, MMA_PREFETCH>(a); }
+extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32) attention_mma_d128_n3(AttnArgs a) { pdl_entry(); attention_mma<128, 3, MMA_SERIAL>(a); }  // prefetching spills (ptxas: 56 bytes)
+extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32) attention_mma_serial_d64_n1(AttnArgs a) { pdl_entry(); attention_mma<64, 1, MMA_SERIAL>(a); }
+extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32) attention_mma_serial_d64_n2(AttnArgs a) { pdl_entry(); attention_mma<64, 2, MMA_SERIAL>(a); }
+extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32) attention_mma_serial_d64_n3(AttnArgs a) { pdl_entry(); attention_mma<64, 3, MMA_SERIAL>(a); }
+extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32) attention_mma_serial_d64_n4(AttnArgs a) { pdl_entry(); attention_mma<64, 4, MMA_SERIAL>(a); }
+extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32) attention_mma_serial_d64_n6(AttnArgs a) { pdl_entry(); attention_mma<64, 6, MMA_SERIAL>(a); }
+extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32) attention_mma_serial_d128_n1(AttnArgs a) { pdl_entry(); attention_mma<128, 1, MMA_SERIAL>(a); }
+extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32) attention_mma_serial_d128_n2(AttnArgs a) { pdl_entry(); attention_mma<128, 2, MMA_SERIAL>(a); }
+extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32) attention_mma_serial_d128_n3(AttnArgs a) { pdl_entry(); attention_mma<128, 3, MMA_SERIAL>(a); }
+extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32) attention_mma_staged_d64_n1(AttnArgs a) { pdl_entry(); attention_mma<64, 1, MMA_STAGED>(a); }
+extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32) attention_mma_staged_d64_n2(AttnArgs a) { pdl_entry(); attention_mma<64, 2, MMA_STAGED>(a); }
+extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32) attention_mma_staged_d64_n3(AttnArgs a) { pdl_entry(); attention_mma<64, 3, MMA_STAGED>(a); }
+extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32) attention_mma_staged_d64_n4(AttnArgs a) { pdl_entry(); attention_mma<64, 4, MMA_STAGED>(a); }
+extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32) attention_mma_staged_d64_n6(AttnArgs a) { pdl_entry(); attention_mma<64, 6, MMA_STAGED>(a); }
+extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32) attention_mma_staged_d128_n1(AttnArgs a) { pdl_entry(); attention_mma<128, 1, MMA_STAGED>(a); }
+extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32) attention_mma_staged_d128_n2(AttnArgs a) { pdl_entry(); attention_mma<128, 2, MMA_STAGED>(a); }
+extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32) attention_mma_staged_d128_n3(AttnArgs a) { pdl_entry(); attention_mma<128, 3, MMA_STAGED>(a); }

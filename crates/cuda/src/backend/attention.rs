@@ -18,6 +18,7 @@
 use super::tensor::{CudaTensor, DType};
 use super::CudaBackend;
 use crate::device::{Arg, DeviceBuffer};
+use crate::kernels::MmaBuild;
 use crate::options::{AttentionKernel, SplitGrid};
 use crate::params::{AttnArgs, MmaWorkspace, MMA_ROW_TILES};
 use anyhow::anyhow;
@@ -138,12 +139,14 @@ impl CudaBackend {
         };
         let mma = mma_tiles(shape.head_dim, self.max_query_len * group, max_nt)
             .filter(|_| block_size.is_multiple_of(16));
-        let prefill = self.opts.attention == AttentionKernel::Mma
-            && PREFILL_HEAD_DIMS.contains(&shape.head_dim)
+        let prefill = matches!(
+            self.opts.attention,
+            AttentionKernel::Mma | AttentionKernel::MmaStaged
+        ) && PREFILL_HEAD_DIMS.contains(&shape.head_dim)
             && self.max_query_len >= PREFILL_MIN_Q
             && mma.is_some();
         match (self.opts.attention, mma) {
-            (AttentionKernel::Mma, Some(_)) if prefill => {
+            (AttentionKernel::Mma | AttentionKernel::MmaStaged, Some(_)) if prefill => {
                 self.attention_prefill(&mut args, shape);
                 if self.min_query_len < PREFILL_MIN_Q {
                     // The step's shorter sequences (decode, verify, short chunks).
@@ -154,7 +157,10 @@ impl CudaBackend {
                 }
             }
             (
-                AttentionKernel::Mma | AttentionKernel::MmaOnly | AttentionKernel::MmaSerial,
+                AttentionKernel::Mma
+                | AttentionKernel::MmaStaged
+                | AttentionKernel::MmaOnly
+                | AttentionKernel::MmaSerial,
                 Some((nt, chunks)),
             ) => {
                 self.attention_mma(&mut args, shape, nt, chunks, self.max_query_len);
@@ -250,9 +256,18 @@ impl CudaBackend {
             0
         };
         args.grid_splits = grid_splits as i32;
-        let serial = self.opts.attention == AttentionKernel::MmaSerial
-            || !PREFETCH_HEAD_DIMS.contains(&shape.head_dim);
-        let Some(f) = self.kernels.attention_mma(shape.head_dim, nt, serial) else {
+        let build = match self.opts.attention {
+            AttentionKernel::MmaStaged => MmaBuild::Staged,
+            AttentionKernel::MmaSerial => MmaBuild::Serial,
+            _ if !PREFETCH_HEAD_DIMS.contains(&shape.head_dim) => MmaBuild::Serial,
+            _ => MmaBuild::Prefetch,
+        };
+        let smem = if build == MmaBuild::Staged {
+            crate::params::mma_staged_smem(shape.head_dim) as u32
+        } else {
+            0
+        };
+        let Some(f) = self.kernels.attention_mma(shape.head_dim, nt, build) else {
             self.fail(anyhow!(
                 "attention_mma has no build for head_dim {} with {nt} row tiles",
                 shape.head_dim
@@ -264,7 +279,7 @@ impl CudaBackend {
             shape.n_kv_heads as u32,
             (chunks * grid_splits) as u32,
         );
-        self.launch_args(f, grid, 128, args, "attention_mma");
+        self.launch_args_smem(f, grid, 128, smem, args, "attention_mma");
     }
 
     /// The step's sequences of at least `PREFILL_MIN_Q` query tokens on the staged prefill

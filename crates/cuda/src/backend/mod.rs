@@ -28,7 +28,7 @@ use transfer::{copy_to_host, to_bf16_bits, upload_f32, upload_slice};
 use crate::arena::Arena;
 use crate::blas::Blas;
 use crate::blaslt::BlasLt;
-use crate::device::{launch, launch_struct, Arg, DeviceBuffer, PinnedBuffer};
+use crate::device::{launch, launch_struct_smem, Arg, DeviceBuffer, PinnedBuffer};
 use crate::graphs::{GraphKey, Graphs};
 use crate::kernels::Kernels;
 use crate::meta::{stage_step, Padding, StepLayout};
@@ -385,10 +385,24 @@ impl CudaBackend {
         args: &T,
         what: &str,
     ) {
+        self.launch_args_smem(f, grid, block, 0, args, what);
+    }
+
+    /// [`Self::launch_args`] with `smem` bytes of dynamic shared memory.
+    fn launch_args_smem<T: Copy>(
+        &mut self,
+        f: sys::CUfunction,
+        grid: (u32, u32, u32),
+        block: u32,
+        smem: u32,
+        args: &T,
+        what: &str,
+    ) {
         if !self.ok() {
             return;
         }
-        if let Err(e) = launch_struct(f, grid, block, self.cu_stream(), args, self.opts.pdl) {
+        let stream = self.cu_stream();
+        if let Err(e) = launch_struct_smem(f, grid, block, smem, stream, args, self.opts.pdl) {
             self.fail(anyhow!("launching {what} failed: {e:?}"));
         }
     }

@@ -264,7 +264,7 @@ pub fn check() -> Result<()> {
         },
     ];
     println!("## Attention kernels vs a float64 reference (random data)\n");
-    println!("| head_dim × heads/KV | batch × q | context | prefill: mma / mma-only / split / reference | step: mma / mma-only / split / reference | mma deterministic, batch-invariant, mma-only = mma-serial bitwise |");
+    println!("| head_dim × heads/KV | batch × q | context | prefill: mma / mma-staged / mma-only / split / reference | step: mma / mma-staged / mma-only / split / reference | mma, mma-staged deterministic, batch-invariant; mma-only = mma-serial bitwise |");
     println!("|---|---|---|---|---|---|");
     let mut pass = true;
     for case in &cases {
@@ -345,10 +345,11 @@ pub fn check() -> Result<()> {
         }
         let mut phases: Vec<(Vec<usize>, bool)> = groups.into_iter().map(|g| (g, false)).collect();
         phases.push(((0..case.batch).collect(), true));
-        let mut pre_errs = [0f64; 4];
+        let mut pre_errs = [0f64; 5];
         let mut serial_same = true;
         let mut any_pre = false;
         let mut mma_step = vec![];
+        let mut staged_step = vec![];
         for (kept, is_step) in phases {
             let sub = Seqs {
                 ctx: kept
@@ -379,6 +380,7 @@ pub fn check() -> Result<()> {
             let mut prefetched = vec![];
             for (ki, kernel) in [
                 AttentionKernel::Mma,
+                AttentionKernel::MmaStaged,
                 AttentionKernel::MmaOnly,
                 AttentionKernel::Split,
                 AttentionKernel::Reference,
@@ -387,7 +389,10 @@ pub fn check() -> Result<()> {
             .enumerate()
             {
                 let got = run(&mut b, kernel, &step, shape, (&q, &k, &v))?;
-                let limit = if matches!(kernel, AttentionKernel::Mma | AttentionKernel::MmaOnly) {
+                let limit = if matches!(
+                    kernel,
+                    AttentionKernel::Mma | AttentionKernel::MmaStaged | AttentionKernel::MmaOnly
+                ) {
                     2e-2
                 } else {
                     1e-2
@@ -401,6 +406,8 @@ pub fn check() -> Result<()> {
                     errs.push(format!("{e:.1e}{}", if e < limit { "" } else { " FAIL" }));
                     if kernel == AttentionKernel::Mma {
                         mma_step = got;
+                    } else if kernel == AttentionKernel::MmaStaged {
+                        staged_step = got;
                     }
                 } else {
                     any_pre = true;
@@ -418,39 +425,46 @@ pub fn check() -> Result<()> {
             }
             cells.push(if any_pre {
                 format!(
-                    "{:.1e} / {:.1e} / {:.1e} / {:.1e}",
-                    pre_errs[0], pre_errs[1], pre_errs[2], pre_errs[3]
+                    "{:.1e} / {:.1e} / {:.1e} / {:.1e} / {:.1e}",
+                    pre_errs[0], pre_errs[1], pre_errs[2], pre_errs[3], pre_errs[4]
                 )
             } else {
                 "—".to_string()
             });
             cells.push(errs.join(" / "));
-            // Deterministic: the same launch again gives the same bits.
-            let again = run(&mut b, AttentionKernel::Mma, &step, shape, (&q, &k, &v))?;
-            let det = again
-                .iter()
-                .zip(&mma_step)
-                .all(|(a, b)| a.to_bits() == b.to_bits());
-            // Batch-invariant: the first sequence alone gives its rows' bits.
-            let alone = step_of(
-                &Seqs {
-                    ctx: vec![ctx[0]],
-                    tables: vec![seqs.tables[0].clone()],
-                },
-                &[case.q],
-            );
-            let n0 = case.q;
-            let got0 = run(
-                &mut b,
-                AttentionKernel::Mma,
-                &alone,
-                shape,
-                (&q[..n0 * qw], &k[..n0 * kvw], &v[..n0 * kvw]),
-            )?;
-            let inv = got0
-                .iter()
-                .zip(&mma_step[..n0 * qw])
-                .all(|(a, b)| a.to_bits() == b.to_bits());
+            let mut det = true;
+            let mut inv = true;
+            for (kernel, first) in [
+                (AttentionKernel::Mma, &mma_step),
+                (AttentionKernel::MmaStaged, &staged_step),
+            ] {
+                // Deterministic: the same launch again gives the same bits.
+                let again = run(&mut b, kernel, &step, shape, (&q, &k, &v))?;
+                det &= again
+                    .iter()
+                    .zip(first)
+                    .all(|(a, b)| a.to_bits() == b.to_bits());
+                // Batch-invariant: the first sequence alone gives its rows' bits.
+                let alone = step_of(
+                    &Seqs {
+                        ctx: vec![ctx[0]],
+                        tables: vec![seqs.tables[0].clone()],
+                    },
+                    &[case.q],
+                );
+                let n0 = case.q;
+                let got0 = run(
+                    &mut b,
+                    kernel,
+                    &alone,
+                    shape,
+                    (&q[..n0 * qw], &k[..n0 * kvw], &v[..n0 * kvw]),
+                )?;
+                inv &= got0
+                    .iter()
+                    .zip(&first[..n0 * qw])
+                    .all(|(a, b)| a.to_bits() == b.to_bits());
+            }
             pass &= det && inv;
             cells.push(format!(
                 "{} / {} / {}",
