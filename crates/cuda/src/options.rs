@@ -19,20 +19,21 @@ pub enum GraphMode {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AttentionKernel {
     /// Tensor cores, each K/V tile loaded once per (sequence, KV head): every step shape,
-    /// head_dim 64 and 128 (others fall back to `Reference`); with head_dim 64 each warp's
-    /// next K/V tile loaded while it computes this one, with 128 sequences of more than 16
-    /// query tokens (prefill chunks) on the staged prefill kernel (each where it measured
-    /// faster).
+    /// head_dim 64 and 128 (others fall back to `Reference`); each warp copies its K/V tiles
+    /// with cp.async into its own ring in shared memory (no tile held in registers, one
+    /// barrier to merge the warps: session 12, faster than `MmaRegs` at every shape
+    /// measured); with head_dim 128 sequences of more than 16 query tokens (prefill chunks)
+    /// run on the staged prefill kernel.
     Mma,
+    /// `Mma` with session 11's warps: head_dim 64 loads each warp's next tile into
+    /// registers while computing this one, 128 waits for each tile; kept to measure against.
+    MmaRegs,
     /// `Mma` with prefill chunks on the decode/verify kernel too (the default before the
     /// prefill kernel), kept to measure against.
     MmaOnly,
-    /// `MmaOnly` with each tile's K/V loads waited for before its math (no prefetch; the
-    /// default of session 9), kept to measure against.
+    /// Prefill chunks on the decode/verify kernel too, each tile's K/V loads waited for
+    /// before its math (the default of session 9), kept to measure against.
     MmaSerial,
-    /// `Mma` with every warp's K/V tiles copied by cp.async into its own ring in shared
-    /// memory (no tile held in registers, one barrier to merge the warps; session 12).
-    MmaStaged,
     /// One block per (token, head) with the keys split over 4 blocks plus a combine
     /// kernel for decode/verify steps: the default before `Mma`, kept to measure against.
     Split,
@@ -94,7 +95,7 @@ pub struct CudaOptions {
     pub query_lens: Vec<usize>,
     /// Most tokens one step may carry (sizes the activation arena).
     pub max_tokens: usize,
-    /// The attention kernel (`WRING_CUDA_ATTENTION` = mma | mma-staged | mma-only | mma-serial | split | reference).
+    /// The attention kernel (`WRING_CUDA_ATTENTION` = mma | mma-regs | mma-only | mma-serial | split | reference).
     pub attention: AttentionKernel,
     /// Steps of at most this many tokens (capped at 8, the largest gemv token bucket) run
     /// every linear, bf16 or quantized, through the weight-streaming kernels of
@@ -163,12 +164,14 @@ pub struct CudaOptions {
 }
 
 /// How `attention_mma` splits a sequence's keys over blocks (`WRING_CUDA_MMA_SPLITS` =
-/// `per_q=128,prefill=0,grid=fill,prefill_nt=6`, any subset). Where splits fall depends
+/// `per_q=512,prefill=0,grid=fill,prefill_nt=6`, any subset). Where splits fall depends
 /// only on a sequence's own query length and context; `grid` and `prefill_nt` decide which
 /// block computes what, never the arithmetic of a row.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MmaSplits {
-    /// Keys per split of a decode/verify sequence, per query token.
+    /// Keys per split of a decode/verify sequence, per query token (512: faster than 128
+    /// and 256 at batch 1–32 and contexts 256–1024 with the staged kernel, and through the
+    /// server; session 12, BENCHMARKS "Staged K/V").
     pub per_q: usize,
     /// Keys per split of a prefill chunk that runs on `attention_mma` (0: unsplit).
     pub prefill: usize,
@@ -188,7 +191,7 @@ pub enum SplitGrid {
 impl Default for MmaSplits {
     fn default() -> Self {
         Self {
-            per_q: 128,
+            per_q: 512,
             prefill: 0,
             grid: SplitGrid::Fill,
             prefill_nt: 6,
@@ -312,7 +315,7 @@ impl CudaOptions {
     /// `WRING_CUDA_MULTI_FUSED_NORM` = off | on,
     /// `WRING_CUDA_FUSED` = on | off, `WRING_CUDA_FUSED_KV_STORE` = on | off, `WRING_CUDA_WEIGHTS` = bf16 | fp8 | int4 | nvfp4, `WRING_CUDA_QUANT_KERNELS` = off | on,
     /// `WRING_CUDA_QGEMM_MAX_T` = 0..=32, `WRING_CUDA_FP8_FUSED` = on | off, `WRING_CUDA_GEMM_TUNE` = off | on,
-    /// `WRING_CUDA_MMA_SPLITS` = per_q=128,prefill=0,grid=fill,prefill_nt=6 ([`MmaSplits`]).
+    /// `WRING_CUDA_MMA_SPLITS` = per_q=512,prefill=0,grid=fill,prefill_nt=6 ([`MmaSplits`]).
     pub fn from_env() -> Result<Self> {
         let mut o = Self::default();
         let var = |n: &str| std::env::var(n).ok().filter(|v| !v.trim().is_empty());
@@ -336,11 +339,11 @@ impl CudaOptions {
                 "mma" => AttentionKernel::Mma,
                 "mma-only" => AttentionKernel::MmaOnly,
                 "mma-serial" => AttentionKernel::MmaSerial,
-                "mma-staged" => AttentionKernel::MmaStaged,
+                "mma-regs" => AttentionKernel::MmaRegs,
                 "split" => AttentionKernel::Split,
                 "reference" => AttentionKernel::Reference,
                 other => {
-                    bail!("WRING_CUDA_ATTENTION={other:?}: expected mma, mma-staged, mma-only, mma-serial, split or reference")
+                    bail!("WRING_CUDA_ATTENTION={other:?}: expected mma, mma-regs, mma-only, mma-serial, split or reference")
                 }
             };
         }
@@ -494,7 +497,7 @@ mod tests {
         let m = MmaSplits::parse("prefill=512, grid=all").unwrap();
         assert_eq!(m.prefill, 512);
         assert_eq!(m.grid, SplitGrid::All);
-        assert_eq!(m.per_q, 128);
+        assert_eq!(m.per_q, 512);
         assert_eq!(MmaSplits::parse("per_q=4").unwrap().per_q, 16);
         assert!(MmaSplits::parse("grid=some").is_err());
         assert!(MmaSplits::parse("perq=128").is_err());

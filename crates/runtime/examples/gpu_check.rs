@@ -150,9 +150,26 @@ fn cpu_compare(model: &str) -> Result<()> {
     println!("|---|---|---|---|---|---|");
     let ps = prompts(3);
     let tabs = tables(3, 8);
-    let mut s = step(&ps, &[0, 0, 0], &tabs);
+    // The prompts' first halves as a step whose tokens need no logits (a long prompt's
+    // first chunk): zero rows through the final norm and the LM head.
+    let (heads, tails): (Vec<Vec<u32>>, Vec<Vec<u32>>) = ps
+        .iter()
+        .map(|p| (p[..p.len() / 2].to_vec(), p[p.len() / 2..].to_vec()))
+        .unzip();
+    let mut first = step(&heads, &[0, 0, 0], &tabs);
+    first.logit_rows.clear();
+    let (a, b) = (cpu.forward(&first)?, gpu.forward(&first)?);
+    anyhow::ensure!(
+        a.rows == 0 && b.rows == 0,
+        "a step without logit rows returned {} (CPU) and {} (CUDA) rows",
+        a.rows,
+        b.rows
+    );
+    println!("| first halves, no logits | 0 | — | — | — | — |");
+    let half: Vec<usize> = heads.iter().map(Vec::len).collect();
+    let mut s = step(&tails, &half, &tabs);
     s.logit_rows = (0..3)
-        .map(|i| ps[..=i].iter().map(Vec::len).sum::<usize>() - 1)
+        .map(|i| tails[..=i].iter().map(Vec::len).sum::<usize>() - 1)
         .collect();
     let mut ctx: Vec<usize> = ps.iter().map(Vec::len).collect();
     let mut worst = 0f64;
@@ -401,8 +418,8 @@ fn graphs(model: &str) -> Result<()> {
     let kernels = [
         ("Tensor-core attention (mma)", AttentionKernel::Mma),
         (
-            "Tensor-core attention, K/V staged in shared memory (mma-staged)",
-            AttentionKernel::MmaStaged,
+            "Tensor-core attention, K/V through registers (mma-regs, session 11)",
+            AttentionKernel::MmaRegs,
         ),
         (
             "Tensor-core attention, prefill on it too (mma-only)",

@@ -604,9 +604,10 @@ __device__ __forceinline__ void attention_mma(const AttnArgs& a) {
 }
 
 // One entry point per (head_dim, row tiles) the host may pick (MMA_ROW_TILES in
-// crates/cuda/src/params.rs); written out so the loader can find the names. `_serial`: each
-// tile's loads waited for before its math (the loads before prefetching; WRING_CUDA_ATTENTION
-// =mma-serial, kept to measure against).
+// crates/cuda/src/params.rs); written out so the loader can find the names. `_staged`: the
+// default (WRING_CUDA_ATTENTION=mma); the register builds are session 11's (`mma-regs`:
+// prefetching for head_dim 64, `_serial` for 128; `mma-serial`: `_serial` everywhere), kept
+// to measure against.
 extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32) attention_mma_d64_n1(AttnArgs a) { pdl_entry(); attention_mma<64, 1, MMA_PREFETCH>(a); }
 extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32) attention_mma_d64_n2(AttnArgs a) { pdl_entry(); attention_mma<64, 2, MMA_PREFETCH>(a); }
 extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32) attention_mma_d64_n3(AttnArgs a) { pdl_entry(); attention_mma<64, 3, MMA_PREFETCH>(a); }

@@ -196,6 +196,11 @@ impl CudaBackend {
             ));
             return CudaTensor::empty();
         }
+        if x.rows == 0 {
+            // The LM head of a step whose tokens need no logits (a prompt's first chunks):
+            // nothing to multiply, and cuBLAS rejects an empty GEMM.
+            return self.alloc(0, w.rows, DType::F32, 0);
+        }
         let out = match &w.w {
             _ if self.gemv_takes(x, w) => self.gemv_store(x, w).unwrap_or_else(CudaTensor::empty),
             Weights::Bf16(buf) => {

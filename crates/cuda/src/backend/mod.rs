@@ -368,7 +368,9 @@ impl CudaBackend {
         args: &[Arg],
         what: &str,
     ) {
-        if !self.ok() {
+        // An empty grid has nothing to compute (a step whose tokens need no logits gathers
+        // zero rows for the final norm); the driver would reject it as an invalid value.
+        if !self.ok() || grid.0 == 0 || grid.1 == 0 || grid.2 == 0 {
             return;
         }
         if let Err(e) = launch(f, grid, block, self.cu_stream(), args, self.opts.pdl) {
@@ -398,7 +400,7 @@ impl CudaBackend {
         args: &T,
         what: &str,
     ) {
-        if !self.ok() {
+        if !self.ok() || grid.0 == 0 || grid.1 == 0 || grid.2 == 0 {
             return;
         }
         let stream = self.cu_stream();
