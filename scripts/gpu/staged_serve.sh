@@ -7,10 +7,8 @@
 # one carries .dev/b3: `ln -sfn b3 .dev/b && bash scripts/gpu/staged_serve.sh`.
 # Writes $OUT/s12-{old,new}-{1,2}.tgz and $OUT/s12-{old,new}-c1.tgz.
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
-# As run at 23fb5a6 the options were `mma` + per_q=128 (old) and `mma-staged` + per_q=512
-# (new); since then new is the default and old is `mma-regs` + per_q=128.
-old() { WRING_CUDA_ATTENTION=mma-regs WRING_CUDA_MMA_SPLITS=per_q=128 "$@"; }
-new() { WRING_CUDA_ATTENTION=mma WRING_CUDA_MMA_SPLITS=per_q=512 "$@"; }
+old() { WRING_CUDA_ATTENTION=mma WRING_CUDA_MMA_SPLITS=per_q=128 "$@"; }
+new() { WRING_CUDA_ATTENTION=mma-staged WRING_CUDA_MMA_SPLITS=per_q=512 "$@"; }
 C32="C32_CONFIGS=nospec,suffix-k4,suffix-k6,suffix-k8"
 for round in 1 2; do
     for v in old new; do

@@ -19,15 +19,17 @@ pub enum GraphMode {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AttentionKernel {
     /// Tensor cores, each K/V tile loaded once per (sequence, KV head): every step shape,
-    /// head_dim 64 and 128 (others fall back to `Reference`); each warp copies its K/V tiles
-    /// with cp.async into its own ring in shared memory (no tile held in registers, one
-    /// barrier to merge the warps: session 12, faster than `MmaRegs` at every shape
-    /// measured); with head_dim 128 sequences of more than 16 query tokens (prefill chunks)
-    /// run on the staged prefill kernel.
+    /// head_dim 64 and 128 (others fall back to `Reference`); with head_dim 64 each warp's
+    /// next K/V tile loaded while it computes this one, with 128 sequences of more than 16
+    /// query tokens (prefill chunks) on the staged prefill kernel (each where it measured
+    /// faster).
     Mma,
-    /// `Mma` with session 11's warps: head_dim 64 loads each warp's next tile into
-    /// registers while computing this one, 128 waits for each tile; kept to measure against.
-    MmaRegs,
+    /// `Mma` with each warp's K/V tiles copied by cp.async into its own ring in shared
+    /// memory (no tile held in registers, one barrier to merge the warps). Measured 2-10 %
+    /// faster than `Mma` at every step shape and through the server (session 12), but one
+    /// of three `gpu_check attention` runs gave wrong rows in a head_dim-64 prefill step
+    /// (relative error 1.9; the other two passed): not the default until that is found.
+    MmaStaged,
     /// `Mma` with prefill chunks on the decode/verify kernel too (the default before the
     /// prefill kernel), kept to measure against.
     MmaOnly,
@@ -95,7 +97,7 @@ pub struct CudaOptions {
     pub query_lens: Vec<usize>,
     /// Most tokens one step may carry (sizes the activation arena).
     pub max_tokens: usize,
-    /// The attention kernel (`WRING_CUDA_ATTENTION` = mma | mma-regs | mma-only | mma-serial | split | reference).
+    /// The attention kernel (`WRING_CUDA_ATTENTION` = mma | mma-staged | mma-only | mma-serial | split | reference).
     pub attention: AttentionKernel,
     /// Steps of at most this many tokens (capped at 8, the largest gemv token bucket) run
     /// every linear, bf16 or quantized, through the weight-streaming kernels of
@@ -169,9 +171,9 @@ pub struct CudaOptions {
 /// block computes what, never the arithmetic of a row.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MmaSplits {
-    /// Keys per split of a decode/verify sequence, per query token (512: faster than 128
-    /// and 256 at batch 1–32 and contexts 256–1024 with the staged kernel, and through the
-    /// server; session 12, BENCHMARKS "Staged K/V").
+    /// Keys per split of a decode/verify sequence, per query token (512: decode steps at
+    /// batch 1–32 and contexts 256–1024 faster than with 128, verify steps the same;
+    /// session 12, BENCHMARKS "Staged K/V").
     pub per_q: usize,
     /// Keys per split of a prefill chunk that runs on `attention_mma` (0: unsplit).
     pub prefill: usize,
@@ -339,11 +341,11 @@ impl CudaOptions {
                 "mma" => AttentionKernel::Mma,
                 "mma-only" => AttentionKernel::MmaOnly,
                 "mma-serial" => AttentionKernel::MmaSerial,
-                "mma-regs" => AttentionKernel::MmaRegs,
+                "mma-staged" => AttentionKernel::MmaStaged,
                 "split" => AttentionKernel::Split,
                 "reference" => AttentionKernel::Reference,
                 other => {
-                    bail!("WRING_CUDA_ATTENTION={other:?}: expected mma, mma-regs, mma-only, mma-serial, split or reference")
+                    bail!("WRING_CUDA_ATTENTION={other:?}: expected mma, mma-staged, mma-only, mma-serial, split or reference")
                 }
             };
         }

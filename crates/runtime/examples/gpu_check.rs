@@ -418,8 +418,8 @@ fn graphs(model: &str) -> Result<()> {
     let kernels = [
         ("Tensor-core attention (mma)", AttentionKernel::Mma),
         (
-            "Tensor-core attention, K/V through registers (mma-regs, session 11)",
-            AttentionKernel::MmaRegs,
+            "Tensor-core attention, K/V staged in shared memory (mma-staged)",
+            AttentionKernel::MmaStaged,
         ),
         (
             "Tensor-core attention, prefill on it too (mma-only)",

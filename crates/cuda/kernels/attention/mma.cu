@@ -64,7 +64,9 @@ __device__ __forceinline__ uint4 ld_nc_v4(const void* p) {
 // PREFETCH loads the next tile into registers while computing this one (twice the tile's
 // registers); STAGED copies its next MMA_STAGES(D) - 1 tiles with cp.async into its own ring
 // in dynamic shared memory (no registers held, no block barrier in the loop), reads each
-// tile's fragments from there, and merges the warps through the ring after one barrier.
+// tile's fragments from there, and merges the warps through the ring after one barrier
+// (WRING_CUDA_ATTENTION=mma-staged; session 12: 2-10 % faster steps than the register
+// paths, but one check run gave wrong rows in a head_dim-64 prefill step: not the default).
 #define MMA_SERIAL 0
 #define MMA_PREFETCH 1
 #define MMA_STAGED 2
@@ -604,10 +606,9 @@ __device__ __forceinline__ void attention_mma(const AttnArgs& a) {
 }
 
 // One entry point per (head_dim, row tiles) the host may pick (MMA_ROW_TILES in
-// crates/cuda/src/params.rs); written out so the loader can find the names. `_staged`: the
-// default (WRING_CUDA_ATTENTION=mma); the register builds are session 11's (`mma-regs`:
-// prefetching for head_dim 64, `_serial` for 128; `mma-serial`: `_serial` everywhere), kept
-// to measure against.
+// crates/cuda/src/params.rs); written out so the loader can find the names. The default
+// (WRING_CUDA_ATTENTION=mma) prefetches for head_dim 64 and takes `_serial` for 128;
+// `_staged` is `mma-staged`; `mma-serial` takes `_serial` everywhere (session 9's default).
 extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32) attention_mma_d64_n1(AttnArgs a) { pdl_entry(); attention_mma<64, 1, MMA_PREFETCH>(a); }
 extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32) attention_mma_d64_n2(AttnArgs a) { pdl_entry(); attention_mma<64, 2, MMA_PREFETCH>(a); }
 extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32) attention_mma_d64_n3(AttnArgs a) { pdl_entry(); attention_mma<64, 3, MMA_PREFETCH>(a); }

@@ -2,9 +2,10 @@
 //!
 //! `attention_mma` (kernels/attention/mma.cu, the default) runs decode and verify steps on
 //! the tensor cores: one block per (sequence, KV head, row chunk, key split) loads each K/V
-//! tile once for all of the sequence's query tokens and grouped heads; each warp copies its
-//! tiles with cp.async into its own ring in shared memory (`MmaBuild::Staged`; session 11's
-//! register paths stay as `WRING_CUDA_ATTENTION=mma-regs` and `mma-serial`). Keys split at
+//! tile once for all of the sequence's query tokens and grouped heads (with head_dim 64 each
+//! warp loads its next tile while computing this one: `PREFETCH_HEAD_DIMS`;
+//! `WRING_CUDA_ATTENTION=mma-staged`: each warp copies its tiles with cp.async into its own
+//! ring in shared memory, faster but not the default yet, see `AttentionKernel`). Keys split at
 //! fixed points of the sequence's own context (`MmaSplits`: keys per query token for
 //! decode/verify, and optionally for prefill chunks). With head_dim 128, sequences of more
 //! than 16 query tokens (prefill chunks) go to `attention_prefill` (prefill.cu, same tile
@@ -37,7 +38,7 @@ const PREFILL_MIN_Q: usize = MMA_SPLIT_MAX_Q + 1;
 /// `attention_mma`'s warps split the keys instead). Session 10, BENCHMARKS "K/V prefetch and
 /// a prefill kernel".
 const PREFILL_HEAD_DIMS: [usize; 1] = [128];
-/// Head dims whose `mma-regs` build prefetches each warp's next K/V tile: faster for the 135M
+/// Head dims whose `attention_mma` prefetches each warp's next K/V tile: faster for the 135M
 /// shape (64: verify 32 x 5 1.243 vs 1.390 ms, decode 32 x 1 1.141 vs 1.184) and slower for
 /// the 8B one (128: decode 8 x 1 5.64 vs 5.31 ms, 32 x 1 6.91 vs 6.60; twice the tile's
 /// registers). Session 10, BENCHMARKS "K/V prefetch and a prefill kernel".
@@ -141,12 +142,12 @@ impl CudaBackend {
             .filter(|_| block_size.is_multiple_of(16));
         let prefill = matches!(
             self.opts.attention,
-            AttentionKernel::Mma | AttentionKernel::MmaRegs
+            AttentionKernel::Mma | AttentionKernel::MmaStaged
         ) && PREFILL_HEAD_DIMS.contains(&shape.head_dim)
             && self.max_query_len >= PREFILL_MIN_Q
             && mma.is_some();
         match (self.opts.attention, mma) {
-            (AttentionKernel::Mma | AttentionKernel::MmaRegs, Some(_)) if prefill => {
+            (AttentionKernel::Mma | AttentionKernel::MmaStaged, Some(_)) if prefill => {
                 self.attention_prefill(&mut args, shape);
                 if self.min_query_len < PREFILL_MIN_Q {
                     // The step's shorter sequences (decode, verify, short chunks).
@@ -158,7 +159,7 @@ impl CudaBackend {
             }
             (
                 AttentionKernel::Mma
-                | AttentionKernel::MmaRegs
+                | AttentionKernel::MmaStaged
                 | AttentionKernel::MmaOnly
                 | AttentionKernel::MmaSerial,
                 Some((nt, chunks)),
@@ -257,12 +258,10 @@ impl CudaBackend {
         };
         args.grid_splits = grid_splits as i32;
         let build = match self.opts.attention {
+            AttentionKernel::MmaStaged => MmaBuild::Staged,
             AttentionKernel::MmaSerial => MmaBuild::Serial,
-            AttentionKernel::MmaRegs if PREFETCH_HEAD_DIMS.contains(&shape.head_dim) => {
-                MmaBuild::Prefetch
-            }
-            AttentionKernel::MmaRegs => MmaBuild::Serial,
-            _ => MmaBuild::Staged,
+            _ if PREFETCH_HEAD_DIMS.contains(&shape.head_dim) => MmaBuild::Prefetch,
+            _ => MmaBuild::Serial,
         };
         let smem = if build == MmaBuild::Staged {
             crate::params::mma_staged_smem(shape.head_dim) as u32

@@ -264,7 +264,7 @@ pub fn check() -> Result<()> {
         },
     ];
     println!("## Attention kernels vs a float64 reference (random data)\n");
-    println!("| head_dim × heads/KV | batch × q | context | prefill: mma / mma-regs / mma-only / split / reference | step: mma / mma-regs / mma-only / split / reference | deterministic / batch-invariant: mma; mma-regs |");
+    println!("| head_dim × heads/KV | batch × q | context | prefill: mma / mma-staged / mma-only / split / reference | step: mma / mma-staged / mma-only / split / reference | deterministic / batch-invariant: mma; mma-staged |");
     println!("|---|---|---|---|---|---|");
     let mut pass = true;
     for case in &cases {
@@ -348,7 +348,7 @@ pub fn check() -> Result<()> {
         let mut pre_errs = [0f64; 5];
         let mut any_pre = false;
         let mut mma_step = vec![];
-        let mut regs_step = vec![];
+        let mut staged_step = vec![];
         for (kept, is_step) in phases {
             let sub = Seqs {
                 ctx: kept
@@ -370,7 +370,7 @@ pub fn check() -> Result<()> {
             let mut errs = vec![];
             for (ki, kernel) in [
                 AttentionKernel::Mma,
-                AttentionKernel::MmaRegs,
+                AttentionKernel::MmaStaged,
                 AttentionKernel::MmaOnly,
                 AttentionKernel::Split,
                 AttentionKernel::Reference,
@@ -381,7 +381,7 @@ pub fn check() -> Result<()> {
                 let got = run(&mut b, kernel, &step, shape, (&q, &k, &v))?;
                 let limit = if matches!(
                     kernel,
-                    AttentionKernel::Mma | AttentionKernel::MmaRegs | AttentionKernel::MmaOnly
+                    AttentionKernel::Mma | AttentionKernel::MmaStaged | AttentionKernel::MmaOnly
                 ) {
                     2e-2
                 } else {
@@ -393,8 +393,8 @@ pub fn check() -> Result<()> {
                     errs.push(format!("{e:.1e}{}", if e < limit { "" } else { " FAIL" }));
                     if kernel == AttentionKernel::Mma {
                         mma_step = got;
-                    } else if kernel == AttentionKernel::MmaRegs {
-                        regs_step = got;
+                    } else if kernel == AttentionKernel::MmaStaged {
+                        staged_step = got;
                     }
                 } else {
                     any_pre = true;
@@ -416,7 +416,7 @@ pub fn check() -> Result<()> {
             let mut flags = vec![];
             for (kernel, first) in [
                 (AttentionKernel::Mma, &mma_step),
-                (AttentionKernel::MmaRegs, &regs_step),
+                (AttentionKernel::MmaStaged, &staged_step),
             ] {
                 // Deterministic: the same launch again gives the same bits.
                 let again = run(&mut b, kernel, &step, shape, (&q, &k, &v))?;

@@ -3,8 +3,8 @@
 //! llama-3.1-8b, for each configuration in `STEPS_VARIANTS` (default: `default` = this
 //! build's defaults, `gemv` = the weight-streaming gemv kernels for steps of <= 8 tokens,
 //! `nosmall` = cuBLAS for every step, `nopdl` = no programmatic dependent launch, `serial` =
-//! the tensor-core attention without its K/V prefetch, `regs` = session 11's warps (K/V
-//! through registers), `before` = the previous defaults:
+//! the tensor-core attention without its K/V prefetch, `staged` = its K/V copied through
+//! per-warp shared-memory rings, `before` = the previous defaults:
 //! split-KV attention, cuBLAS, no PDL, `splits=per_q=512+grid=all` = the defaults with
 //! that `WRING_CUDA_MMA_SPLITS`, `+` for `,`).
 //! `STEPS_SHAPES=1x1,8x1` restricts the batch × q shapes; `STEPS_CTX=1024` times both models
@@ -49,7 +49,7 @@ fn variant(name: &str) -> Result<(AttentionKernel, Option<usize>, bool, MmaSplit
         "nopdl" => (d.attention, None, false),
         "before" => (AttentionKernel::Split, Some(0), false),
         "serial" => (AttentionKernel::MmaSerial, None, d.pdl),
-        "regs" => (AttentionKernel::MmaRegs, None, d.pdl),
+        "staged" => (AttentionKernel::MmaStaged, None, d.pdl),
         other => anyhow::bail!("STEPS_VARIANTS: unknown variant {other:?}"),
     };
     Ok((kernel, small, pdl, d.mma_splits))
