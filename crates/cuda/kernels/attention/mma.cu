@@ -162,26 +162,50 @@ __device__ __forceinline__ void staged_load_tile(KvTile<D>& t, const unsigned ch
     }
 }
 
-// One warp copies 16-key tile `tile` of (sequence, KV head) into `dst` (MMA_TILE_BYTES(D):
-// K rows, then V rows) with cp.async; keys at or past ctx are zero-filled (masked later,
-// and 0 * garbage could be NaN). Consecutive lanes copy consecutive pieces of a key.
+// One 16-key tile of (sequence, KV head) staged by a warp with cp.async, each lane copying
+// exactly the 16-byte pieces load_tile would give it (D / 8 of them), so a lane only ever
+// reads what it copied itself: no other lane's copies to wait for, no __syncwarp. Piece j of
+// lane L sits at (j * 32 + L) * 16, so the 32 lanes' reads of one piece are one contiguous
+// 512-byte row (no bank conflicts). Keys at or past ctx are zero-filled (masked later, and
+// 0 * garbage could be NaN).
 template <int D>
-__device__ __forceinline__ void stage_tile(unsigned char* dst, const AttnArgs& a, u32 bt_off, int kvh, int tile,
-                                           int ctx, int lane) {
-    constexpr int PIECES = D / 8, ROW = D * 2, PER_LANE = 16 * PIECES / 32;
+__device__ __forceinline__ void stage_own_tile(unsigned char* dst, const AttnArgs& a, u32 bt_off, int kvh,
+                                               int tile, int ctx, int g, int c, int lane) {
+    constexpr int KP = D / 32, VU = D / 64 > 0 ? D / 64 : 1;
     const int key0 = tile * 16;
     // A tile never crosses a pool block (block_size % 16 == 0).
     const u32 slot0 = a.block_tables[bt_off + key0 / a.block_size] * a.block_size + key0 % a.block_size;
     const size_t kv_width = (size_t)a.n_kv_heads * D;
-    const size_t base = (size_t)slot0 * kv_width + (size_t)kvh * D;
+    const size_t head = (size_t)slot0 * kv_width + (size_t)kvh * D;
+    const auto put = [&](int j, const bf16_t* src, bool ok) { cp_async16(dst + (j * 32 + lane) * 16, src, ok); };
 #pragma unroll
-    for (int j = 0; j < PER_LANE; ++j) {
-        const int i = lane + 32 * j, key = i / PIECES, piece = i % PIECES;
-        const bool ok = key0 + key < ctx;
-        const size_t src = base + (size_t)key * kv_width + piece * 8;
-        cp_async16(dst + key * ROW + kv_k_piece<D>(key, piece) * 16, a.k_pool + src, ok);
-        cp_async16(dst + (16 + key) * ROW + kv_v_piece<D>(key, piece) * 16, a.v_pool + src, ok);
+    for (int p = 0; p < KP; ++p) {
+        put(p, a.k_pool + head + (size_t)g * kv_width + 32 * p + 8 * c, key0 + g < ctx);
+        put(KP + p, a.k_pool + head + (size_t)(g + 8) * kv_width + 32 * p + 8 * c, key0 + g + 8 < ctx);
     }
+    const int vk[4] = {2 * c, 2 * c + 1, 2 * c + 8, 2 * c + 9};
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int u = 0; u < VU; ++u)
+            put(2 * KP + i * VU + u, a.v_pool + head + (size_t)vk[i] * kv_width + g * (D / 8) + 8 * u,
+                key0 + vk[i] < ctx);
+}
+
+// The fragments stage_own_tile copied for this lane, in load_tile's layout.
+template <int D>
+__device__ __forceinline__ void own_load_tile(KvTile<D>& t, const unsigned char* src, int lane) {
+    constexpr int KP = D / 32, VU = D / 64 > 0 ? D / 64 : 1;
+    const auto get = [&](int j) { return *(const uint4*)(src + (j * 32 + lane) * 16); };
+#pragma unroll
+    for (int p = 0; p < KP; ++p) {
+        t.ka[p] = get(p);
+        t.kb[p] = get(KP + p);
+    }
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int u = 0; u < VU; ++u) t.v[i][u] = get(2 * KP + i * VU + u);
 }
 
 __device__ __forceinline__ u32 word_of(const uint4& v, int w) {
@@ -312,29 +336,27 @@ __device__ __forceinline__ void mma_split(const AttnArgs& a, const u32* __restri
     };
     if (MODE == MMA_STAGED) {
         // Tiles tile, tile + 4, ... of this warp through its ring of S tiles: S - 1 copies
-        // in flight while one tile is computed. Copies are per lane, reads cross lanes:
-        // __syncwarp after each wait (visibility) and after each tile's reads (before
-        // that slot is refilled).
+        // in flight while one tile is computed. Each lane reads only what it copied
+        // (stage_own_tile), so its own cp.async.wait_group is all the synchronisation; a
+        // slot is refilled one iteration after its reads, whose values the mma consumed.
         constexpr int S = MMA_STAGES(D), TB = MMA_TILE_BYTES(D);
         unsigned char* my_ring = ring + warp * S * TB;
         int tile = tile_begin + warp;
 #pragma unroll
         for (int i = 0; i < S - 1; ++i) {
             const int t = tile + i * MMA_WARPS;
-            if (t < tile_end) stage_tile<D>(my_ring + i * TB, a, bt_off, kvh, t, ctx, lane);
+            if (t < tile_end) stage_own_tile<D>(my_ring + i * TB, a, bt_off, kvh, t, ctx, g, c, lane);
             cp_async_commit();
         }
         for (int slot = 0; tile < tile_end; tile += MMA_WARPS, slot = slot + 1 == S ? 0 : slot + 1) {
             const int ahead = tile + (S - 1) * MMA_WARPS;
             const int fill = slot == 0 ? S - 1 : slot - 1;  // the slot read last iteration
-            if (ahead < tile_end) stage_tile<D>(my_ring + fill * TB, a, bt_off, kvh, ahead, ctx, lane);
+            if (ahead < tile_end) stage_own_tile<D>(my_ring + fill * TB, a, bt_off, kvh, ahead, ctx, g, c, lane);
             cp_async_commit();  // empty groups past the end keep the count uniform
             cp_async_wait<S - 1>();
-            __syncwarp();
             KvTile<D> kv;
-            staged_load_tile<D>(kv, my_ring + slot * TB, my_ring + slot * TB + 16 * 2 * D, 0, g, c);
+            own_load_tile<D>(kv, my_ring + slot * TB, lane);
             mma_tile<D, NT>(kv, qb, tile, g, a.scale_log2, lim, o, m, l);
-            __syncwarp();
         }
         cp_async_wait<0>();
     } else if (MODE == MMA_PREFETCH) {
