@@ -10,15 +10,9 @@
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 . scripts/gpu/gpu_check_lib.sh
-OUT=${OUT:-/tmp/wring-out}
-G=$OUT/final
-mkdir -p "$G/steps"
 DIR=${DIR:-.dev/s12c}
-GPU_CHECK=/tmp/gpu_check
-xz -dc "$DIR/gpu_check.xz" > $GPU_CHECK && chmod +x $GPU_CHECK
-. scripts/gpu/cuda_env.sh
-export WRING_HOME=/tmp/wring-home
-echo "commit $(cat "$DIR/commit")" | tee "$G/summary.md"
+gpu_check_setup final
+mkdir -p "$G/steps"
 STEPS_VARIANTS=default,staged,splits=per_q=128 STEPS_SHAPES=1x1,8x1,32x1,32x5,32x7,32x9,32x13 \
     gpu_check_run 200 steps steps "$G/steps"
 grep -h "^| [a-z]" "$G/steps.md" | grep -v "^| variant" | tee -a "$G/summary.md"

@@ -17,6 +17,20 @@ gpu_check_prepare() {
     )
 }
 
+# gpu_check_setup NAME (on the device, sourced from the repository root): unpacks
+# $DIR/gpu_check.xz as $GPU_CHECK, sets the CUDA environment and WRING_HOME, and makes
+# G=$OUT/NAME with a summary.md that names the commit.
+gpu_check_setup() {
+    OUT=${OUT:-/tmp/wring-out}
+    G=$OUT/$1
+    mkdir -p "$G"
+    GPU_CHECK=/tmp/gpu_check
+    xz -dc "$DIR/gpu_check.xz" > $GPU_CHECK && chmod +x $GPU_CHECK
+    . scripts/gpu/cuda_env.sh
+    export WRING_HOME=/tmp/wring-home
+    echo "commit $(cat "$DIR/commit")" | tee "$G/summary.md"
+}
+
 # gpu_check_run LIMIT TAG ARGS... (on the device): one `$GPU_CHECK ARGS` under a time limit,
 # its output in $G/TAG.md and .err; prints and appends to $G/summary.md its RESULT line, any
 # failure lines, and the tail of stderr when it failed.

@@ -13,15 +13,8 @@
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 . scripts/gpu/gpu_check_lib.sh
-OUT=${OUT:-/tmp/wring-out}
-G=$OUT/staged
-mkdir -p "$G"
 DIR=${DIR:-.dev/s12a}
-GPU_CHECK=/tmp/gpu_check
-xz -dc "$DIR/gpu_check.xz" > $GPU_CHECK && chmod +x $GPU_CHECK
-. scripts/gpu/cuda_env.sh
-export WRING_HOME=/tmp/wring-home
-echo "commit $(cat "$DIR/commit")" | tee "$G/summary.md"
+gpu_check_setup staged
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader | tee -a "$G/summary.md"
 export STEPS_SHAPES=${STEPS_SHAPES:-1x1,8x1,32x1,32x5,32x9,32x13}
 for ctx in ${CTXS:-native 1024}; do
