@@ -28,7 +28,9 @@ pub enum AttentionKernel {
     /// memory (no tile held in registers, one barrier to merge the warps). Measured 2-10 %
     /// faster than `Mma` at every step shape and through the server (session 12), but one
     /// of three `gpu_check attention` runs gave wrong rows in a head_dim-64 prefill step
-    /// (relative error 1.9; the other two passed): not the default until that is found.
+    /// (relative error 1.9; the other two passed). Since then each lane stages only the
+    /// pieces it reads (no cross-lane dependency left); not yet run on a GPU, so not the
+    /// default.
     MmaStaged,
     /// `Mma` with prefill chunks on the decode/verify kernel too (the default before the
     /// prefill kernel), kept to measure against.
