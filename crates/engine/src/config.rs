@@ -201,11 +201,6 @@ pub struct SpecConfig {
     /// Prompt-lookup n-gram sizes (largest tried first).
     pub ngram_min: usize,
     pub ngram_max: usize,
-    /// The drafter's deferred tree updates run on their own thread beside the model's
-    /// forward (a GPU forward leaves the host's cores free); off, they run on the engine
-    /// thread before it (a CPU forward uses every core, and a thread beside it made the
-    /// same decode steps ~3 % slower on the 2-core box, session 12).
-    pub drafter_work_beside_model: bool,
 }
 
 impl Default for SpecConfig {
@@ -217,7 +212,6 @@ impl Default for SpecConfig {
             suffix: SuffixParams::default(),
             ngram_min: 2,
             ngram_max: 4,
-            drafter_work_beside_model: true,
         }
     }
 }

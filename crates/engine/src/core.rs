@@ -328,14 +328,9 @@ impl EngineCore {
         let jobs = self.take_constraints(&rows, &drafts);
         let constrained = !jobs.is_empty();
         // The drafter's deferred tree updates run beside the model (and the emitting
-        // of its tokens; the next step's draft waits for them), or before it where the
-        // forward needs every core (`drafter_work_beside_model`).
+        // of its tokens); the next step's draft waits for them.
         if let Some(job) = self.spec.proposer().take_background() {
-            if self.cfg.spec.drafter_work_beside_model {
-                self.background.submit(job);
-            } else {
-                job();
-            }
+            self.background.submit(job);
         }
         let scheduled = Instant::now();
         let (out, jobs) = if jobs.is_empty() {

@@ -137,14 +137,9 @@ fn suffix_padded_every_k_cold_and_warm_and_32_concurrent() {
 #[test]
 fn suffix_unpadded_and_concurrency_one() {
     let ps = prompts();
-    // The CLI's CPU setting: the drafter's tree updates on the engine thread before each
-    // forward (the padded test above keeps them on their own thread).
     let (engine, _) = start(config(
         32,
-        SpecConfig {
-            drafter_work_beside_model: false,
-            ..spec(ProposerKind::Suffix, false, KPolicy::Fixed(8))
-        },
+        spec(ProposerKind::Suffix, false, KPolicy::Fixed(8)),
     ));
     for k in [4, 12] {
         check(

@@ -362,8 +362,6 @@ impl SpecArgs {
                 min_token_prob: self.suffix_min_token_prob,
                 cache_tokens: self.suffix_cache_tokens,
             },
-            // A CPU forward uses every core: the drafter's tree updates wait their turn.
-            drafter_work_beside_model: !matches!(device, Device::Cpu),
             ..SpecConfig::default()
         };
         Ok((cfg, summary))
