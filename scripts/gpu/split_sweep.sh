@@ -12,18 +12,12 @@
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 . scripts/gpu/gpu_check_lib.sh
-OUT=${OUT:-/tmp/wring-out}
-G=$OUT/sweep
-mkdir -p "$G"
+DIR=${DIR:-.dev/s11b}
+gpu_check_setup sweep
 start=$(date +%s)
 el() { echo $(( $(date +%s) - start )); }
-D=.dev/s11b
-mkdir -p /tmp/wring-stage && cp $D/model.part00 /tmp/wring-stage/
-xz -dc $D/wring.xz > /tmp/wring && chmod +x /tmp/wring && : > /tmp/wring-flags
-xz -dc $D/gpu_check.xz > /tmp/gpu_check && chmod +x /tmp/gpu_check
-. scripts/gpu/cuda_env.sh
-export WRING_HOME=/tmp/wring-home
-echo "commit $(cat $D/commit 2>/dev/null)" | tee "$G/summary.md"
+mkdir -p /tmp/wring-stage && cp "$DIR/model.part00" /tmp/wring-stage/
+xz -dc "$DIR/wring.xz" > /tmp/wring && chmod +x /tmp/wring && : > /tmp/wring-flags
 BASE="per_q=128,prefill=0,grid=fill,prefill_nt=6"
 step_ms() { # splits batch q ctx
     local s=$1; shift

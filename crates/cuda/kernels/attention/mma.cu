@@ -75,23 +75,6 @@ __device__ __forceinline__ uint4 ld_nc_v4(const void* p) {
 // Bytes of one staged 16-key tile: K rows then V rows, D bf16 each.
 #define MMA_TILE_BYTES(D) (64 * (D))
 
-// Where piece `piece` (16 bytes) of key `key`'s K or V row sits in a staged row: permuted
-// (XOR) so that the fragment reads of load_tile's layout hit 8 different bank groups in
-// each quarter warp:
-//   K: lane (g, c) reads piece 4p + c of keys g and g + 8 -> piece ^ ((key & 1) << 2);
-//   V: lane (g, c) reads pieces [g * D/64, +D/64) of keys 2c, 2c+1, 2c+8, 2c+9
-//      -> D = 64: piece ^ (((key >> 1) & 3) << 1); D = 128: piece ^ ((key >> 1) & 1 | ((key >> 2) & 1) << 2).
-// Shared with the prefill kernel's stages (prefill.cu).
-template <int D>
-__device__ __forceinline__ int kv_k_piece(int key, int piece) {
-    return piece ^ ((key & 1) << 2);
-}
-
-template <int D>
-__device__ __forceinline__ int kv_v_piece(int key, int piece) {
-    return D == 64 ? piece ^ (((key >> 1) & 3) << 1) : piece ^ (((key >> 1) & 1) | (((key >> 2) & 1) << 2));
-}
-
 // Splits of a sequence's keys: one per a.split_keys_per_q * q_len keys (decode, verify) or
 // per a.prefill_split_keys keys (prefill chunks), at most MMA_MAX_SPLITS; 1 for sequences
 // past the partials' capacity (token q_end).
@@ -137,28 +120,6 @@ __device__ __forceinline__ void load_tile(KvTile<D>& t, const bf16_t* __restrict
         const bf16_t* vr = vbase + (size_t)vk[i] * kv_width + g * (D / 8);
 #pragma unroll
         for (int u = 0; u < (D / 64 > 0 ? D / 64 : 1); ++u) t.v[i][u] = ok ? ld_nc_v4(vr + 8 * u) : zero;
-    }
-}
-
-// The fragments of 16-key tile `sub` of staged K rows `ks` and V rows `vs` (kv_*_piece's
-// layout), in load_tile's layout.
-template <int D>
-__device__ __forceinline__ void staged_load_tile(KvTile<D>& t, const unsigned char* ks, const unsigned char* vs,
-                                                 int sub, int g, int c) {
-    constexpr int ROW = D * 2;
-    const int kg = sub * 16 + g, kg8 = kg + 8;
-#pragma unroll
-    for (int p = 0; p < D / 32; ++p) {
-        t.ka[p] = *(const uint4*)(ks + kg * ROW + kv_k_piece<D>(kg, 4 * p + c) * 16);
-        t.kb[p] = *(const uint4*)(ks + kg8 * ROW + kv_k_piece<D>(kg8, 4 * p + c) * 16);
-    }
-    const int vk[4] = {2 * c, 2 * c + 1, 2 * c + 8, 2 * c + 9};
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        const int key = sub * 16 + vk[i];
-#pragma unroll
-        for (int u = 0; u < (D / 64 > 0 ? D / 64 : 1); ++u)
-            t.v[i][u] = *(const uint4*)(vs + key * ROW + kv_v_piece<D>(key, g * (D / 64) + u) * 16);
     }
 }
 
@@ -313,6 +274,31 @@ __device__ __forceinline__ void mma_row_sums(float (&l)[NT][2], int c) {
         }
 }
 
+// This warp's output rows, rescaled by `mine`, into base[row][D] (lane (g, c) holds dims
+// [g * D/8, +D/8) of rows 2c, 2c + 1 of each row tile): stored, or with `add` added.
+template <int D, int NT>
+__device__ __forceinline__ void put_warp_output(float* base, const float (&o)[D / 16][NT][4],
+                                                const float (&mine)[NT][2], int g, int c, bool add) {
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int f = 0; f < 2; ++f) {
+            const int row = nt * 8 + 2 * c + f;
+            float* dst = base + row * D + g * (D / 8);
+#pragma unroll
+            for (int mt = 0; mt < D / 16; ++mt) {
+                const float x0 = o[mt][nt][f] * mine[nt][f], x1 = o[mt][nt][2 + f] * mine[nt][f];
+                if (add) {
+                    dst[2 * mt] += x0;
+                    dst[2 * mt + 1] += x1;
+                } else {
+                    dst[2 * mt] = x0;
+                    dst[2 * mt + 1] = x1;
+                }
+            }
+        }
+}
+
 // One split of one row chunk: this warp's tiles, then the four warps merged in shared
 // memory. Leaves, for each row of the chunk, max m (base 2), sum l and the unnormalised
 // output in sm_o[row][D] (valid after the final __syncthreads; STAGED: sm_o is the ring).
@@ -409,19 +395,7 @@ __device__ __forceinline__ void mma_split(const AttnArgs& a, const u32* __restri
     if (MODE == MMA_STAGED) {
         // Every warp's rescaled output in its own slice of the (now idle) ring, one
         // barrier, then each (row, dim) summed in warp order by one thread, into slice 0.
-        float* wo = (float*)ring + warp * ROWS * D;
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-            for (int f = 0; f < 2; ++f) {
-                const int row = nt * 8 + 2 * c + f;
-                float* dst = wo + row * D + g * (D / 8);
-#pragma unroll
-                for (int mt = 0; mt < D / 16; ++mt) {
-                    dst[2 * mt] = o[mt][nt][f] * mine[nt][f];
-                    dst[2 * mt + 1] = o[mt][nt][2 + f] * mine[nt][f];
-                }
-            }
+        put_warp_output<D, NT>((float*)ring + warp * ROWS * D, o, mine, g, c, false);
         __syncthreads();
         float* all = (float*)ring;
         for (int idx = threadIdx.x; idx < ROWS * D; idx += blockDim.x) {
@@ -432,26 +406,7 @@ __device__ __forceinline__ void mma_split(const AttnArgs& a, const u32* __restri
         }
     } else {
         for (int w = 0; w < MMA_WARPS; ++w) {
-            if (warp == w) {
-#pragma unroll
-                for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-                    for (int f = 0; f < 2; ++f) {
-                        const int row = nt * 8 + 2 * c + f;
-                        float* dst = sm_o + row * D + g * (D / 8);
-#pragma unroll
-                        for (int mt = 0; mt < D / 16; ++mt) {
-                            const float x0 = o[mt][nt][f] * mine[nt][f], x1 = o[mt][nt][2 + f] * mine[nt][f];
-                            if (w == 0) {
-                                dst[2 * mt] = x0;
-                                dst[2 * mt + 1] = x1;
-                            } else {
-                                dst[2 * mt] += x0;
-                                dst[2 * mt + 1] += x1;
-                            }
-                        }
-                    }
-            }
+            if (warp == w) put_warp_output<D, NT>(sm_o, o, mine, g, c, w > 0);
             __syncthreads();
         }
     }

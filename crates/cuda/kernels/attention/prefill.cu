@@ -10,13 +10,27 @@
 // absolute positions, walked in order), never on the chunking of the prompt or the batch.
 //
 // Shared memory rows are one key's K (or V) head, D bf16 = D / 8 pieces of 16 bytes, with
-// the pieces permuted within the row as mma.cu's kv_k_piece / kv_v_piece say.
+// the pieces permuted within the row (XOR) so that the fragment reads of mma_tile's layout
+// (load_tile in mma.cu) hit 8 different bank groups in each quarter warp:
+//   K: lane (g, c) reads piece 4p + c of keys g and g + 8 -> piece ^ ((key & 1) << 2);
+//   V: lane (g, c) reads pieces [g * D/64, +D/64) of keys 2c, 2c+1, 2c+8, 2c+9
+//      -> D = 64: piece ^ (((key >> 1) & 3) << 1); D = 128: piece ^ ((key >> 1) & 1 | ((key >> 2) & 1) << 2).
 
 #define PF_WARPS 4
 // Keys per stage: 16 KB of K and V per stage whatever D; three stages (48 KB, the static
 // shared memory limit).
 #define PF_KEYS(D) (4096 / (D))
 #define PF_BUFFERS 3
+
+template <int D>
+__device__ __forceinline__ int pf_k_piece(int key, int piece) {
+    return piece ^ ((key & 1) << 2);
+}
+
+template <int D>
+__device__ __forceinline__ int pf_v_piece(int key, int piece) {
+    return D == 64 ? piece ^ (((key >> 1) & 3) << 1) : piece ^ (((key >> 1) & 1) | (((key >> 2) & 1) << 2));
+}
 
 // Stage `stage`'s keys of (sequence, KV head) into sm (K rows, then V rows); keys at or past
 // ctx are zero-filled (masked later, and 0 * garbage could be NaN). Each thread copies the
@@ -41,8 +55,30 @@ __device__ __forceinline__ void pf_fill(unsigned char* sm, const AttnArgs& a, u3
         const int key = k0 + j * KEYS_PER_PASS;
         const bool ok = stage * KEYS + key < ctx;
         const size_t src = (size_t)slot[j] * kv_width + col;
-        cp_async16(sm + key * ROW + kv_k_piece<D>(key, piece) * 16, a.k_pool + src, ok);
-        cp_async16(sm + (KEYS + key) * ROW + kv_v_piece<D>(key, piece) * 16, a.v_pool + src, ok);
+        cp_async16(sm + key * ROW + pf_k_piece<D>(key, piece) * 16, a.k_pool + src, ok);
+        cp_async16(sm + (KEYS + key) * ROW + pf_v_piece<D>(key, piece) * 16, a.v_pool + src, ok);
+    }
+}
+
+// The fragments of 16-key tile `sub` of a staged buffer, in load_tile's layout.
+template <int D>
+__device__ __forceinline__ void pf_load_tile(KvTile<D>& t, const unsigned char* sm, int sub, int g, int c) {
+    constexpr int KEYS = PF_KEYS(D), ROW = D * 2;
+    const unsigned char* ks = sm;
+    const unsigned char* vs = sm + KEYS * ROW;
+    const int kg = sub * 16 + g, kg8 = kg + 8;
+#pragma unroll
+    for (int p = 0; p < D / 32; ++p) {
+        t.ka[p] = *(const uint4*)(ks + kg * ROW + pf_k_piece<D>(kg, 4 * p + c) * 16);
+        t.kb[p] = *(const uint4*)(ks + kg8 * ROW + pf_k_piece<D>(kg8, 4 * p + c) * 16);
+    }
+    const int vk[4] = {2 * c, 2 * c + 1, 2 * c + 8, 2 * c + 9};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const int key = sub * 16 + vk[i];
+#pragma unroll
+        for (int u = 0; u < (D / 64 > 0 ? D / 64 : 1); ++u)
+            t.v[i][u] = *(const uint4*)(vs + key * ROW + pf_v_piece<D>(key, g * (D / 64) + u) * 16);
     }
 }
 
@@ -122,7 +158,7 @@ __device__ __forceinline__ void attention_prefill(const AttnArgs& a) {
             const int tile = s * (KEYS / 16) + sub;
             if (tile * 16 > warp_lim) break;
             KvTile<D> kv;
-            staged_load_tile<D>(kv, buf, buf + KEYS * D * 2, sub, g, c);
+            pf_load_tile<D>(kv, buf, sub, g, c);
             mma_tile<D, NT>(kv, qb, tile, g, a.scale_log2, lim, o, m, l);
         }
         __syncthreads();  // this buffer is refilled next iteration
@@ -147,7 +183,7 @@ __device__ __forceinline__ void attention_prefill(const AttnArgs& a) {
 }
 
 // One entry point per (head_dim, row tiles per warp) the host may pick (PREFILL_ROW_TILES
-// in crates/cuda/src/params.rs). head_dim 64 compiles too (kv_v_piece has its layout) but
+// in crates/cuda/src/params.rs). head_dim 64 compiles too (pf_v_piece has its layout) but
 // measured slower than attention_mma for the 135M shape (session 10), so it is not built.
 extern "C" __global__ void __launch_bounds__(PF_WARPS * 32) attention_prefill_d128_n1(AttnArgs a) { pdl_entry(); attention_prefill<128, 1>(a); }
 extern "C" __global__ void __launch_bounds__(PF_WARPS * 32) attention_prefill_d128_n2(AttnArgs a) { pdl_entry(); attention_prefill<128, 2>(a); }

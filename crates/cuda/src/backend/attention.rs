@@ -140,14 +140,11 @@ impl CudaBackend {
         };
         let mma = mma_tiles(shape.head_dim, self.max_query_len * group, max_nt)
             .filter(|_| block_size.is_multiple_of(16));
-        let prefill = matches!(
-            self.opts.attention,
-            AttentionKernel::Mma | AttentionKernel::MmaStaged
-        ) && PREFILL_HEAD_DIMS.contains(&shape.head_dim)
+        let prefill = self.prefill_kernel_takes(shape)
             && self.max_query_len >= PREFILL_MIN_Q
             && mma.is_some();
         match (self.opts.attention, mma) {
-            (AttentionKernel::Mma | AttentionKernel::MmaStaged, Some(_)) if prefill => {
+            (_, Some(_)) if prefill => {
                 self.attention_prefill(&mut args, shape);
                 if self.min_query_len < PREFILL_MIN_Q {
                     // The step's shorter sequences (decode, verify, short chunks).
@@ -319,12 +316,19 @@ impl CudaBackend {
         );
     }
 
+    /// Whether this shape's prefill chunks run on the prefill kernel (prefill.cu) under
+    /// the chosen attention kernel.
+    fn prefill_kernel_takes(&self, shape: AttnShape) -> bool {
+        matches!(
+            self.opts.attention,
+            AttentionKernel::Mma | AttentionKernel::MmaStaged
+        ) && PREFILL_HEAD_DIMS.contains(&shape.head_dim)
+    }
+
     /// Whether prefill chunks of this shape run on `attention_mma` (not on the prefill
     /// kernel) and split their keys there.
     fn prefill_splits_on_mma(&self, shape: AttnShape) -> bool {
-        self.opts.mma_splits.prefill > 0
-            && !(self.opts.attention == AttentionKernel::Mma
-                && PREFILL_HEAD_DIMS.contains(&shape.head_dim))
+        self.opts.mma_splits.prefill > 0 && !self.prefill_kernel_takes(shape)
     }
 
     /// The partials, counters and the tokens they cover for this model shape (allocated at
