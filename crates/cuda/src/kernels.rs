@@ -41,7 +41,8 @@ pub const SOURCES: &[(&str, &str)] = &[
         concat!(
             include_str!("../kernels/attention/args.cuh"),
             include_str!("../kernels/attention/mma.cu"),
-            include_str!("../kernels/attention/prefill.cu")
+            include_str!("../kernels/attention/prefill.cu"),
+            include_str!("../kernels/attention/flash.cu")
         ),
     ),
     ("sampling.cu", include_str!("../kernels/sampling.cu")),
@@ -195,6 +196,8 @@ pub struct Kernels {
     attention_mma: Vec<((usize, usize, MmaBuild), sys::CUfunction)>,
     /// `attention_prefill_d{head_dim}_n{row tiles per warp}`, keyed the same way.
     attention_prefill: Vec<((usize, usize), sys::CUfunction)>,
+    /// `attention_flash_d{head_dim}`, keyed by head_dim.
+    attention_flash: Vec<(usize, sys::CUfunction)>,
     pub argmax_rows: sys::CUfunction,
     /// Tensor-parallel ranks: vocabulary-shard embedding, per-row (max, index).
     pub embed_rows_shard: sys::CUfunction,
@@ -316,6 +319,23 @@ impl Kernels {
                 .flat_map(|&(d, tiles)| tiles.iter().map(move |&nt| (d, nt)))
                 .map(|(d, nt)| Ok(((d, nt), get(&format!("attention_prefill_d{d}_n{nt}"))?)))
                 .collect::<Result<_>>()?,
+            attention_flash: crate::params::FLASH_HEAD_DIMS
+                .iter()
+                .map(|&d| {
+                    let f = get(&format!("attention_flash_d{d}"))?;
+                    let smem = crate::params::flash_smem(d) as i32;
+                    // SAFETY: f was just loaded; the attribute is a plain integer.
+                    unsafe {
+                        result::function::set_function_attribute(
+                            f,
+                            sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                            smem,
+                        )
+                    }
+                    .with_context(|| format!("attention_flash_d{d}: {smem} bytes of shared memory"))?;
+                    Ok((d, f))
+                })
+                .collect::<Result<_>>()?,
             attention_combine: get("attention_combine")?,
             argmax_rows: get("argmax_rows")?,
             embed_rows_shard: get("embed_rows_shard")?,
@@ -384,6 +404,14 @@ impl Kernels {
         self.attention_prefill
             .iter()
             .find(|(k, _)| *k == (head_dim, row_tiles))
+            .map(|&(_, f)| f)
+    }
+
+    /// The FlashAttention-style prefill kernel for `head_dim`.
+    pub(crate) fn attention_flash(&self, head_dim: usize) -> Option<sys::CUfunction> {
+        self.attention_flash
+            .iter()
+            .find(|(d, _)| *d == head_dim)
             .map(|&(_, f)| f)
     }
 }
@@ -455,6 +483,10 @@ mod tests {
                     assert!(names.contains(&want), "{want} is not defined in any source");
                 }
             }
+        }
+        for d in crate::params::FLASH_HEAD_DIMS {
+            let want = format!("attention_flash_d{d}");
+            assert!(names.contains(&want), "{want} is not defined in any source");
         }
     }
 }

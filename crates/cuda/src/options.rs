@@ -45,6 +45,19 @@ pub enum AttentionKernel {
     Reference,
 }
 
+/// Which kernel takes the prefill chunks (sequences of more than 16 query tokens) of a step
+/// under the `Mma` and `MmaStaged` attention kernels (`WRING_CUDA_PREFILL`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PrefillKernel {
+    /// kernels/attention/flash.cu: FlashAttention-2's decomposition, 16 query rows a warp,
+    /// 64-key stages in shared memory read by ldmatrix, one softmax update per stage; head_dim
+    /// 64 and 128.
+    Flash,
+    /// kernels/attention/prefill.cu: warps own 8-row tiles in mma.cu's transposed arithmetic,
+    /// a softmax update per 16 keys; head_dim 128 only (64 stays on `attention_mma`).
+    Tiles,
+}
+
 /// The default of `WRING_CUDA_SMALL_LINEAR_MAX_T`: bf16/fp8 steps of up to 8 tokens may take
 /// the gemv kernels; whether they do is [`SmallStepPath`]'s call.
 pub const DEFAULT_SMALL_LINEAR_MAX_T: usize = 8;
@@ -101,6 +114,8 @@ pub struct CudaOptions {
     pub max_tokens: usize,
     /// The attention kernel (`WRING_CUDA_ATTENTION` = mma | mma-staged | mma-only | mma-serial | split | reference).
     pub attention: AttentionKernel,
+    /// The kernel for prefill chunks under `Mma` / `MmaStaged` (`WRING_CUDA_PREFILL` = flash | tiles).
+    pub prefill: PrefillKernel,
     /// Steps of at most this many tokens (capped at 8, the largest gemv token bucket) run
     /// every linear, bf16 or quantized, through the weight-streaming kernels of
     /// kernels/gemv.cu (RoPE + K/V store and SiLU·mul in the GEMV's launch) instead of
@@ -245,6 +260,7 @@ impl Default for CudaOptions {
             query_lens: vec![1, 2, 5, 7, 9, 13],
             max_tokens: 8192,
             attention: AttentionKernel::Mma,
+            prefill: PrefillKernel::Flash,
             pdl: true,
             small_linear_max_t: DEFAULT_SMALL_LINEAR_MAX_T,
             gemv_4bit_max_t: DEFAULT_GEMV_4BIT_MAX_T,
@@ -313,7 +329,7 @@ fn parse_multi_gemv_path(v: &str) -> Result<MultiGemvPath> {
 impl CudaOptions {
     /// `WRING_CUDA_GRAPHS` = on | off | pad-only, `WRING_CUDA_GRAPH_BUCKETS` = 1,2,4,...,
     /// `WRING_CUDA_GRAPH_K` = 1,4,6,8,12 (verify lengths 1+K; decode is always included),
-    /// `WRING_CUDA_MAX_TOKENS` = 8192, `WRING_CUDA_ATTENTION` = mma | split | reference, `WRING_CUDA_PDL` = on | off, `WRING_CUDA_SMALL_LINEAR_MAX_T` = 0..=32,
+    /// `WRING_CUDA_MAX_TOKENS` = 8192, `WRING_CUDA_ATTENTION` = mma | mma-staged | mma-only | mma-serial | split | reference, `WRING_CUDA_PREFILL` = flash | tiles, `WRING_CUDA_PDL` = on | off, `WRING_CUDA_SMALL_LINEAR_MAX_T` = 0..=32,
     /// `WRING_CUDA_SMALL_STEP_PATH` = auto | gemv | cublas, `WRING_CUDA_FUSED_NORM` = on | off,
     /// `WRING_CUDA_GEMV_4BIT_MAX_T` = 0..=64, `WRING_CUDA_GEMV_4BIT_PATH` = auto | gemv | tensor-core,
     /// `WRING_CUDA_MULTI_FUSED_NORM` = off | on,
@@ -349,6 +365,13 @@ impl CudaOptions {
                 other => {
                     bail!("WRING_CUDA_ATTENTION={other:?}: expected mma, mma-staged, mma-only, mma-serial, split or reference")
                 }
+            };
+        }
+        if let Some(v) = var("WRING_CUDA_PREFILL") {
+            o.prefill = match v.trim() {
+                "flash" => PrefillKernel::Flash,
+                "tiles" => PrefillKernel::Tiles,
+                other => bail!("WRING_CUDA_PREFILL={other:?}: expected flash or tiles"),
             };
         }
         if let Some(v) = var("WRING_CUDA_SMALL_LINEAR_MAX_T") {

@@ -37,6 +37,16 @@ pub(crate) struct AttnArgs {
 /// 128 only, the one it measured faster for (backend/attention.rs `PREFILL_HEAD_DIMS`).
 pub(crate) const PREFILL_ROW_TILES: [(usize, &[usize]); 1] = [(128, &[1, 2])];
 
+/// Head dims `attention_flash_d{D}` is built for (kernels/attention/flash.cu).
+pub(crate) const FLASH_HEAD_DIMS: [usize; 2] = [64, 128];
+
+/// Dynamic shared memory of `attention_flash_d{D}`: FL_STAGES(D) stages of 64 keys' K and V
+/// rows (3 for head_dim 64, 2 for 128: 48 and 64 KB).
+pub(crate) fn flash_smem(head_dim: usize) -> usize {
+    let stages = if head_dim == 128 { 2 } else { 3 };
+    stages * 2 * 64 * head_dim * 2
+}
+
 /// Dynamic shared memory of `attention_mma_staged_d{D}_n{NT}`: 4 warps × MMA_STAGES(D)
 /// tiles × MMA_TILE_BYTES(D) (kernels/attention/mma.cu), 64 KB for both head dims.
 pub(crate) fn mma_staged_smem(head_dim: usize) -> usize {

@@ -16,6 +16,8 @@
 //!   weight format and token bucket: vs a host reference, and timed against cuBLAS.
 //! `gpu_check steps OUT_DIR` — graph step times of decode and verify shapes per attention
 //!   kernel vs the HBM roofline; writes steps.json and latency.json.
+//! `gpu_check prefill OUT_DIR` — eager step times of steps with prompt tokens per prefill
+//!   attention kernel (135M shape and dummy 8B); writes prefill.json.
 //! `gpu_check attention` — every attention kernel vs a float64 host reference, and the
 //!   tensor-core kernel's determinism and batch invariance.
 //! `gpu_check quant-bench [OUT]` — dummy llama-3.1-8b per weight scheme: load time, weight
@@ -44,6 +46,8 @@ mod fused_norm;
 mod gemv;
 #[path = "support/multi_gemv.rs"]
 mod multi_gemv;
+#[path = "support/prefill.rs"]
+mod prefill;
 #[path = "support/quant.rs"]
 mod quant;
 #[path = "support/steps.rs"]
@@ -70,6 +74,7 @@ fn main() -> Result<()> {
         "fused-norm" => fused_norm::run(args.get(2).map(String::as_str)),
         "attention" => attention::check(),
         "steps" => steps::run(arg(&args, 2)?),
+        "prefill" => prefill::run(arg(&args, 2)?),
         "tp" => tp::run(&args[1..]),
         "profile" => profile(
             arg(&args, 2)?,
@@ -77,7 +82,7 @@ fn main() -> Result<()> {
             arg(&args, 4)?.parse()?,
             arg(&args, 5)?.parse()?,
         ),
-        _ => bail!("usage: gpu_check golden MODEL GOLDEN | graphs MODEL | bench MODEL | cpu-compare MODEL | quant MODEL [GOLDEN] | quant-bench [OUT] | fp8-fused MODEL | qgemm | gemv [OUT_DIR] | multi-gemv MODEL | fused-norm [OUT_DIR] | attention | steps OUT_DIR | tp ... | profile MODEL BATCH Q CTX (MODEL: a .gguf, dummy or dummy-8b)"),
+        _ => bail!("usage: gpu_check golden MODEL GOLDEN | graphs MODEL | bench MODEL | cpu-compare MODEL | quant MODEL [GOLDEN] | quant-bench [OUT] | fp8-fused MODEL | qgemm | gemv [OUT_DIR] | multi-gemv MODEL | fused-norm [OUT_DIR] | attention | steps OUT_DIR | prefill OUT_DIR | tp ... | profile MODEL BATCH Q CTX (MODEL: a .gguf, dummy or dummy-8b)"),
     }
 }
 

@@ -20,8 +20,8 @@ use super::tensor::{CudaTensor, DType};
 use super::CudaBackend;
 use crate::device::{Arg, DeviceBuffer};
 use crate::kernels::MmaBuild;
-use crate::options::{AttentionKernel, SplitGrid};
-use crate::params::{AttnArgs, MmaWorkspace, MMA_ROW_TILES};
+use crate::options::{AttentionKernel, PrefillKernel, SplitGrid};
+use crate::params::{AttnArgs, MmaWorkspace, FLASH_HEAD_DIMS, MMA_ROW_TILES};
 use anyhow::anyhow;
 use wring_backend::AttnShape;
 
@@ -32,7 +32,10 @@ const MMA_SPLIT_MAX_Q: usize = 16;
 /// tokens (one more than may split their keys) run on it.
 const PREFILL_WARPS: usize = 4;
 const PREFILL_MIN_Q: usize = MMA_SPLIT_MAX_Q + 1;
-/// Head dims whose prefill chunks take the prefill kernel: measured faster than
+/// kernels/attention/flash.cu: warps a block, and query rows a block (16 a warp).
+const FLASH_WARPS: usize = 4;
+const FLASH_ROWS: usize = 16 * FLASH_WARPS;
+/// Head dims whose prefill chunks take prefill.cu's kernel under `WRING_CUDA_PREFILL=tiles`: measured faster than
 /// `attention_mma` for the 8B shape (128: 1 x 1024 step 46.0 vs 48.6 ms) and slower for the
 /// 135M one (64: 9.36 vs 6.22 ms; 3 KV heads leave too few blocks of rows, where
 /// `attention_mma`'s warps split the keys instead). Session 10, BENCHMARKS "K/V prefetch and
@@ -280,10 +283,36 @@ impl CudaBackend {
         self.launch_args_smem(f, grid, 128, smem, args, "attention_mma");
     }
 
-    /// The step's sequences of at least `PREFILL_MIN_Q` query tokens on the staged prefill
-    /// kernel; `attention_mma` then skips them (`prefill_min_q`).
+    /// The step's sequences of at least `PREFILL_MIN_Q` query tokens on the prefill kernel
+    /// (`attention_flash`, or prefill.cu's `attention_prefill`); `attention_mma` then skips
+    /// them (`prefill_min_q`).
     fn attention_prefill(&mut self, args: &mut AttnArgs, shape: AttnShape) {
         let rows = self.max_query_len * (shape.n_heads / shape.n_kv_heads);
+        args.prefill_min_q = PREFILL_MIN_Q as i32;
+        if self.opts.prefill == PrefillKernel::Flash {
+            let Some(f) = self.kernels.attention_flash(shape.head_dim) else {
+                self.fail(anyhow!(
+                    "attention_flash has no build for head_dim {}",
+                    shape.head_dim
+                ));
+                return;
+            };
+            let grid = (
+                self.layout.seqs as u32,
+                shape.n_kv_heads as u32,
+                rows.div_ceil(FLASH_ROWS) as u32,
+            );
+            let smem = crate::params::flash_smem(shape.head_dim) as u32;
+            self.launch_args_smem(
+                f,
+                grid,
+                (FLASH_WARPS * 32) as u32,
+                smem,
+                args,
+                "attention_flash",
+            );
+            return;
+        }
         let units = self.layout.seqs * shape.n_kv_heads;
         // Row chunks (one block each, per sequence and KV head) with nt row tiles a warp.
         let chunks = |nt: usize| rows.div_ceil(PREFILL_WARPS * 8 * nt);
@@ -301,7 +330,6 @@ impl CudaBackend {
             ));
             return;
         };
-        args.prefill_min_q = PREFILL_MIN_Q as i32;
         let grid = (
             self.layout.seqs as u32,
             shape.n_kv_heads as u32,
@@ -319,10 +347,14 @@ impl CudaBackend {
     /// Whether this shape's prefill chunks run on the prefill kernel (prefill.cu) under
     /// the chosen attention kernel.
     fn prefill_kernel_takes(&self, shape: AttnShape) -> bool {
+        let built = match self.opts.prefill {
+            PrefillKernel::Flash => &FLASH_HEAD_DIMS[..],
+            PrefillKernel::Tiles => &PREFILL_HEAD_DIMS[..],
+        };
         matches!(
             self.opts.attention,
             AttentionKernel::Mma | AttentionKernel::MmaStaged
-        ) && PREFILL_HEAD_DIMS.contains(&shape.head_dim)
+        ) && built.contains(&shape.head_dim)
     }
 
     /// Whether prefill chunks of this shape run on `attention_mma` (not on the prefill

@@ -238,6 +238,14 @@ impl CudaBackend {
         self.opts.attention = kernel;
     }
 
+    /// Which kernel takes prefill chunks from now on (graphs dropped, as above).
+    pub fn set_prefill_kernel(&mut self, kernel: crate::options::PrefillKernel) {
+        if self.opts.prefill != kernel {
+            self.drop_graphs();
+        }
+        self.opts.prefill = kernel;
+    }
+
     /// How attention_mma splits keys for steps run from now on (graphs dropped, as above).
     pub fn set_mma_splits(&mut self, splits: crate::options::MmaSplits) {
         if self.opts.mma_splits != splits {

@@ -10,7 +10,19 @@ use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use rayon::prelude::*;
 use wring_backend::{AttnShape, Backend, KvSpec, SeqInput, StepInput};
-use wring_cuda::{AttentionKernel, CudaBackend, CudaOptions, GraphMode};
+use wring_cuda::{AttentionKernel, CudaBackend, CudaOptions, GraphMode, PrefillKernel};
+
+/// The configurations checked, in the table's column order: (attention kernel, prefill
+/// kernel). `mma` and `mma-staged` take prefill chunks on attention_flash; `mma+tiles` on
+/// prefill.cu (head_dim 128; 64 stays on attention_mma).
+const CONFIGS: [(AttentionKernel, PrefillKernel); 6] = [
+    (AttentionKernel::Mma, PrefillKernel::Flash),
+    (AttentionKernel::Mma, PrefillKernel::Tiles),
+    (AttentionKernel::MmaStaged, PrefillKernel::Flash),
+    (AttentionKernel::MmaOnly, PrefillKernel::Flash),
+    (AttentionKernel::Split, PrefillKernel::Flash),
+    (AttentionKernel::Reference, PrefillKernel::Flash),
+];
 
 const BLOCK: usize = 16;
 
@@ -105,12 +117,13 @@ fn reference(
 /// Runs `attention` for `step` on `kernel` with q/k/v given; returns the output rows.
 fn run(
     b: &mut CudaBackend,
-    kernel: AttentionKernel,
+    (kernel, prefill): (AttentionKernel, PrefillKernel),
     step: &StepInput,
     shape: AttnShape,
     qkv: (&[f32], &[f32], &[f32]),
 ) -> Result<Vec<f32>> {
     b.set_attention(kernel);
+    b.set_prefill_kernel(prefill);
     b.begin_step(step)?;
     let t = step.tokens.len();
     let q = b.upload_activation(t, shape.n_heads * shape.head_dim, qkv.0)?;
@@ -264,7 +277,7 @@ pub fn check() -> Result<()> {
         },
     ];
     println!("## Attention kernels vs a float64 reference (random data)\n");
-    println!("| head_dim × heads/KV | batch × q | context | prefill: mma / mma-staged / mma-only / split / reference | step: mma / mma-staged / mma-only / split / reference | deterministic / batch-invariant: mma; mma-staged |");
+    println!("| head_dim × heads/KV | batch × q | context | prefill: mma / mma+tiles / mma-staged / mma-only / split / reference | step: mma / mma+tiles / mma-staged / mma-only / split / reference | deterministic / batch-invariant: mma; mma+tiles; mma-staged |");
     println!("|---|---|---|---|---|---|");
     let mut pass = true;
     for case in &cases {
@@ -345,10 +358,9 @@ pub fn check() -> Result<()> {
         }
         let mut phases: Vec<(Vec<usize>, bool)> = groups.into_iter().map(|g| (g, false)).collect();
         phases.push(((0..case.batch).collect(), true));
-        let mut pre_errs = [0f64; 5];
+        let mut pre_errs = [0f64; CONFIGS.len()];
         let mut any_pre = false;
-        let mut mma_step = vec![];
-        let mut staged_step = vec![];
+        let mut firsts: Vec<Vec<f32>> = vec![vec![]; 3];
         for (kept, is_step) in phases {
             let sub = Seqs {
                 ctx: kept
@@ -368,19 +380,10 @@ pub fn check() -> Result<()> {
             let (k, v) = (gather(&kh, &step), gather(&vh, &step));
             let want = reference(case, &step, &q, &kh, &vh);
             let mut errs = vec![];
-            for (ki, kernel) in [
-                AttentionKernel::Mma,
-                AttentionKernel::MmaStaged,
-                AttentionKernel::MmaOnly,
-                AttentionKernel::Split,
-                AttentionKernel::Reference,
-            ]
-            .into_iter()
-            .enumerate()
-            {
-                let got = run(&mut b, kernel, &step, shape, (&q, &k, &v))?;
+            for (ki, config) in CONFIGS.into_iter().enumerate() {
+                let got = run(&mut b, config, &step, shape, (&q, &k, &v))?;
                 let limit = if matches!(
-                    kernel,
+                    config.0,
                     AttentionKernel::Mma | AttentionKernel::MmaStaged | AttentionKernel::MmaOnly
                 ) {
                     2e-2
@@ -391,10 +394,8 @@ pub fn check() -> Result<()> {
                 pass &= e < limit;
                 if is_step {
                     errs.push(format!("{e:.1e}{}", if e < limit { "" } else { " FAIL" }));
-                    if kernel == AttentionKernel::Mma {
-                        mma_step = got;
-                    } else if kernel == AttentionKernel::MmaStaged {
-                        staged_step = got;
+                    if ki < firsts.len() {
+                        firsts[ki] = got;
                     }
                 } else {
                     any_pre = true;
@@ -405,21 +406,19 @@ pub fn check() -> Result<()> {
                 continue;
             }
             cells.push(if any_pre {
-                format!(
-                    "{:.1e} / {:.1e} / {:.1e} / {:.1e} / {:.1e}",
-                    pre_errs[0], pre_errs[1], pre_errs[2], pre_errs[3], pre_errs[4]
-                )
+                pre_errs
+                    .iter()
+                    .map(|e| format!("{e:.1e}"))
+                    .collect::<Vec<_>>()
+                    .join(" / ")
             } else {
                 "—".to_string()
             });
             cells.push(errs.join(" / "));
             let mut flags = vec![];
-            for (kernel, first) in [
-                (AttentionKernel::Mma, &mma_step),
-                (AttentionKernel::MmaStaged, &staged_step),
-            ] {
+            for (config, first) in CONFIGS.into_iter().zip(&firsts) {
                 // Deterministic: the same launch again gives the same bits.
-                let again = run(&mut b, kernel, &step, shape, (&q, &k, &v))?;
+                let again = run(&mut b, config, &step, shape, (&q, &k, &v))?;
                 let det = again
                     .iter()
                     .zip(first)
@@ -435,7 +434,7 @@ pub fn check() -> Result<()> {
                 let n0 = case.q;
                 let got0 = run(
                     &mut b,
-                    kernel,
+                    config,
                     &alone,
                     shape,
                     (&q[..n0 * qw], &k[..n0 * kvw], &v[..n0 * kvw]),
@@ -445,6 +444,7 @@ pub fn check() -> Result<()> {
                     .zip(&first[..n0 * qw])
                     .all(|(a, b)| a.to_bits() == b.to_bits());
                 let yes = |ok: bool| if ok { "yes" } else { "NO" };
+                pass &= det && inv;
                 flags.push(format!("{} / {}", yes(det), yes(inv)));
             }
             cells.push(flags.join("; "));

@@ -1,0 +1,160 @@
+//! `gpu_check prefill OUT_DIR`: eager step times of the steps that carry prompt tokens, per
+//! prefill attention kernel, for the 135M model's shape and dummy llama-3.1-8b: a prompt
+//! alone from position 0 (512, 1,024, 2,048 tokens), four 256-token prompts, and one 512-token
+//! prompt beside 32 decoding sequences at context 512 (the serving mix at concurrency 32).
+//! Logits only for each sequence's last token, as the engine asks. Variants
+//! (`PREFILL_VARIANTS`, default `flash,tiles,mma-only`): `flash` = attention_flash takes the
+//! chunks, `tiles` = prefill.cu (head_dim 128; 64 stays on attention_mma), `mma-only` =
+//! attention_mma takes them, `staged` = flash with mma-staged for the decode rows. Each
+//! round times every variant once per shape, the variants' order rotating by round
+//! (`PREFILL_ROUNDS`, default 5); the table has each median. Writes `OUT_DIR/prefill.json`.
+
+use super::{Runner, BLOCK};
+use anyhow::{Context, Result};
+use serde_json::json;
+use std::time::Instant;
+use wring_backend::{SeqInput, StepInput};
+use wring_cuda::{AttentionKernel, CudaBackend, CudaOptions, PrefillKernel};
+use wring_model::llama::LlamaRunner;
+use wring_model::weights::WeightSource;
+use wring_model::ModelConfig;
+
+fn variant(name: &str) -> Result<(AttentionKernel, PrefillKernel)> {
+    let d = CudaOptions::from_env()?;
+    Ok(match name {
+        "flash" => (d.attention, PrefillKernel::Flash),
+        "tiles" => (d.attention, PrefillKernel::Tiles),
+        "mma-only" => (AttentionKernel::MmaOnly, PrefillKernel::Flash),
+        "staged" => (AttentionKernel::MmaStaged, PrefillKernel::Flash),
+        other => anyhow::bail!("PREFILL_VARIANTS: unknown variant {other:?}"),
+    })
+}
+
+/// Sequences (new tokens after `ctx` cached ones, block table), logits for each last token.
+fn step_of(seqs: &[(usize, usize, Vec<u32>)]) -> StepInput {
+    let mut s = StepInput::default();
+    for (i, (ctx, new, table)) in seqs.iter().enumerate() {
+        let start = s.tokens.len();
+        s.seqs.push(SeqInput {
+            query_start: start,
+            query_len: *new,
+            context_len: ctx + new,
+            block_table: table.clone(),
+        });
+        s.tokens
+            .extend((0..*new).map(|j| (100 + 13 * i + 7 * j) as u32 % 30000));
+        s.positions.extend((*ctx..ctx + new).map(|p| p as u32));
+        s.logit_rows.push(start + new - 1);
+    }
+    s
+}
+
+/// A shape: (label, prompts (tokens each), decoding sequences beside them at context 512).
+const SHAPES: [(&str, &[usize], usize); 6] = [
+    ("1 × 512", &[512], 0),
+    ("1 × 1024", &[1024], 0),
+    ("1 × 2048", &[2048], 0),
+    ("4 × 256", &[256, 256, 256, 256], 0),
+    ("32 decode + 1 × 512", &[512], 32),
+    ("32 decode + 1 × 2048", &[2048], 32),
+];
+const DECODE_CTX: usize = 512;
+
+pub fn run(out_dir: &str) -> Result<()> {
+    let variants: Vec<String> = std::env::var("PREFILL_VARIANTS")
+        .unwrap_or_else(|_| "flash,tiles,mma-only".into())
+        .split(',')
+        .map(|v| v.trim().to_string())
+        .collect();
+    for v in &variants {
+        variant(v)?;
+    }
+    let rounds: usize = std::env::var("PREFILL_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(5)
+        .max(1);
+    println!("## Steps with prompt tokens (eager, ms; median of {rounds} rounds)\n");
+    let mut rows = vec![];
+    for (model, shape) in [
+        ("smollm2-135m", "smollm2-135m"),
+        ("llama-3.1-8b", "llama-3.1-8b"),
+    ] {
+        let cfg = ModelConfig::named_shape(shape).context("shape")?;
+        let backend = CudaBackend::new(0, CudaOptions::from_env()?)?;
+        let mut r: Runner = LlamaRunner::new(
+            backend,
+            cfg.clone(),
+            &WeightSource::Dummy { seed: 0 },
+            8192,
+            BLOCK,
+        )?;
+        // Block tables: 32 decoding sequences, then four prompt slots of 2,048 tokens.
+        let per = (DECODE_CTX + 16).div_ceil(BLOCK);
+        let prompt_blocks = 2048usize.div_ceil(BLOCK);
+        let decode_tables: Vec<Vec<u32>> = (0..32)
+            .map(|i| ((i * per) as u32..((i + 1) * per) as u32).collect())
+            .collect();
+        let prompt_tables: Vec<Vec<u32>> = (0..4)
+            .map(|i| {
+                let b0 = 32 * per + i * prompt_blocks;
+                (b0 as u32..(b0 + prompt_blocks) as u32).collect()
+            })
+            .collect();
+        // The decoding sequences' contexts, prefilled once.
+        for chunk in decode_tables.chunks(8) {
+            let seqs: Vec<_> = chunk.iter().map(|t| (0, DECODE_CTX, t.clone())).collect();
+            r.forward_greedy(&step_of(&seqs))?;
+        }
+        println!("### {model} (dummy weights, bf16)\n");
+        println!("| shape | {} |", variants.join(" | "));
+        println!("|---|{}", "---:|".repeat(variants.len()));
+        for (label, prompts, decoding) in SHAPES {
+            let mut seqs: Vec<(usize, usize, Vec<u32>)> = (0..decoding)
+                .map(|i| (DECODE_CTX, 1, decode_tables[i].clone()))
+                .collect();
+            seqs.extend(
+                prompts
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &n)| (0, n, prompt_tables[i].clone())),
+            );
+            let s = step_of(&seqs);
+            let mut times = vec![vec![]; variants.len()];
+            for round in 0..rounds + 1 {
+                for k in 0..variants.len() {
+                    let vi = (k + round) % variants.len();
+                    let (kernel, prefill) = variant(&variants[vi])?;
+                    r.backend_mut().set_attention(kernel);
+                    r.backend_mut().set_prefill_kernel(prefill);
+                    let t0 = Instant::now();
+                    r.forward_greedy(&s)?;
+                    // Round 0 warms every variant up (module load, workspace).
+                    if round > 0 {
+                        times[vi].push(t0.elapsed().as_secs_f64() * 1e3);
+                    }
+                }
+            }
+            let medians: Vec<f64> = times.into_iter().map(super::median).collect();
+            println!(
+                "| {label} | {} |",
+                medians
+                    .iter()
+                    .map(|m| format!("{m:.3}"))
+                    .collect::<Vec<_>>()
+                    .join(" | ")
+            );
+            for (v, ms) in variants.iter().zip(&medians) {
+                rows.push(json!({"model": model, "shape": label, "variant": v, "ms": ms}));
+            }
+        }
+        println!();
+    }
+    std::fs::create_dir_all(out_dir)?;
+    std::fs::write(
+        format!("{out_dir}/prefill.json"),
+        serde_json::to_string_pretty(&rows)?,
+    )?;
+    println!("Wrote {out_dir}/prefill.json.");
+    Ok(())
+}
