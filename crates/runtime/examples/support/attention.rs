@@ -280,7 +280,22 @@ pub fn check() -> Result<()> {
     println!("| head_dim × heads/KV | batch × q | context | prefill: mma / mma+tiles / mma-staged / mma-only / split / reference | step: mma / mma+tiles / mma-staged / mma-only / split / reference | deterministic / batch-invariant: mma; mma+tiles; mma-staged |");
     println!("|---|---|---|---|---|---|");
     let mut pass = true;
+    // ATTENTION_CASES=128:2x200,64:3x300 runs only those cases (head_dim:batch x q).
+    let only: Option<Vec<String>> = std::env::var("ATTENTION_CASES")
+        .ok()
+        .filter(|v| !v.trim().is_empty())
+        .map(|v| v.split(',').map(|c| c.trim().to_string()).collect());
+    // ATTENTION_INV_REPEAT=N: the batch-invariance run N times per kernel.
+    let repeat: usize = std::env::var("ATTENTION_INV_REPEAT")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1)
+        .max(1);
     for case in &cases {
+        let label = format!("{}:{}x{}", case.head_dim, case.batch, case.q);
+        if only.as_ref().is_some_and(|o| !o.contains(&label)) {
+            continue;
+        }
         let shape = AttnShape {
             n_heads: case.n_heads,
             n_kv_heads: case.n_kv,
@@ -432,17 +447,41 @@ pub fn check() -> Result<()> {
                     &[case.q],
                 );
                 let n0 = case.q;
-                let got0 = run(
-                    &mut b,
-                    config,
-                    &alone,
-                    shape,
-                    (&q[..n0 * qw], &k[..n0 * kvw], &v[..n0 * kvw]),
-                )?;
-                let inv = got0
-                    .iter()
-                    .zip(&first[..n0 * qw])
-                    .all(|(a, b)| a.to_bits() == b.to_bits());
+                let mut inv = true;
+                for _ in 0..repeat {
+                    let got0 = run(
+                        &mut b,
+                        config,
+                        &alone,
+                        shape,
+                        (&q[..n0 * qw], &k[..n0 * kvw], &v[..n0 * kvw]),
+                    )?;
+                    let diffs: Vec<usize> = (0..n0 * qw)
+                        .filter(|&i| got0[i].to_bits() != first[i].to_bits())
+                        .collect();
+                    if let Some(&i0) = diffs.first() {
+                        inv = false;
+                        let max = diffs
+                            .iter()
+                            .map(|&i| (got0[i] - first[i]).abs())
+                            .fold(0f32, f32::max);
+                        let d = case.head_dim;
+                        println!(
+                            "<!-- {label} {config:?}: alone differs from the batch in {} of {} values (max |diff| {max:.3e}); first at token {}, head {}, dim {}; tokens differing: {:?} -->",
+                            diffs.len(),
+                            n0 * qw,
+                            i0 / qw,
+                            i0 % qw / d,
+                            i0 % d,
+                            {
+                                let mut t: Vec<usize> = diffs.iter().map(|i| i / qw).collect();
+                                t.dedup();
+                                t.truncate(12);
+                                t
+                            }
+                        );
+                    }
+                }
                 let yes = |ok: bool| if ok { "yes" } else { "NO" };
                 pass &= det && inv;
                 flags.push(format!("{} / {}", yes(det), yes(inv)));
