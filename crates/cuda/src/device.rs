@@ -30,8 +30,15 @@ impl DeviceBuffer {
 
     /// Sets the first `bytes` bytes to zero (synchronously).
     pub fn zero(&self, bytes: usize) -> Result<()> {
-        // SAFETY: the buffer holds at least `bytes` bytes (callers pass its size).
-        unsafe { result::memset_d8_sync(self.ptr, 0, bytes) }.context("cannot clear GPU memory")
+        // SAFETY: the buffer holds at least `bytes` bytes (callers pass its size). The memset
+        // runs on the legacy default stream, asynchronously to the host, and the backend's
+        // non-blocking stream is not ordered after it: wait for it, so the next kernel
+        // never sees the buffer before it is cleared.
+        unsafe {
+            result::memset_d8_sync(self.ptr, 0, bytes)?;
+            result::stream::synchronize(std::ptr::null_mut())
+        }
+        .context("cannot clear GPU memory")
     }
 }
 

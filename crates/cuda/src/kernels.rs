@@ -41,7 +41,6 @@ pub const SOURCES: &[(&str, &str)] = &[
         concat!(
             include_str!("../kernels/attention/args.cuh"),
             include_str!("../kernels/attention/mma.cu"),
-            include_str!("../kernels/attention/prefill.cu"),
             include_str!("../kernels/attention/flash.cu")
         ),
     ),
@@ -194,8 +193,6 @@ pub struct Kernels {
     /// `attention_mma{,_serial,_staged}_d{head_dim}_n{row tiles}`, keyed by (head_dim, row
     /// tiles, build).
     attention_mma: Vec<((usize, usize, MmaBuild), sys::CUfunction)>,
-    /// `attention_prefill_d{head_dim}_n{row tiles per warp}`, keyed the same way.
-    attention_prefill: Vec<((usize, usize), sys::CUfunction)>,
     /// `attention_flash_d{head_dim}`, keyed by head_dim.
     attention_flash: Vec<(usize, sys::CUfunction)>,
     pub argmax_rows: sys::CUfunction,
@@ -314,11 +311,6 @@ impl Kernels {
                     Ok(((d, nt, build), f))
                 })
                 .collect::<Result<_>>()?,
-            attention_prefill: crate::params::PREFILL_ROW_TILES
-                .iter()
-                .flat_map(|&(d, tiles)| tiles.iter().map(move |&nt| (d, nt)))
-                .map(|(d, nt)| Ok(((d, nt), get(&format!("attention_prefill_d{d}_n{nt}"))?)))
-                .collect::<Result<_>>()?,
             attention_flash: crate::params::FLASH_HEAD_DIMS
                 .iter()
                 .map(|&d| {
@@ -395,18 +387,6 @@ impl Kernels {
             .map(|&(_, f)| f)
     }
 
-    /// The prefill attention kernel for `head_dim` with `row_tiles` tiles of 8 rows a warp.
-    pub(crate) fn attention_prefill(
-        &self,
-        head_dim: usize,
-        row_tiles: usize,
-    ) -> Option<sys::CUfunction> {
-        self.attention_prefill
-            .iter()
-            .find(|(k, _)| *k == (head_dim, row_tiles))
-            .map(|&(_, f)| f)
-    }
-
     /// The FlashAttention-style prefill kernel for `head_dim`.
     pub(crate) fn attention_flash(&self, head_dim: usize) -> Option<sys::CUfunction> {
         self.attention_flash
@@ -475,7 +455,6 @@ mod tests {
             ("attention_mma", &crate::params::MMA_ROW_TILES[..]),
             ("attention_mma_serial", &crate::params::MMA_ROW_TILES[..]),
             ("attention_mma_staged", &crate::params::MMA_ROW_TILES[..]),
-            ("attention_prefill", &crate::params::PREFILL_ROW_TILES[..]),
         ] {
             for &(d, tiles) in builds.iter() {
                 for nt in tiles {

@@ -30,7 +30,7 @@ pub use blas::GemmTuneReport;
 pub use graphs::GraphKey;
 pub use loader::{ensure_cuda_libraries, ensure_nvrtc};
 pub use options::{
-    AttentionKernel, CudaOptions, GraphMode, MmaSplits, MultiGemvPath, PrefillKernel, SmallStepPath,
+    AttentionKernel, CudaOptions, GraphMode, MmaSplits, MultiGemvPath, SmallStepPath,
     DEFAULT_SMALL_LINEAR_MAX_T,
 };
 pub use params::GEMV_4BIT_LIMIT;

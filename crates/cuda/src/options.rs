@@ -20,20 +20,19 @@ pub enum GraphMode {
 pub enum AttentionKernel {
     /// Tensor cores, each K/V tile loaded once per (sequence, KV head): every step shape,
     /// head_dim 64 and 128 (others fall back to `Reference`); with head_dim 64 each warp's
-    /// next K/V tile loaded while it computes this one, with 128 sequences of more than 16
-    /// query tokens (prefill chunks) on the staged prefill kernel (each where it measured
-    /// faster).
+    /// next K/V tile loaded while it computes this one (where it measured faster), and
+    /// sequences of more than 16 query tokens (prefill chunks) on `attention_flash`
+    /// (kernels/attention/flash.cu: 16 query rows a warp, 64-key stages in shared memory).
     Mma,
     /// `Mma` with each warp's K/V tiles copied by cp.async into its own ring in shared
-    /// memory (no tile held in registers, one barrier to merge the warps). Measured 2-10 %
-    /// faster than `Mma` at every step shape and through the server (session 12), but one
-    /// of three `gpu_check attention` runs gave wrong rows in a head_dim-64 prefill step
-    /// (relative error 1.9; the other two passed). Since then each lane stages only the
-    /// pieces it reads (no cross-lane dependency left); not yet run on a GPU, so not the
-    /// default.
+    /// memory (no tile held in registers, one barrier to merge the warps). Faster than `Mma`
+    /// at batch 1 and at 32 × 13, slower at 32 × 1 (both models; session 13, graph
+    /// replay), so not the default. (Session 12's one failed check of it was, by every sign,
+    /// the upload race `copy_htod_landed` closes: session 13 saw the same kind of failure in
+    /// every kernel.)
     MmaStaged,
-    /// `Mma` with prefill chunks on the decode/verify kernel too (the default before the
-    /// prefill kernel), kept to measure against.
+    /// `Mma` with prefill chunks on the decode/verify kernel too (head_dim 64 prefill
+    /// before attention_flash), kept to measure against.
     MmaOnly,
     /// Prefill chunks on the decode/verify kernel too, each tile's K/V loads waited for
     /// before its math (the default of session 9), kept to measure against.
@@ -43,19 +42,6 @@ pub enum AttentionKernel {
     Split,
     /// One block per (token, head), unsplit: any head_dim; the reference for checks.
     Reference,
-}
-
-/// Which kernel takes the prefill chunks (sequences of more than 16 query tokens) of a step
-/// under the `Mma` and `MmaStaged` attention kernels (`WRING_CUDA_PREFILL`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PrefillKernel {
-    /// kernels/attention/flash.cu: FlashAttention-2's decomposition, 16 query rows a warp,
-    /// 64-key stages in shared memory read by ldmatrix, one softmax update per stage; head_dim
-    /// 64 and 128.
-    Flash,
-    /// kernels/attention/prefill.cu: warps own 8-row tiles in mma.cu's transposed arithmetic,
-    /// a softmax update per 16 keys; head_dim 128 only (64 stays on `attention_mma`).
-    Tiles,
 }
 
 /// The default of `WRING_CUDA_SMALL_LINEAR_MAX_T`: bf16/fp8 steps of up to 8 tokens may take
@@ -114,8 +100,6 @@ pub struct CudaOptions {
     pub max_tokens: usize,
     /// The attention kernel (`WRING_CUDA_ATTENTION` = mma | mma-staged | mma-only | mma-serial | split | reference).
     pub attention: AttentionKernel,
-    /// The kernel for prefill chunks under `Mma` / `MmaStaged` (`WRING_CUDA_PREFILL` = flash | tiles).
-    pub prefill: PrefillKernel,
     /// Steps of at most this many tokens (capped at 8, the largest gemv token bucket) run
     /// every linear, bf16 or quantized, through the weight-streaming kernels of
     /// kernels/gemv.cu (RoPE + K/V store and SiLU·mul in the GEMV's launch) instead of
@@ -260,7 +244,6 @@ impl Default for CudaOptions {
             query_lens: vec![1, 2, 5, 7, 9, 13],
             max_tokens: 8192,
             attention: AttentionKernel::Mma,
-            prefill: PrefillKernel::Flash,
             pdl: true,
             small_linear_max_t: DEFAULT_SMALL_LINEAR_MAX_T,
             gemv_4bit_max_t: DEFAULT_GEMV_4BIT_MAX_T,
@@ -329,7 +312,7 @@ fn parse_multi_gemv_path(v: &str) -> Result<MultiGemvPath> {
 impl CudaOptions {
     /// `WRING_CUDA_GRAPHS` = on | off | pad-only, `WRING_CUDA_GRAPH_BUCKETS` = 1,2,4,...,
     /// `WRING_CUDA_GRAPH_K` = 1,4,6,8,12 (verify lengths 1+K; decode is always included),
-    /// `WRING_CUDA_MAX_TOKENS` = 8192, `WRING_CUDA_ATTENTION` = mma | mma-staged | mma-only | mma-serial | split | reference, `WRING_CUDA_PREFILL` = flash | tiles, `WRING_CUDA_PDL` = on | off, `WRING_CUDA_SMALL_LINEAR_MAX_T` = 0..=32,
+    /// `WRING_CUDA_MAX_TOKENS` = 8192, `WRING_CUDA_ATTENTION` = mma | mma-staged | mma-only | mma-serial | split | reference, `WRING_CUDA_PDL` = on | off, `WRING_CUDA_SMALL_LINEAR_MAX_T` = 0..=32,
     /// `WRING_CUDA_SMALL_STEP_PATH` = auto | gemv | cublas, `WRING_CUDA_FUSED_NORM` = on | off,
     /// `WRING_CUDA_GEMV_4BIT_MAX_T` = 0..=64, `WRING_CUDA_GEMV_4BIT_PATH` = auto | gemv | tensor-core,
     /// `WRING_CUDA_MULTI_FUSED_NORM` = off | on,
@@ -365,13 +348,6 @@ impl CudaOptions {
                 other => {
                     bail!("WRING_CUDA_ATTENTION={other:?}: expected mma, mma-staged, mma-only, mma-serial, split or reference")
                 }
-            };
-        }
-        if let Some(v) = var("WRING_CUDA_PREFILL") {
-            o.prefill = match v.trim() {
-                "flash" => PrefillKernel::Flash,
-                "tiles" => PrefillKernel::Tiles,
-                other => bail!("WRING_CUDA_PREFILL={other:?}: expected flash or tiles"),
             };
         }
         if let Some(v) = var("WRING_CUDA_SMALL_LINEAR_MAX_T") {

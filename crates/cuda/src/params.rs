@@ -33,10 +33,6 @@ pub(crate) struct AttnArgs {
     pub prefill_split_keys: i32,
 }
 
-/// Row tiles (8 rows each) per warp that `attention_prefill_d{D}_n{NT}` is built for: head_dim
-/// 128 only, the one it measured faster for (backend/attention.rs `PREFILL_HEAD_DIMS`).
-pub(crate) const PREFILL_ROW_TILES: [(usize, &[usize]); 1] = [(128, &[1, 2])];
-
 /// Head dims `attention_flash_d{D}` is built for (kernels/attention/flash.cu).
 pub(crate) const FLASH_HEAD_DIMS: [usize; 2] = [64, 128];
 

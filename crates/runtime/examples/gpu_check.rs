@@ -433,7 +433,7 @@ fn graphs(model: &str) -> Result<()> {
         ("Split-KV attention (4 splits)", AttentionKernel::Split),
     ];
     for (label, kernel) in kernels {
-        // q 40: prefill chunks (attention_prefill under `mma`).
+        // q 40: prefill chunks (attention_flash under `mma`).
         for q in [1usize, 5, 13, 40] {
             let new: Vec<Vec<u32>> = (0..batch)
                 .map(|i| (0..q).map(|j| (700 + 3 * i + j) as u32).collect())

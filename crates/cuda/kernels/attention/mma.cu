@@ -65,8 +65,8 @@ __device__ __forceinline__ uint4 ld_nc_v4(const void* p) {
 // registers); STAGED copies its next MMA_STAGES(D) - 1 tiles with cp.async into its own ring
 // in dynamic shared memory (no registers held, no block barrier in the loop), reads each
 // tile's fragments from there, and merges the warps through the ring after one barrier
-// (WRING_CUDA_ATTENTION=mma-staged; session 12: 2-10 % faster steps than the register
-// paths, but one check run gave wrong rows in a head_dim-64 prefill step: not the default).
+// (WRING_CUDA_ATTENTION=mma-staged; session 13, graph replay: faster than the register paths
+// at batch 1 and 32 x 13, slower at 32 x 1 for both models: not the default).
 #define MMA_SERIAL 0
 #define MMA_PREFETCH 1
 #define MMA_STAGED 2
@@ -175,8 +175,7 @@ __device__ __forceinline__ u32 word_of(const uint4& v, int w) {
 
 // One 16-key tile applied to NT row tiles: S^T = K . Q^T, the causal mask (key <= lim),
 // the online softmax update of (m, l, o) and O^T += V^T . P^T. `qb(nt, k)` is the Q^T B
-// fragment of row tile nt for k-step k. Shared by the decode/verify kernel and the prefill
-// kernel, so a tile's arithmetic is written once.
+// fragment of row tile nt for k-step k.
 template <int D, int NT, class QFrag>
 __device__ __forceinline__ void mma_tile(const KvTile<D>& kv, QFrag qb, int tile, int g, float scale_log2,
                                          const int (&lim)[NT][2], float (&o)[D / 16][NT][4], float (&m)[NT][2],
@@ -442,7 +441,7 @@ __device__ __forceinline__ void attention_mma(const AttnArgs& a) {
     const int G = a.n_heads / a.n_kv_heads;
     const u32 q_start = a.seq_q_start[seq];
     const int q_len = (int)(a.seq_q_start[seq + 1] - q_start);
-    // Sequences the prefill kernel (prefill.cu) takes in this launch's step.
+    // Sequences the prefill kernel (flash.cu) takes in this launch's step.
     if (q_len <= 0 || (a.prefill_min_q > 0 && q_len >= a.prefill_min_q)) return;
     const int rows = q_len * G;
     const int row0 = chunk * ROWS;

@@ -7,11 +7,11 @@
 //! `WRING_CUDA_ATTENTION=mma-staged`: each warp copies its tiles with cp.async into its own
 //! ring in shared memory, faster but not the default yet, see `AttentionKernel`). Keys split at
 //! fixed points of the sequence's own context (`MmaSplits`: keys per query token for
-//! decode/verify, and optionally for prefill chunks). With head_dim 128, sequences of more
-//! than 16 query tokens (prefill chunks) go to `attention_prefill` (prefill.cu, same tile
-//! arithmetic: warps own rows and walk all their keys, K/V staged in shared memory for the
-//! whole block; `PREFILL_HEAD_DIMS`), and both run in one step when it mixes the two
-//! (`mma-only`: everything on `attention_mma`). The per-head kernels of
+//! decode/verify, and optionally for prefill chunks). Sequences of more than 16 query tokens
+//! (prefill chunks) go to `attention_flash` (flash.cu, FlashAttention-2's decomposition: a
+//! warp owns 16 query rows and walks its keys in 64-key stages staged in shared memory for
+//! the whole block; head_dim 64 and 128, `FLASH_HEAD_DIMS`), and both run in one step when it
+//! mixes the two (`mma-only`: everything on `attention_mma`). The per-head kernels of
 //! kernels/attention/paged.cu serve head_dim 256 and block sizes that are not multiples of
 //! 16, and stay as the reference (`WRING_CUDA_ATTENTION=reference`) and an older default
 //! (`split`) for side-by-side measurements.
@@ -20,7 +20,7 @@ use super::tensor::{CudaTensor, DType};
 use super::CudaBackend;
 use crate::device::{Arg, DeviceBuffer};
 use crate::kernels::MmaBuild;
-use crate::options::{AttentionKernel, PrefillKernel, SplitGrid};
+use crate::options::{AttentionKernel, SplitGrid};
 use crate::params::{AttnArgs, MmaWorkspace, FLASH_HEAD_DIMS, MMA_ROW_TILES};
 use anyhow::anyhow;
 use wring_backend::AttnShape;
@@ -28,26 +28,18 @@ use wring_backend::AttnShape;
 /// kernels/attention/mma.cu's limits.
 const MMA_MAX_SPLITS: usize = 8;
 const MMA_SPLIT_MAX_Q: usize = 16;
-/// kernels/attention/prefill.cu: warps a block; sequences with at least this many query
-/// tokens (one more than may split their keys) run on it.
-const PREFILL_WARPS: usize = 4;
+/// Sequences with at least this many query tokens (one more than may split their keys) run
+/// on kernels/attention/flash.cu.
 const PREFILL_MIN_Q: usize = MMA_SPLIT_MAX_Q + 1;
 /// kernels/attention/flash.cu: warps a block, and query rows a block (16 a warp).
 const FLASH_WARPS: usize = 4;
 const FLASH_ROWS: usize = 16 * FLASH_WARPS;
-/// Head dims whose prefill chunks take prefill.cu's kernel under `WRING_CUDA_PREFILL=tiles`: measured faster than
-/// `attention_mma` for the 8B shape (128: 1 x 1024 step 46.0 vs 48.6 ms) and slower for the
-/// 135M one (64: 9.36 vs 6.22 ms; 3 KV heads leave too few blocks of rows, where
-/// `attention_mma`'s warps split the keys instead). Session 10, BENCHMARKS "K/V prefetch and
-/// a prefill kernel".
-const PREFILL_HEAD_DIMS: [usize; 1] = [128];
 /// Head dims whose `attention_mma` prefetches each warp's next K/V tile: faster for the 135M
 /// shape (64: verify 32 x 5 1.243 vs 1.390 ms, decode 32 x 1 1.141 vs 1.184) and slower for
 /// the 8B one (128: decode 8 x 1 5.64 vs 5.31 ms, 32 x 1 6.91 vs 6.60; twice the tile's
 /// registers). Session 10, BENCHMARKS "K/V prefetch and a prefill kernel".
 const PREFETCH_HEAD_DIMS: [usize; 1] = [64];
-/// Tokens of a step whose rows may split their keys when prefill chunks run on the prefill
-/// kernel (decode and verify rows only: 256 sequences of up to 16 tokens); rows of later
+/// Tokens of a step whose rows may split their keys when prefill chunks run on attention_flash (decode and verify rows only: 256 sequences of up to 16 tokens); rows of later
 /// tokens of a larger eager step run unsplit. Where `attention_mma` takes prefill chunks
 /// the partials cover `max_tokens`, every token a step can have.
 const MMA_SPLIT_TOKENS: usize = 256 * MMA_SPLIT_MAX_Q;
@@ -283,49 +275,15 @@ impl CudaBackend {
         self.launch_args_smem(f, grid, 128, smem, args, "attention_mma");
     }
 
-    /// The step's sequences of at least `PREFILL_MIN_Q` query tokens on the prefill kernel
-    /// (`attention_flash`, or prefill.cu's `attention_prefill`); `attention_mma` then skips
-    /// them (`prefill_min_q`).
+    /// The step's sequences of at least `PREFILL_MIN_Q` query tokens on `attention_flash`;
+    /// `attention_mma` then skips them (`prefill_min_q`). One block per (sequence, KV head,
+    /// FLASH_ROWS rows).
     fn attention_prefill(&mut self, args: &mut AttnArgs, shape: AttnShape) {
         let rows = self.max_query_len * (shape.n_heads / shape.n_kv_heads);
         args.prefill_min_q = PREFILL_MIN_Q as i32;
-        if self.opts.prefill == PrefillKernel::Flash {
-            let Some(f) = self.kernels.attention_flash(shape.head_dim) else {
-                self.fail(anyhow!(
-                    "attention_flash has no build for head_dim {}",
-                    shape.head_dim
-                ));
-                return;
-            };
-            let grid = (
-                self.layout.seqs as u32,
-                shape.n_kv_heads as u32,
-                rows.div_ceil(FLASH_ROWS) as u32,
-            );
-            let smem = crate::params::flash_smem(shape.head_dim) as u32;
-            self.launch_args_smem(
-                f,
-                grid,
-                (FLASH_WARPS * 32) as u32,
-                smem,
-                args,
-                "attention_flash",
-            );
-            return;
-        }
-        let units = self.layout.seqs * shape.n_kv_heads;
-        // Row chunks (one block each, per sequence and KV head) with nt row tiles a warp.
-        let chunks = |nt: usize| rows.div_ceil(PREFILL_WARPS * 8 * nt);
-        // Two row tiles a warp share each staged K/V tile among more rows; one when that
-        // leaves fewer blocks than twice the SMs (the rows' results do not depend on it).
-        let nt = if units * chunks(2) >= 2 * self.sm_count {
-            2
-        } else {
-            1
-        };
-        let Some(f) = self.kernels.attention_prefill(shape.head_dim, nt) else {
+        let Some(f) = self.kernels.attention_flash(shape.head_dim) else {
             self.fail(anyhow!(
-                "attention_prefill has no build for head_dim {}",
+                "attention_flash has no build for head_dim {}",
                 shape.head_dim
             ));
             return;
@@ -333,28 +291,26 @@ impl CudaBackend {
         let grid = (
             self.layout.seqs as u32,
             shape.n_kv_heads as u32,
-            chunks(nt) as u32,
+            rows.div_ceil(FLASH_ROWS) as u32,
         );
-        self.launch_args(
+        let smem = crate::params::flash_smem(shape.head_dim) as u32;
+        self.launch_args_smem(
             f,
             grid,
-            (PREFILL_WARPS * 32) as u32,
+            (FLASH_WARPS * 32) as u32,
+            smem,
             args,
-            "attention_prefill",
+            "attention_flash",
         );
     }
 
-    /// Whether this shape's prefill chunks run on the prefill kernel (prefill.cu) under
-    /// the chosen attention kernel.
+    /// Whether this shape's prefill chunks run on `attention_flash` under the chosen
+    /// attention kernel.
     fn prefill_kernel_takes(&self, shape: AttnShape) -> bool {
-        let built = match self.opts.prefill {
-            PrefillKernel::Flash => &FLASH_HEAD_DIMS[..],
-            PrefillKernel::Tiles => &PREFILL_HEAD_DIMS[..],
-        };
         matches!(
             self.opts.attention,
             AttentionKernel::Mma | AttentionKernel::MmaStaged
-        ) && built.contains(&shape.head_dim)
+        ) && FLASH_HEAD_DIMS.contains(&shape.head_dim)
     }
 
     /// Whether prefill chunks of this shape run on `attention_mma` (not on the prefill

@@ -238,14 +238,6 @@ impl CudaBackend {
         self.opts.attention = kernel;
     }
 
-    /// Which kernel takes prefill chunks from now on (graphs dropped, as above).
-    pub fn set_prefill_kernel(&mut self, kernel: crate::options::PrefillKernel) {
-        if self.opts.prefill != kernel {
-            self.drop_graphs();
-        }
-        self.opts.prefill = kernel;
-    }
-
     /// How attention_mma splits keys for steps run from now on (graphs dropped, as above).
     pub fn set_mma_splits(&mut self, splits: crate::options::MmaSplits) {
         if self.opts.mma_splits != splits {
@@ -282,8 +274,8 @@ impl CudaBackend {
         if let Some(e) = self.error.take() {
             return Err(e);
         }
-        // SAFETY: t holds rows * cols f32; synchronous copy.
-        unsafe { result::memcpy_htod_sync(t.ptr, data) }
+        // SAFETY: t holds rows * cols f32.
+        unsafe { transfer::copy_htod_landed(t.ptr, data) }
             .map_err(|e| anyhow!("copying an activation to the GPU failed: {e:?}"))?;
         Ok(t)
     }

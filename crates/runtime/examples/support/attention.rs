@@ -1,7 +1,7 @@
 //! `gpu_check attention`: every attention kernel against a float64 host reference on
 //! random data (fresh draws per case), for the shapes the engine makes: prefill chunks,
 //! decode (q = 1) and verify (q = 1 + K) at batch 1..32, contexts from 1 to 5,000, block
-//! tables shuffled over the pool; `mma` (prefill chunks on attention_prefill) and `mma-only`
+//! tables shuffled over the pool; `mma` (prefill chunks on attention_flash) and `mma-only`
 //! side by side. Also checks that the tensor-core kernel is deterministic
 //! and batch-invariant (a sequence's rows are bitwise the same alone or in a batch of 32).
 
@@ -10,18 +10,16 @@ use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use rayon::prelude::*;
 use wring_backend::{AttnShape, Backend, KvSpec, SeqInput, StepInput};
-use wring_cuda::{AttentionKernel, CudaBackend, CudaOptions, GraphMode, PrefillKernel};
+use wring_cuda::{AttentionKernel, CudaBackend, CudaOptions, GraphMode};
 
-/// The configurations checked, in the table's column order: (attention kernel, prefill
-/// kernel). `mma` and `mma-staged` take prefill chunks on attention_flash; `mma+tiles` on
-/// prefill.cu (head_dim 128; 64 stays on attention_mma).
-const CONFIGS: [(AttentionKernel, PrefillKernel); 6] = [
-    (AttentionKernel::Mma, PrefillKernel::Flash),
-    (AttentionKernel::Mma, PrefillKernel::Tiles),
-    (AttentionKernel::MmaStaged, PrefillKernel::Flash),
-    (AttentionKernel::MmaOnly, PrefillKernel::Flash),
-    (AttentionKernel::Split, PrefillKernel::Flash),
-    (AttentionKernel::Reference, PrefillKernel::Flash),
+/// The kernels checked, in the table's column order. `mma` and `mma-staged` take prefill
+/// chunks on attention_flash, `mma-only` on attention_mma.
+const CONFIGS: [AttentionKernel; 5] = [
+    AttentionKernel::Mma,
+    AttentionKernel::MmaStaged,
+    AttentionKernel::MmaOnly,
+    AttentionKernel::Split,
+    AttentionKernel::Reference,
 ];
 
 const BLOCK: usize = 16;
@@ -117,13 +115,12 @@ fn reference(
 /// Runs `attention` for `step` on `kernel` with q/k/v given; returns the output rows.
 fn run(
     b: &mut CudaBackend,
-    (kernel, prefill): (AttentionKernel, PrefillKernel),
+    kernel: AttentionKernel,
     step: &StepInput,
     shape: AttnShape,
     qkv: (&[f32], &[f32], &[f32]),
 ) -> Result<Vec<f32>> {
     b.set_attention(kernel);
-    b.set_prefill_kernel(prefill);
     b.begin_step(step)?;
     let t = step.tokens.len();
     let q = b.upload_activation(t, shape.n_heads * shape.head_dim, qkv.0)?;
@@ -277,7 +274,7 @@ pub fn check() -> Result<()> {
         },
     ];
     println!("## Attention kernels vs a float64 reference (random data)\n");
-    println!("| head_dim × heads/KV | batch × q | context | prefill: mma / mma+tiles / mma-staged / mma-only / split / reference | step: mma / mma+tiles / mma-staged / mma-only / split / reference | deterministic / batch-invariant: mma; mma+tiles; mma-staged |");
+    println!("| head_dim × heads/KV | batch × q | context | prefill: mma / mma-staged / mma-only / split / reference | step: mma / mma-staged / mma-only / split / reference | deterministic / batch-invariant: mma; mma-staged |");
     println!("|---|---|---|---|---|---|");
     let mut pass = true;
     // ATTENTION_CASES=128:2x200,64:3x300 runs only those cases (head_dim:batch x q).
@@ -375,7 +372,7 @@ pub fn check() -> Result<()> {
         phases.push(((0..case.batch).collect(), true));
         let mut pre_errs = [0f64; CONFIGS.len()];
         let mut any_pre = false;
-        let mut firsts: Vec<Vec<f32>> = vec![vec![]; 3];
+        let mut firsts: Vec<Vec<f32>> = vec![vec![]; 2];
         for (kept, is_step) in phases {
             let sub = Seqs {
                 ctx: kept
@@ -398,7 +395,7 @@ pub fn check() -> Result<()> {
             for (ki, config) in CONFIGS.into_iter().enumerate() {
                 let got = run(&mut b, config, &step, shape, (&q, &k, &v))?;
                 let limit = if matches!(
-                    config.0,
+                    config,
                     AttentionKernel::Mma | AttentionKernel::MmaStaged | AttentionKernel::MmaOnly
                 ) {
                     2e-2

@@ -3,9 +3,9 @@
 //! alone from position 0 (512, 1,024, 2,048 tokens), four 256-token prompts, and one 512-token
 //! prompt beside 32 decoding sequences at context 512 (the serving mix at concurrency 32).
 //! Logits only for each sequence's last token, as the engine asks. Variants
-//! (`PREFILL_VARIANTS`, default `flash,tiles,mma-only`): `flash` = attention_flash takes the
-//! chunks, `tiles` = prefill.cu (head_dim 128; 64 stays on attention_mma), `mma-only` =
-//! attention_mma takes them, `staged` = flash with mma-staged for the decode rows. Each
+//! (`PREFILL_VARIANTS`, default `flash,mma-only`): `flash` = attention_flash takes the chunks
+//! (the default), `mma-only` = attention_mma takes them, `staged` = flash with mma-staged for
+//! the decode rows. (Session 13 also timed prefill.cu's kernel, since deleted: BENCHMARKS.) Each
 //! round times every variant once per shape, the variants' order rotating by round
 //! (`PREFILL_ROUNDS`, default 5); the table has each median. Writes `OUT_DIR/prefill.json`.
 
@@ -14,18 +14,16 @@ use anyhow::{Context, Result};
 use serde_json::json;
 use std::time::Instant;
 use wring_backend::{SeqInput, StepInput};
-use wring_cuda::{AttentionKernel, CudaBackend, CudaOptions, PrefillKernel};
+use wring_cuda::{AttentionKernel, CudaBackend, CudaOptions};
 use wring_model::llama::LlamaRunner;
 use wring_model::weights::WeightSource;
 use wring_model::ModelConfig;
 
-fn variant(name: &str) -> Result<(AttentionKernel, PrefillKernel)> {
-    let d = CudaOptions::from_env()?;
+fn variant(name: &str) -> Result<AttentionKernel> {
     Ok(match name {
-        "flash" => (d.attention, PrefillKernel::Flash),
-        "tiles" => (d.attention, PrefillKernel::Tiles),
-        "mma-only" => (AttentionKernel::MmaOnly, PrefillKernel::Flash),
-        "staged" => (AttentionKernel::MmaStaged, PrefillKernel::Flash),
+        "flash" => AttentionKernel::Mma,
+        "mma-only" => AttentionKernel::MmaOnly,
+        "staged" => AttentionKernel::MmaStaged,
         other => anyhow::bail!("PREFILL_VARIANTS: unknown variant {other:?}"),
     })
 }
@@ -62,7 +60,7 @@ const DECODE_CTX: usize = 512;
 
 pub fn run(out_dir: &str) -> Result<()> {
     let variants: Vec<String> = std::env::var("PREFILL_VARIANTS")
-        .unwrap_or_else(|_| "flash,tiles,mma-only".into())
+        .unwrap_or_else(|_| "flash,mma-only".into())
         .split(',')
         .map(|v| v.trim().to_string())
         .collect();
@@ -124,9 +122,7 @@ pub fn run(out_dir: &str) -> Result<()> {
             for round in 0..rounds + 1 {
                 for k in 0..variants.len() {
                     let vi = (k + round) % variants.len();
-                    let (kernel, prefill) = variant(&variants[vi])?;
-                    r.backend_mut().set_attention(kernel);
-                    r.backend_mut().set_prefill_kernel(prefill);
+                    r.backend_mut().set_attention(variant(&variants[vi])?);
                     let t0 = Instant::now();
                     r.forward_greedy(&s)?;
                     // Round 0 warms every variant up (module load, workspace).
