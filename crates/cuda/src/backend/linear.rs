@@ -514,16 +514,10 @@ impl CudaBackend {
         if !self.ok() {
             return out;
         }
-        let total = x.rows * n;
-        let args = [
-            Arg::Ptr(gu.ptr),
-            Arg::Ptr(out.ptr),
-            Arg::I32(n as i32),
-            Arg::I64(total as i64),
-        ];
+        let args = [Arg::Ptr(gu.ptr), Arg::Ptr(out.ptr), Arg::I32(n as i32)];
         self.launch(
             self.kernels.silu_mul_fused,
-            Self::grid_for(total),
+            (n.div_ceil(256) as u32, x.rows as u32, 1),
             256,
             &args,
             "silu_mul_fused",
