@@ -11,58 +11,16 @@ attention in float64. Registers holding two bf16 values are modelled as (lo, hi)
 
     python3 scripts/gpu/emulate_attention_flash.py   # prints max errors, exits 1 on failure
 """
+import os
 import sys
 import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from mma_fragments import bf16, mma  # noqa: E402
 
 rng = np.random.default_rng(1)
 FL_WARPS, FL_KEYS = 4, 64
 FL_ROWS = 16 * FL_WARPS
-
-
-def bf16(x):
-    """Round float32 to bfloat16 (nearest even), returned as float32."""
-    x = np.asarray(x, dtype=np.float32)
-    u = x.view(np.uint32).astype(np.uint64)
-    u = (u + 0x7FFF + ((u >> 16) & 1)) & 0xFFFF0000
-    return u.astype(np.uint32).view(np.float32)
-
-
-# ---- PTX fragment layouts (m16n8k16, .bf16, f32 accumulate), per the ISA ----
-def a_matrix(regs):
-    """regs[lane][4] of (lo, hi) -> A 16x16: a0 (g, 2c), a1 (g+8, 2c), a2 (g, 2c+8), a3 (g+8, 2c+8)."""
-    A = np.zeros((16, 16))
-    for lane in range(32):
-        g, c = lane >> 2, lane & 3
-        for r, (row, col) in enumerate([(g, 2 * c), (g + 8, 2 * c), (g, 2 * c + 8), (g + 8, 2 * c + 8)]):
-            A[row, col], A[row, col + 1] = regs[lane][r]
-    return A
-
-
-def b_matrix(regs):
-    """regs[lane][2] of (lo, hi) -> B 16x8 (k x n): b0 (k 2c, 2c+1; n g), b1 (k 2c+8, 2c+9; n g)."""
-    B = np.zeros((16, 8))
-    for lane in range(32):
-        g, c = lane >> 2, lane & 3
-        for r, k in enumerate([2 * c, 2 * c + 8]):
-            B[k, g], B[k + 1, g] = regs[lane][r]
-    return B
-
-
-def c_matrix(acc):
-    C = np.zeros((16, 8))
-    for lane in range(32):
-        g, c = lane >> 2, lane & 3
-        C[g, 2 * c], C[g, 2 * c + 1], C[g + 8, 2 * c], C[g + 8, 2 * c + 1] = acc[lane]
-    return C
-
-
-def to_c(C):
-    return [[C[l >> 2, 2 * (l & 3)], C[l >> 2, 2 * (l & 3) + 1], C[(l >> 2) + 8, 2 * (l & 3)], C[(l >> 2) + 8, 2 * (l & 3) + 1]]
-            for l in range(32)]
-
-
-def mma(acc, a_regs, b_regs):
-    return to_c(c_matrix(acc) + a_matrix(a_regs) @ b_matrix(b_regs))
 
 
 def ldmatrix_x4(smem, addr_of_lane, trans):

@@ -122,6 +122,27 @@ fn model_source(path: &str) -> Result<(ModelConfig, WeightSource)> {
     ))
 }
 
+/// A runner on GPU 0 with deterministic random weights of the named shape (8,192 KV blocks).
+fn dummy_runner(shape: &str) -> Result<(Runner, ModelConfig)> {
+    let cfg = ModelConfig::named_shape(shape).context("shape")?;
+    let backend = CudaBackend::new(0, CudaOptions::from_env()?)?;
+    let r = LlamaRunner::new(
+        backend,
+        cfg.clone(),
+        &WeightSource::Dummy { seed: 0 },
+        8192,
+        BLOCK,
+    )?;
+    Ok((r, cfg))
+}
+
+/// `rows` as pretty JSON into `dir/name` (the folder made first).
+fn write_json(dir: &str, name: &str, rows: &[serde_json::Value]) -> Result<()> {
+    std::fs::create_dir_all(dir)?;
+    std::fs::write(format!("{dir}/{name}"), serde_json::to_string_pretty(rows)?)?;
+    Ok(())
+}
+
 fn gguf_runner(path: &str, graphs: GraphMode, num_blocks: usize) -> Result<(Runner, ModelConfig)> {
     let (cfg, src) = model_source(path)?;
     let opts = CudaOptions {
@@ -747,16 +768,8 @@ fn bench(model: &str) -> Result<()> {
     print_gemm_tuning(r.backend().gemm_tune_reports(), bw);
     drop(r);
 
-    let cfg = ModelConfig::named_shape("llama-3.1-8b").context("shape")?;
     let t0 = Instant::now();
-    let backend = CudaBackend::new(0, CudaOptions::from_env()?)?;
-    let mut r = LlamaRunner::new(
-        backend,
-        cfg.clone(),
-        &WeightSource::Dummy { seed: 0 },
-        8192,
-        BLOCK,
-    )?;
+    let (mut r, cfg) = dummy_runner("llama-3.1-8b")?;
     println!(
         "\n### Dummy llama-3.1-8b (bf16), loaded in {:.0} s\n",
         t0.elapsed().as_secs_f64()

@@ -9,15 +9,12 @@
 //! round times every variant once per shape, the variants' order rotating by round
 //! (`PREFILL_ROUNDS`, default 5); the table has each median. Writes `OUT_DIR/prefill.json`.
 
-use super::{Runner, BLOCK};
-use anyhow::{Context, Result};
+use super::BLOCK;
+use anyhow::Result;
 use serde_json::json;
 use std::time::Instant;
 use wring_backend::{SeqInput, StepInput};
-use wring_cuda::{AttentionKernel, CudaBackend, CudaOptions};
-use wring_model::llama::LlamaRunner;
-use wring_model::weights::WeightSource;
-use wring_model::ModelConfig;
+use wring_cuda::AttentionKernel;
 
 fn variant(name: &str) -> Result<AttentionKernel> {
     Ok(match name {
@@ -78,15 +75,7 @@ pub fn run(out_dir: &str) -> Result<()> {
         ("smollm2-135m", "smollm2-135m"),
         ("llama-3.1-8b", "llama-3.1-8b"),
     ] {
-        let cfg = ModelConfig::named_shape(shape).context("shape")?;
-        let backend = CudaBackend::new(0, CudaOptions::from_env()?)?;
-        let mut r: Runner = LlamaRunner::new(
-            backend,
-            cfg.clone(),
-            &WeightSource::Dummy { seed: 0 },
-            8192,
-            BLOCK,
-        )?;
+        let (mut r, _) = super::dummy_runner(shape)?;
         // Block tables: 32 decoding sequences, then four prompt slots of 2,048 tokens.
         let per = (DECODE_CTX + 16).div_ceil(BLOCK);
         let prompt_blocks = 2048usize.div_ceil(BLOCK);
@@ -146,11 +135,7 @@ pub fn run(out_dir: &str) -> Result<()> {
         }
         println!();
     }
-    std::fs::create_dir_all(out_dir)?;
-    std::fs::write(
-        format!("{out_dir}/prefill.json"),
-        serde_json::to_string_pretty(&rows)?,
-    )?;
+    super::write_json(out_dir, "prefill.json", &rows)?;
     println!("Wrote {out_dir}/prefill.json.");
     Ok(())
 }

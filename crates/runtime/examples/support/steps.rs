@@ -13,13 +13,11 @@
 //! K ∈ {4, 6, 8, 12}) and `OUT_DIR/latency.json` (issue 15: decode at batch 1 and 8 with
 //! the kernels a replayed step launches).
 
-use super::{time_steps, Runner, BLOCK};
+use super::time_steps;
 use anyhow::{Context, Result};
 use serde_json::json;
 use std::time::Instant;
-use wring_cuda::{AttentionKernel, CudaBackend, CudaOptions, GraphMode, MmaSplits};
-use wring_model::llama::LlamaRunner;
-use wring_model::weights::WeightSource;
+use wring_cuda::{AttentionKernel, CudaOptions, GraphMode, MmaSplits};
 use wring_model::ModelConfig;
 
 /// Bytes a step must read at least: every layer's weights and the LM head once (the
@@ -104,16 +102,8 @@ pub fn run(out_dir: &str) -> Result<()> {
         ("llama-3.1-8b", "llama-3.1-8b", 512),
     ] {
         let ctx = ctx_override.unwrap_or(ctx);
-        let cfg = ModelConfig::named_shape(shape).context("shape")?;
         let t0 = Instant::now();
-        let backend = CudaBackend::new(0, CudaOptions::from_env()?)?;
-        let mut r: Runner = LlamaRunner::new(
-            backend,
-            cfg.clone(),
-            &WeightSource::Dummy { seed: 0 },
-            8192,
-            BLOCK,
-        )?;
+        let (mut r, cfg) = super::dummy_runner(shape)?;
         println!(
             "### {model} (dummy weights, bf16), loaded in {:.0} s; context {ctx}\n",
             t0.elapsed().as_secs_f64()
@@ -168,15 +158,8 @@ pub fn run(out_dir: &str) -> Result<()> {
         }
         println!();
     }
-    std::fs::create_dir_all(out_dir)?;
-    std::fs::write(
-        format!("{out_dir}/steps.json"),
-        serde_json::to_string_pretty(&steps)?,
-    )?;
-    std::fs::write(
-        format!("{out_dir}/latency.json"),
-        serde_json::to_string_pretty(&latency)?,
-    )?;
+    super::write_json(out_dir, "steps.json", &steps)?;
+    super::write_json(out_dir, "latency.json", &latency)?;
     println!("Wrote {out_dir}/steps.json and {out_dir}/latency.json.");
     Ok(())
 }
