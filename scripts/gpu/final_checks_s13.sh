@@ -15,11 +15,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 DIR=${DIR:-.dev/f3}
 OLD=${OLD:-.dev/f1}
 gpu_check_setup final13
-( gpu_check_run 260 attention attention ) &
-a=$!
-gpu_check_checks "graphs-135m graphs-8b cpu-135m"
-wait $a
-grep -h "^| 64 ×\|^| 128 ×\|^<!--" "$G/attention.md" | tee -a "$G/summary.md"
+gpu_check_checks "attention graphs-135m graphs-8b cpu-135m"
 grep -h "no logits" "$G/cpu-135m.md" | tee -a "$G/summary.md"
 ATTENTION_CASES=128:2x200,64:3x300,128:8x24 ATTENTION_INV_REPEAT=3 gpu_check_run 90 attention-again attention
 grep -h "^| 64 ×\|^| 128 ×\|^<!--" "$G/attention-again.md" | tee -a "$G/summary.md"

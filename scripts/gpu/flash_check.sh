@@ -31,11 +31,7 @@ if [ "$PART" = times ]; then
         grep -h "^| [a-z]" "$G/steps-$ctx.md" | grep -v "^| variant" | tee -a "$G/summary.md"
     done
 else
-    ( gpu_check_run 290 attention attention ) &
-    a=$!
-    gpu_check_checks "graphs-135m graphs-8b cpu-135m"
-    wait $a
-    grep -h "^| 64 ×\|^| 128 ×" "$G/attention.md" | tee -a "$G/summary.md"
+    gpu_check_checks "attention graphs-135m graphs-8b cpu-135m"
     grep -h "no logits" "$G/cpu-135m.md" | tee -a "$G/summary.md"
 fi
 cd "$OUT" && tar -czf "flash-$PART.tgz" "flash-$PART"

@@ -6,6 +6,26 @@ use anyhow::{Context, Result};
 use cudarc::driver::{result, sys};
 use std::ffi::c_void;
 
+/// Waits for the legacy default stream, where `cuMemcpyHtoD` and `cuMemsetD8` run. Neither
+/// is finished when it returns (a pageable `cuMemcpyHtoD` returns once the data is staged,
+/// before its DMA lands; a memset is asynchronous), and the backend's non-blocking stream is
+/// not ordered after them, so its next kernel could read the destination half-written
+/// (seen in `gpu_check attention`, session 13: the last rows of a 3 MB activation upload
+/// were still the previous run's when attention read them).
+pub fn wait_legacy_stream() -> Result<(), result::DriverError> {
+    // SAFETY: the null stream is the context's legacy default stream.
+    unsafe { result::stream::synchronize(std::ptr::null_mut()) }
+}
+
+/// A host-to-device copy that has landed when this returns.
+///
+/// # Safety
+/// `dst` must hold `size_of_val(src)` bytes.
+pub unsafe fn copy_htod_landed<T: Copy>(dst: u64, src: &[T]) -> Result<(), result::DriverError> {
+    result::memcpy_htod_sync(dst, src)?;
+    wait_legacy_stream()
+}
+
 /// One device allocation, freed on drop.
 pub struct DeviceBuffer {
     ptr: sys::CUdeviceptr,
@@ -28,17 +48,12 @@ impl DeviceBuffer {
         self.ptr
     }
 
-    /// Sets the first `bytes` bytes to zero (synchronously).
+    /// Sets the first `bytes` bytes to zero; done when this returns ([`wait_legacy_stream`]).
     pub fn zero(&self, bytes: usize) -> Result<()> {
-        // SAFETY: the buffer holds at least `bytes` bytes (callers pass its size). The memset
-        // runs on the legacy default stream, asynchronously to the host, and the backend's
-        // non-blocking stream is not ordered after it: wait for it, so the next kernel
-        // never sees the buffer before it is cleared.
-        unsafe {
-            result::memset_d8_sync(self.ptr, 0, bytes)?;
-            result::stream::synchronize(std::ptr::null_mut())
-        }
-        .context("cannot clear GPU memory")
+        // SAFETY: the buffer holds at least `bytes` bytes (callers pass its size).
+        unsafe { result::memset_d8_sync(self.ptr, 0, bytes) }
+            .and_then(|()| wait_legacy_stream())
+            .context("cannot clear GPU memory")
     }
 }
 

@@ -136,6 +136,15 @@ fn dummy_runner(shape: &str) -> Result<(Runner, ModelConfig)> {
     Ok((r, cfg))
 }
 
+/// The comma-separated names in environment variable `var`, else in `default`.
+fn env_list(var: &str, default: &str) -> Vec<String> {
+    std::env::var(var)
+        .unwrap_or_else(|_| default.into())
+        .split(',')
+        .map(|v| v.trim().to_string())
+        .collect()
+}
+
 /// `rows` as pretty JSON into `dir/name` (the folder made first).
 fn write_json(dir: &str, name: &str, rows: &[serde_json::Value]) -> Result<()> {
     std::fs::create_dir_all(dir)?;

@@ -21,7 +21,7 @@ struct AttnArgs {
     float scale;             // 1 / sqrt(head_dim)
     float scale_log2;        // scale * log2(e)
     int prefill_min_q;       // > 0: sequences of at least this many query tokens run on
-                             // attention_prefill, and attention_mma skips them
+                             // attention_flash, and attention_mma skips them
     int split_keys_per_q;    // attention_mma: keys a split of a decode/verify sequence
                              // holds per query token
     int prefill_split_keys;  // attention_mma: keys a split of a prefill chunk holds (0:

@@ -140,7 +140,7 @@ impl CudaBackend {
             && mma.is_some();
         match (self.opts.attention, mma) {
             (_, Some(_)) if prefill => {
-                self.attention_prefill(&mut args, shape);
+                self.attention_flash(&mut args, shape);
                 if self.min_query_len < PREFILL_MIN_Q {
                     // The step's shorter sequences (decode, verify, short chunks).
                     let short = (PREFILL_MIN_Q - 1) * group;
@@ -278,7 +278,7 @@ impl CudaBackend {
     /// The step's sequences of at least `PREFILL_MIN_Q` query tokens on `attention_flash`;
     /// `attention_mma` then skips them (`prefill_min_q`). One block per (sequence, KV head,
     /// FLASH_ROWS rows).
-    fn attention_prefill(&mut self, args: &mut AttnArgs, shape: AttnShape) {
+    fn attention_flash(&mut self, args: &mut AttnArgs, shape: AttnShape) {
         let rows = self.max_query_len * (shape.n_heads / shape.n_kv_heads);
         args.prefill_min_q = PREFILL_MIN_Q as i32;
         let Some(f) = self.kernels.attention_flash(shape.head_dim) else {

@@ -275,7 +275,7 @@ impl CudaBackend {
             return Err(e);
         }
         // SAFETY: t holds rows * cols f32.
-        unsafe { transfer::copy_htod_landed(t.ptr, data) }
+        unsafe { crate::device::copy_htod_landed(t.ptr, data) }
             .map_err(|e| anyhow!("copying an activation to the GPU failed: {e:?}"))?;
         Ok(t)
     }

@@ -2,7 +2,7 @@
 //! bandwidth the roofline figures are measured against.
 
 use super::tensor::DType;
-use crate::device::DeviceBuffer;
+use crate::device::{copy_htod_landed, DeviceBuffer};
 use anyhow::{anyhow, Result};
 use cudarc::driver::{result, sys, CudaContext};
 
@@ -45,23 +45,6 @@ pub(super) fn upload_slice<T: Copy>(v: &[T], what: &str) -> Result<DeviceBuffer>
     unsafe { copy_htod_landed(buf.ptr(), v) }
         .map_err(|e| anyhow!("copying {what} to the GPU failed: {e:?}"))?;
     Ok(buf)
-}
-
-/// A host-to-device copy that has landed when this returns. `cuMemcpyHtoD` from pageable
-/// memory returns once the data is staged, before its DMA has completed, and only the legacy
-/// default stream is ordered after it: the backend's stream is non-blocking, so its next
-/// kernel could read the destination half-written (seen in `gpu_check attention`, session 13:
-/// a 3 MB activation upload's last rows were still the previous run's when attention read
-/// them). Waiting for the default stream closes that window.
-///
-/// # Safety
-/// `dst` must hold `size_of_val(src)` bytes.
-pub(super) unsafe fn copy_htod_landed<T: Copy>(
-    dst: u64,
-    src: &[T],
-) -> Result<(), result::DriverError> {
-    result::memcpy_htod_sync(dst, src)?;
-    result::stream::synchronize(std::ptr::null_mut())
 }
 
 pub(super) fn to_bf16_bits(data: &[f32]) -> Vec<u16> {

@@ -56,11 +56,7 @@ const SHAPES: [(&str, &[usize], usize); 6] = [
 const DECODE_CTX: usize = 512;
 
 pub fn run(out_dir: &str) -> Result<()> {
-    let variants: Vec<String> = std::env::var("PREFILL_VARIANTS")
-        .unwrap_or_else(|_| "flash,mma-only".into())
-        .split(',')
-        .map(|v| v.trim().to_string())
-        .collect();
+    let variants = super::env_list("PREFILL_VARIANTS", "flash,mma-only");
     for v in &variants {
         variant(v)?;
     }

@@ -54,11 +54,7 @@ fn variant(name: &str) -> Result<(AttentionKernel, Option<usize>, bool, MmaSplit
 }
 
 pub fn run(out_dir: &str) -> Result<()> {
-    let variants: Vec<String> = std::env::var("STEPS_VARIANTS")
-        .unwrap_or_else(|_| "default,gemv,nopdl,before".into())
-        .split(',')
-        .map(|v| v.trim().to_string())
-        .collect();
+    let variants = super::env_list("STEPS_VARIANTS", "default,gemv,nopdl,before");
     for v in &variants {
         variant(v)?;
     }
