@@ -297,16 +297,11 @@ impl Kernels {
                 .map(|(d, nt, build)| {
                     let f = get(&format!("{}_d{d}_n{nt}", build.kernel()))?;
                     if build == MmaBuild::Staged {
-                        let smem = crate::params::mma_staged_smem(d) as i32;
-                        // SAFETY: f was just loaded; the attribute is a plain integer.
-                        unsafe {
-                            result::function::set_function_attribute(
-                                f,
-                                sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                smem,
-                            )
-                        }
-                        .with_context(|| format!("{}_d{d}_n{nt}: {smem} bytes of shared memory", build.kernel()))?;
+                        allow_dynamic_smem(
+                            f,
+                            crate::params::mma_staged_smem(d),
+                            &format!("{}_d{d}_n{nt}", build.kernel()),
+                        )?;
                     }
                     Ok(((d, nt, build), f))
                 })
@@ -314,17 +309,9 @@ impl Kernels {
             attention_flash: crate::params::FLASH_HEAD_DIMS
                 .iter()
                 .map(|&d| {
-                    let f = get(&format!("attention_flash_d{d}"))?;
-                    let smem = crate::params::flash_smem(d) as i32;
-                    // SAFETY: f was just loaded; the attribute is a plain integer.
-                    unsafe {
-                        result::function::set_function_attribute(
-                            f,
-                            sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                            smem,
-                        )
-                    }
-                    .with_context(|| format!("attention_flash_d{d}: {smem} bytes of shared memory"))?;
+                    let name = format!("attention_flash_d{d}");
+                    let f = get(&name)?;
+                    allow_dynamic_smem(f, crate::params::flash_smem(d), &name)?;
                     Ok((d, f))
                 })
                 .collect::<Result<_>>()?,
@@ -394,6 +381,20 @@ impl Kernels {
             .find(|(d, _)| *d == head_dim)
             .map(|&(_, f)| f)
     }
+}
+
+/// Lets kernel `f` (`name`, for the error) be launched with `bytes` of dynamic shared memory,
+/// past the 48 KB a launch gets without asking.
+fn allow_dynamic_smem(f: sys::CUfunction, bytes: usize, name: &str) -> Result<()> {
+    // SAFETY: f is a loaded kernel; the attribute is a plain integer.
+    unsafe {
+        result::function::set_function_attribute(
+            f,
+            sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+            bytes as i32,
+        )
+    }
+    .with_context(|| format!("{name}: {bytes} bytes of shared memory"))
 }
 
 /// Names of the `extern "C" __global__` functions defined in a source.
