@@ -39,7 +39,8 @@ const FLASH_ROWS: usize = 16 * FLASH_WARPS;
 /// the 8B one (128: decode 8 x 1 5.64 vs 5.31 ms, 32 x 1 6.91 vs 6.60; twice the tile's
 /// registers). Session 10, BENCHMARKS "K/V prefetch and a prefill kernel".
 const PREFETCH_HEAD_DIMS: [usize; 1] = [64];
-/// Tokens of a step whose rows may split their keys when prefill chunks run on attention_flash (decode and verify rows only: 256 sequences of up to 16 tokens); rows of later
+/// Tokens of a step whose rows may split their keys when prefill chunks run on
+/// attention_flash (decode and verify rows only: 256 sequences of up to 16 tokens); rows of later
 /// tokens of a larger eager step run unsplit. Where `attention_mma` takes prefill chunks
 /// the partials cover `max_tokens`, every token a step can have.
 const MMA_SPLIT_TOKENS: usize = 256 * MMA_SPLIT_MAX_Q;

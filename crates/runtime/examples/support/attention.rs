@@ -14,7 +14,7 @@ use wring_cuda::{AttentionKernel, CudaBackend, CudaOptions, GraphMode};
 
 /// The kernels checked, in the table's column order. `mma` and `mma-staged` take prefill
 /// chunks on attention_flash, `mma-only` on attention_mma.
-const CONFIGS: [AttentionKernel; 5] = [
+const KERNELS: [AttentionKernel; 5] = [
     AttentionKernel::Mma,
     AttentionKernel::MmaStaged,
     AttentionKernel::MmaOnly,
@@ -370,7 +370,7 @@ pub fn check() -> Result<()> {
         }
         let mut phases: Vec<(Vec<usize>, bool)> = groups.into_iter().map(|g| (g, false)).collect();
         phases.push(((0..case.batch).collect(), true));
-        let mut pre_errs = [0f64; CONFIGS.len()];
+        let mut pre_errs = [0f64; KERNELS.len()];
         let mut any_pre = false;
         let mut firsts: Vec<Vec<f32>> = vec![vec![]; 2];
         for (kept, is_step) in phases {
@@ -392,10 +392,10 @@ pub fn check() -> Result<()> {
             let (k, v) = (gather(&kh, &step), gather(&vh, &step));
             let want = reference(case, &step, &q, &kh, &vh);
             let mut errs = vec![];
-            for (ki, config) in CONFIGS.into_iter().enumerate() {
-                let got = run(&mut b, config, &step, shape, (&q, &k, &v))?;
+            for (ki, kernel) in KERNELS.into_iter().enumerate() {
+                let got = run(&mut b, kernel, &step, shape, (&q, &k, &v))?;
                 let limit = if matches!(
-                    config,
+                    kernel,
                     AttentionKernel::Mma | AttentionKernel::MmaStaged | AttentionKernel::MmaOnly
                 ) {
                     2e-2
@@ -428,9 +428,9 @@ pub fn check() -> Result<()> {
             });
             cells.push(errs.join(" / "));
             let mut flags = vec![];
-            for (config, first) in CONFIGS.into_iter().zip(&firsts) {
+            for (kernel, first) in KERNELS.into_iter().zip(&firsts) {
                 // Deterministic: the same launch again gives the same bits.
-                let again = run(&mut b, config, &step, shape, (&q, &k, &v))?;
+                let again = run(&mut b, kernel, &step, shape, (&q, &k, &v))?;
                 let det = again
                     .iter()
                     .zip(first)
@@ -448,7 +448,7 @@ pub fn check() -> Result<()> {
                 for _ in 0..repeat {
                     let got0 = run(
                         &mut b,
-                        config,
+                        kernel,
                         &alone,
                         shape,
                         (&q[..n0 * qw], &k[..n0 * kvw], &v[..n0 * kvw]),
@@ -464,7 +464,7 @@ pub fn check() -> Result<()> {
                             .fold(0f32, f32::max);
                         let d = case.head_dim;
                         println!(
-                            "<!-- {label} {config:?}: alone differs from the batch in {} of {} values (max |diff| {max:.3e}); first at token {}, head {}, dim {}; tokens differing: {:?} -->",
+                            "<!-- {label} {kernel:?}: alone differs from the batch in {} of {} values (max |diff| {max:.3e}); first at token {}, head {}, dim {}; tokens differing: {:?} -->",
                             diffs.len(),
                             n0 * qw,
                             i0 / qw,
