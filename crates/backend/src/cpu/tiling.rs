@@ -181,3 +181,34 @@ pub(crate) fn grouped(
     unsafe { out.set_len(n) };
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `grouped` writes every cell of its (uncleared) output exactly as `micro` computed it,
+    /// for shapes whose tokens and rows are not multiples of the tiles.
+    #[test]
+    fn grouped_writes_every_cell() {
+        let value = |t: usize, r: usize| (t * 1000 + r) as f32 + 0.5;
+        for (t_rows, w_rows) in [(1, 8), (3, 13), (67, 61), (130, 576), (5, 1)] {
+            let out = grouped(t_rows, w_rows, |t, tt, g, vals| {
+                for (i, row) in vals[..tt].iter_mut().enumerate() {
+                    for (lane, v) in row.iter_mut().enumerate() {
+                        *v = value(t + i, g * GROUP + lane);
+                    }
+                }
+            });
+            assert_eq!(out.len(), t_rows * w_rows);
+            for t in 0..t_rows {
+                for r in 0..w_rows {
+                    assert_eq!(
+                        out[t * w_rows + r],
+                        value(t, r),
+                        "cell ({t}, {r}) of {t_rows} x {w_rows}"
+                    );
+                }
+            }
+        }
+    }
+}
