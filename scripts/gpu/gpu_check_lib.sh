@@ -1,16 +1,21 @@
 # Sourced by the gpu_check scripts (gemv_check.sh, fused_norm_check.sh, gemv_multi_check.sh,
 # quant_speed.sh): the `prepare` step they share, and their one-check runner.
 
-# gpu_check_prepare DIR (here, no GPU): builds the gpu_check example (debug) and lays it out
-# stripped and xz-compressed in DIR with the commit it was built from.
+# gpu_check_prepare DIR (here, no GPU): builds the gpu_check example (debug; PROFILE=release
+# for host timings: a debug build's host work per launch is several times a release build's)
+# and lays it out stripped and xz-compressed in DIR with the commit it was built from.
 gpu_check_prepare() {
-    local dir=$1
+    local dir=$1 profile=${PROFILE:-debug}
     (
         set -e
         export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$PWD/target}
-        nice -n 19 cargo build -p wring-runtime --example gpu_check
+        if [ "$profile" = release ]; then
+            nice -n 19 cargo build --release -p wring-runtime --example gpu_check
+        else
+            nice -n 19 cargo build -p wring-runtime --example gpu_check
+        fi
         rm -rf "$dir" && mkdir -p "$dir"
-        strip -o "$dir/gpu_check" "$CARGO_TARGET_DIR/debug/examples/gpu_check"
+        strip -o "$dir/gpu_check" "$CARGO_TARGET_DIR/$profile/examples/gpu_check"
         xz -T2 -6 -f "$dir/gpu_check"
         git rev-parse HEAD > "$dir/commit"
         du -sh "$dir"/*

@@ -30,6 +30,8 @@ pub struct EngineConfig {
     /// Write every completed request's prompt and output ids here (JSONL trace for
     /// `wring drafter-eval`).
     pub trace_out: Option<std::path::PathBuf>,
+    /// Write one JSONL line per engine step here (`step_log.rs`).
+    pub step_log: Option<std::path::PathBuf>,
 }
 
 impl Default for EngineConfig {
@@ -43,6 +45,7 @@ impl Default for EngineConfig {
             enable_prefix_caching: true,
             spec: SpecConfig::default(),
             trace_out: None,
+            step_log: None,
         }
     }
 }

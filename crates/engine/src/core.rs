@@ -46,6 +46,7 @@ pub(crate) struct EngineCore {
     tokenizer: Arc<Tokenizer>,
     metrics: MetricsSnapshot,
     trace: Option<crate::trace::TraceWriter>,
+    step_log: Option<crate::step_log::StepLog>,
     max_model_len: usize,
     vocab: usize,
     drain_deadline: Option<Instant>,
@@ -100,10 +101,15 @@ impl EngineCore {
             Some(p) => Some(crate::trace::TraceWriter::create(p)?),
             None => None,
         };
+        let step_log = match &cfg.step_log {
+            Some(p) => Some(crate::step_log::StepLog::create(p)?),
+            None => None,
+        };
         let budget = StepBudgeter::new(cfg.step_time_target, cfg.max_num_batched_tokens);
         let mut core = Self {
             budget,
             trace,
+            step_log,
             runner,
             sched,
             requests: HashMap::new(),
@@ -322,6 +328,7 @@ impl EngineCore {
             .map(|s| s.num_tokens)
             .sum();
         let (input, rows) = step_input::build(&plan, &self.sched, &drafts);
+        let shape = (input.seqs.len(), input.tokens.len(), input.logit_rows.len());
         let work = StepWork::from_positions(&input.positions);
         self.mark_admitted(&rows, shared);
         let ids_only = self.ids_only(&rows);
@@ -374,6 +381,18 @@ impl EngineCore {
         }
         let secs = started.elapsed().as_secs_f64();
         self.metrics.step_host_seconds += (secs - model).max(0.0);
+        if let Some(log) = &mut self.step_log {
+            log.record(crate::step_log::StepLine {
+                t_ms: 0.0,
+                seqs: shape.0,
+                decoding: decoding.len(),
+                tokens: shape.1,
+                prompt_tokens: prefill_tokens,
+                logit_rows: shape.2,
+                model_ms: model * 1e3,
+                host_ms: (secs - model).max(0.0) * 1e3,
+            });
+        }
         // The whole step, host work included: it is what a stream waits between tokens.
         self.budget.observe(work, prefill_tokens, secs);
         let phases = &mut self.metrics.step_host_phase_seconds;

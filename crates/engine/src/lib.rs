@@ -20,6 +20,7 @@ pub mod sequence;
 pub mod spec_decode;
 pub mod step_budget;
 mod step_input;
+mod step_log;
 pub mod stop;
 mod trace;
 

@@ -18,6 +18,8 @@
 //!   kernel vs the HBM roofline; writes steps.json and latency.json.
 //! `gpu_check prefill OUT_DIR` — eager step times of steps with prompt tokens per prefill
 //!   attention kernel (135M shape and dummy 8B); writes prefill.json.
+//! `gpu_check prefill-cold OUT_DIR` — steps with a prompt of a length not seen before, cold
+//!   vs warm, with the host's enqueue time; writes prefill_cold.json.
 //! `gpu_check attention` — every attention kernel vs a float64 host reference, and the
 //!   tensor-core kernel's determinism and batch invariance.
 //! `gpu_check quant-bench [OUT]` — dummy llama-3.1-8b per weight scheme: load time, weight
@@ -75,6 +77,7 @@ fn main() -> Result<()> {
         "attention" => attention::check(),
         "steps" => steps::run(arg(&args, 2)?),
         "prefill" => prefill::run(arg(&args, 2)?),
+        "prefill-cold" => prefill::run_cold(arg(&args, 2)?),
         "tp" => tp::run(&args[1..]),
         "profile" => profile(
             arg(&args, 2)?,
@@ -82,7 +85,7 @@ fn main() -> Result<()> {
             arg(&args, 4)?.parse()?,
             arg(&args, 5)?.parse()?,
         ),
-        _ => bail!("usage: gpu_check golden MODEL GOLDEN | graphs MODEL | bench MODEL | cpu-compare MODEL | quant MODEL [GOLDEN] | quant-bench [OUT] | fp8-fused MODEL | qgemm | gemv [OUT_DIR] | multi-gemv MODEL | fused-norm [OUT_DIR] | attention | steps OUT_DIR | prefill OUT_DIR | tp ... | profile MODEL BATCH Q CTX (MODEL: a .gguf, dummy or dummy-8b)"),
+        _ => bail!("usage: gpu_check golden MODEL GOLDEN | graphs MODEL | bench MODEL | cpu-compare MODEL | quant MODEL [GOLDEN] | quant-bench [OUT] | fp8-fused MODEL | qgemm | gemv [OUT_DIR] | multi-gemv MODEL | fused-norm [OUT_DIR] | attention | steps OUT_DIR | prefill OUT_DIR | prefill-cold OUT_DIR | tp ... | profile MODEL BATCH Q CTX (MODEL: a .gguf, dummy or dummy-8b)"),
     }
 }
 

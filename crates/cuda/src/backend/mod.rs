@@ -113,6 +113,11 @@ pub struct CudaBackend {
     path: step_path::StepPath,
     /// `SmallStepPath::Auto`'s choices and the variants of the key being captured.
     small: step_path::SmallSteps,
+    /// When this step's `begin_step` started, and how long the host then took to queue its
+    /// work up to the synchronising copy back (`last_step_enqueue_seconds`): a step whose
+    /// enqueue time is its whole time is host-bound.
+    step_started: Option<std::time::Instant>,
+    last_enqueue_s: f64,
 }
 
 impl CudaBackend {
@@ -184,6 +189,8 @@ impl CudaBackend {
             fp8_next: None,
             path: Default::default(),
             small: Default::default(),
+            step_started: None,
+            last_enqueue_s: 0.0,
         })
     }
 
@@ -278,6 +285,19 @@ impl CudaBackend {
         unsafe { crate::device::copy_htod_landed(t.ptr, data) }
             .map_err(|e| anyhow!("copying an activation to the GPU failed: {e:?}"))?;
         Ok(t)
+    }
+
+    /// Seconds the host spent queueing the last step's work, from `begin_step` to its
+    /// synchronising copy back (or graph launch); against the step's wall time this tells a
+    /// host-bound step from a GPU-bound one.
+    pub fn last_step_enqueue_seconds(&self) -> f64 {
+        self.last_enqueue_s
+    }
+
+    fn note_enqueued(&mut self) {
+        if let Some(t0) = self.step_started.take() {
+            self.last_enqueue_s = t0.elapsed().as_secs_f64();
+        }
     }
 
     /// The GEMM shapes tuned so far (`WRING_CUDA_GEMM_TUNE=on`).
@@ -616,6 +636,7 @@ impl Backend for CudaBackend {
     }
 
     fn begin_step(&mut self, step: &StepInput) -> Result<()> {
+        self.step_started = Some(std::time::Instant::now());
         self.bind()?;
         self.error = None;
         self.kv_stored = None;
@@ -734,6 +755,7 @@ impl Backend for CudaBackend {
             return vec![];
         }
         self.settle(x);
+        self.note_enqueued();
         match copy_to_host(self.cu_stream(), x.ptr, x.valid_rows * x.cols, x.dtype) {
             Ok(v) => v,
             Err(e) => {
@@ -793,6 +815,7 @@ impl Backend for CudaBackend {
         }
         let mut out = vec![0u32; rows];
         let stream = self.cu_stream();
+        self.note_enqueued();
         // SAFETY: ids holds max_tokens u32 ≥ rows; synchronised before use.
         let copied = unsafe {
             result::memcpy_dtoh_async(&mut out, ids_ptr, stream)

@@ -135,3 +135,69 @@ pub fn run(out_dir: &str) -> Result<()> {
     println!("Wrote {out_dir}/prefill.json.");
     Ok(())
 }
+
+/// `gpu_check prefill-cold OUT_DIR`: the steps with prompt tokens that a server meets — a
+/// prompt of a length not seen before, alone (concurrency 1) or beside 31 decoding
+/// sequences (concurrency 32) — timed the first time its token count runs (cold) and again
+/// (warm, median of 3), with the host's enqueue time of the warm runs (`begin_step` to the
+/// synchronising copy back: a step whose enqueue time is nearly its whole time is host-bound).
+/// The prompt lengths (`PREFILL_COLD_TOKENS`) are what mix and humaneval prompts tokenise to.
+/// Models: `PREFILL_COLD_MODELS` (default the 135M shape). Writes `OUT_DIR/prefill_cold.json`.
+pub fn run_cold(out_dir: &str) -> Result<()> {
+    let lens: Vec<usize> = super::env_list(
+        "PREFILL_COLD_TOKENS",
+        "97,131,166,181,203,228,259,301,344,377,420,455,512,613,777,1000,1400",
+    )
+    .iter()
+    .map(|v| v.parse())
+    .collect::<Result<_, _>>()?;
+    let models = super::env_list("PREFILL_COLD_MODELS", "smollm2-135m");
+    println!("## Steps with a prompt of a new length (eager, ms)\n");
+    let mut rows = vec![];
+    for shape in &models {
+        let (mut r, _) = super::dummy_runner(shape)?;
+        let per = (DECODE_CTX + 64).div_ceil(BLOCK);
+        let decode_tables: Vec<Vec<u32>> = (0..31)
+            .map(|i| ((i * per) as u32..((i + 1) * per) as u32).collect())
+            .collect();
+        let b0 = 31 * per;
+        let prompt_table: Vec<u32> = (b0 as u32..(b0 + 2048usize.div_ceil(BLOCK)) as u32).collect();
+        for chunk in decode_tables.chunks(8) {
+            let seqs: Vec<_> = chunk.iter().map(|t| (0, DECODE_CTX, t.clone())).collect();
+            r.forward_greedy(&step_of(&seqs))?;
+        }
+        println!("### {shape} (dummy weights, bf16)\n");
+        println!("| prompt tokens | beside | cold ms | warm ms | warm enqueue ms |");
+        println!("|---:|---:|---:|---:|---:|");
+        for (k, &n) in lens.iter().enumerate() {
+            for decoding in [0usize, 31] {
+                // Decoding sequences' contexts move on by one each step, as in serving.
+                let mut seqs: Vec<(usize, usize, Vec<u32>)> = (0..decoding)
+                    .map(|i| (DECODE_CTX + k, 1, decode_tables[i].clone()))
+                    .collect();
+                seqs.push((0, n, prompt_table.clone()));
+                let s = step_of(&seqs);
+                let t0 = Instant::now();
+                r.forward_greedy(&s)?;
+                let cold = t0.elapsed().as_secs_f64() * 1e3;
+                let (mut warm, mut enq) = (vec![], vec![]);
+                for _ in 0..3 {
+                    let t0 = Instant::now();
+                    r.forward_greedy(&s)?;
+                    warm.push(t0.elapsed().as_secs_f64() * 1e3);
+                    enq.push(r.backend_mut().last_step_enqueue_seconds() * 1e3);
+                }
+                let (warm, enq) = (super::median(warm), super::median(enq));
+                println!("| {n} | {decoding} | {cold:.3} | {warm:.3} | {enq:.3} |");
+                rows.push(
+                    json!({"model": shape, "prompt_tokens": n, "decoding": decoding,
+                    "cold_ms": cold, "warm_ms": warm, "warm_enqueue_ms": enq}),
+                );
+            }
+        }
+        println!();
+    }
+    super::write_json(out_dir, "prefill_cold.json", &rows)?;
+    println!("Wrote {out_dir}/prefill_cold.json.");
+    Ok(())
+}

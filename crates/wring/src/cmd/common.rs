@@ -89,6 +89,10 @@ pub struct EngineArgs {
     /// format `wring drafter-eval --trace` replays; `corpus` is the request's workload tag).
     #[arg(long, value_name = "FILE")]
     pub trace_out: Option<std::path::PathBuf>,
+    /// Write one JSONL line per engine step to this file: sequences, tokens, prompt tokens,
+    /// logit rows, model and host milliseconds (for studying where a run's time goes).
+    #[arg(long, value_name = "FILE")]
+    pub step_log: Option<std::path::PathBuf>,
     #[command(flatten)]
     pub spec: SpecArgs,
 }
@@ -403,6 +407,7 @@ impl EngineArgs {
             enable_prefix_caching: !self.no_prefix_caching,
             spec,
             trace_out: self.trace_out.clone(),
+            step_log: self.step_log.clone(),
         };
         cfg.validate()?;
         Ok((cfg, vec![spec_line, steps_line]))
