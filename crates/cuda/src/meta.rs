@@ -7,11 +7,14 @@ use anyhow::{ensure, Result};
 use wring_backend::StepInput;
 
 /// Where a padded batch's extra sequences write their K/V: blocks past the real pool.
+/// A graph's padding gives every token a logit row (the captured shape); an eager step's
+/// (one extra sequence up to its token bucket) adds none.
 #[derive(Debug, Clone, Copy)]
 pub struct Padding {
     pub seqs: usize,
     pub query_len: usize,
     pub scratch_first_block: u32,
+    pub logits_for_all: bool,
 }
 
 /// The step as the kernels see it (after padding).
@@ -57,7 +60,11 @@ pub fn stage_step(
     };
     let t = step.tokens.len() + extra_tokens;
     let real_l = step.logit_rows.len();
-    let l = if pad.is_some() { t } else { real_l };
+    let l = if pad.is_some_and(|p| p.logits_for_all) {
+        t
+    } else {
+        real_l
+    };
     let bt_len: usize = step
         .seqs
         .iter()
@@ -158,6 +165,7 @@ mod tests {
             seqs: 4,
             query_len: 1,
             scratch_first_block: 500,
+            logits_for_all: true,
         });
         let la = stage_step(&decode_step(3), 16, pad, &mut a).unwrap();
         let lb = stage_step(&decode_step(2), 16, pad, &mut b).unwrap();
@@ -179,6 +187,29 @@ mod tests {
             &a[la.off_seq_q_start..la.off_seq_q_start + 5],
             &[0, 1, 2, 3, 4]
         );
+    }
+
+    #[test]
+    fn an_eager_pad_adds_one_scratch_sequence_and_no_logit_rows() {
+        let mut a = vec![0u32; 1000];
+        let pad = Some(Padding {
+            seqs: 4,
+            query_len: 29,
+            scratch_first_block: 500,
+            logits_for_all: false,
+        });
+        let la = stage_step(&decode_step(3), 16, pad, &mut a).unwrap();
+        assert_eq!((la.tokens, la.seqs, la.logit_rows), (32, 4, 3));
+        assert_eq!(
+            a[la.off_seq_q_start + 3],
+            3,
+            "the pad sequence starts after the real tokens"
+        );
+        assert_eq!(a[la.off_seq_q_start + 4], 32);
+        assert_eq!(a[la.off_positions + 31], 28);
+        assert_eq!(a[la.off_token_seq + 31], 3);
+        // 29 tokens in blocks of 16: two scratch blocks.
+        assert_eq!(&a[la.len - 2..la.len], &[500, 501]);
     }
 
     #[test]

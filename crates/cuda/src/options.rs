@@ -164,6 +164,31 @@ pub struct CudaOptions {
     pub gemm_tune: bool,
     /// How `attention_mma` splits keys (`WRING_CUDA_MMA_SPLITS`).
     pub mma_splits: MmaSplits,
+    /// Steps that replay no graph (those with prompt tokens) are padded to a token bucket
+    /// ([`eager_token_bucket`]) by one extra sequence writing to scratch blocks
+    /// (`WRING_CUDA_EAGER_PAD` = on | off). Why: the first step of each new token count
+    /// cost 2–13 ms more than its repeats on the H200 (cuBLAS's per-shape first use; not
+    /// module loading), and serving makes a new count with nearly every prompt.
+    pub eager_pad: bool,
+}
+
+/// Steps of more than this many tokens that replay no graph are padded to a bucket.
+pub const EAGER_PAD_MIN_TOKENS: usize = 8;
+/// The most tokens [`eager_token_bucket`] ever adds (its widest step, less one).
+pub const EAGER_PAD_MAX_EXTRA: usize = 127;
+
+/// The token count an eager step of `tokens` tokens is padded to: multiples of 32 up to
+/// 512, of 64 up to 2048, of 128 beyond (GEMMs of a few hundred rows are weight-bound, so
+/// the padding is nearly free where it is widest relative to the step). Steps of at most
+/// [`EAGER_PAD_MIN_TOKENS`] tokens stay as they are (the gemv path takes them).
+pub fn eager_token_bucket(tokens: usize) -> usize {
+    let step = match tokens {
+        0..=EAGER_PAD_MIN_TOKENS => return tokens,
+        9..=512 => 32,
+        513..=2048 => 64,
+        _ => 128,
+    };
+    tokens.div_ceil(step) * step
 }
 
 /// How `attention_mma` splits a sequence's keys over blocks (`WRING_CUDA_MMA_SPLITS` =
@@ -259,6 +284,7 @@ impl Default for CudaOptions {
             fp8_fused: true,
             gemm_tune: false,
             mma_splits: MmaSplits::default(),
+            eager_pad: true,
         }
     }
 }
@@ -318,7 +344,8 @@ impl CudaOptions {
     /// `WRING_CUDA_MULTI_FUSED_NORM` = off | on,
     /// `WRING_CUDA_FUSED` = on | off, `WRING_CUDA_FUSED_KV_STORE` = on | off, `WRING_CUDA_WEIGHTS` = bf16 | fp8 | int4 | nvfp4, `WRING_CUDA_QUANT_KERNELS` = off | on,
     /// `WRING_CUDA_QGEMM_MAX_T` = 0..=32, `WRING_CUDA_FP8_FUSED` = on | off, `WRING_CUDA_GEMM_TUNE` = off | on,
-    /// `WRING_CUDA_MMA_SPLITS` = per_q=512,prefill=0,grid=fill,prefill_nt=6 ([`MmaSplits`]).
+    /// `WRING_CUDA_MMA_SPLITS` = per_q=512,prefill=0,grid=fill,prefill_nt=6 ([`MmaSplits`]),
+    /// `WRING_CUDA_EAGER_PAD` = on | off.
     pub fn from_env() -> Result<Self> {
         let mut o = Self::default();
         let var = |n: &str| std::env::var(n).ok().filter(|v| !v.trim().is_empty());
@@ -423,6 +450,9 @@ impl CudaOptions {
         if let Some(v) = var("WRING_CUDA_GEMM_TUNE") {
             o.gemm_tune = switch("WRING_CUDA_GEMM_TUNE", &v)?;
         }
+        if let Some(v) = var("WRING_CUDA_EAGER_PAD") {
+            o.eager_pad = switch("WRING_CUDA_EAGER_PAD", &v)?;
+        }
         if let Some(v) = var("WRING_CUDA_FP8_FUSED") {
             o.fp8_fused = switch("WRING_CUDA_FP8_FUSED", &v)?;
         }
@@ -447,11 +477,57 @@ impl CudaOptions {
     pub fn max_query_len(&self) -> usize {
         self.query_lens.iter().copied().max().unwrap_or(1)
     }
+
+    /// Tokens the KV pool's scratch blocks must hold: a graph's padded sequence, or the
+    /// extra sequence of an eager step padded to its token bucket.
+    pub fn scratch_tokens(&self) -> usize {
+        let eager = if self.eager_pad {
+            EAGER_PAD_MAX_EXTRA
+        } else {
+            0
+        };
+        self.max_query_len().max(eager)
+    }
+
+    /// The token count a step of `tokens` tokens that replays no graph runs with.
+    pub fn eager_tokens(&self, tokens: usize) -> usize {
+        if !self.eager_pad {
+            return tokens;
+        }
+        eager_token_bucket(tokens).min(self.max_tokens).max(tokens)
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn eager_buckets_round_up_within_the_scratch_and_the_token_limit() {
+        assert_eq!(
+            eager_token_bucket(8),
+            8,
+            "gemv-sized steps stay as they are"
+        );
+        assert_eq!(eager_token_bucket(9), 32);
+        assert_eq!(eager_token_bucket(97), 128);
+        assert_eq!(eager_token_bucket(512), 512);
+        assert_eq!(eager_token_bucket(513), 576);
+        assert_eq!(eager_token_bucket(2049), 2176);
+        for t in 1..5000 {
+            let b = eager_token_bucket(t);
+            assert!(b >= t && b - t <= EAGER_PAD_MAX_EXTRA, "{t} -> {b}");
+        }
+        let mut o = CudaOptions {
+            max_tokens: 100,
+            ..CudaOptions::default()
+        };
+        assert_eq!(o.eager_tokens(97), 100, "never past the token limit");
+        assert!(o.scratch_tokens() >= EAGER_PAD_MAX_EXTRA);
+        o.eager_pad = false;
+        assert_eq!(o.eager_tokens(97), 97);
+        assert_eq!(o.scratch_tokens(), o.max_query_len());
+    }
 
     #[test]
     fn buckets_round_up_and_lists_parse() {

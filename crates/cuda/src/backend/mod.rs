@@ -606,7 +606,7 @@ impl Backend for CudaBackend {
             "the CUDA attention kernel supports head_dim 64, 128 or 256 (got {})",
             spec.head_dim
         );
-        let scratch = self.opts.max_query_len().div_ceil(spec.block_size);
+        let scratch = self.opts.scratch_tokens().div_ceil(spec.block_size);
         let total_blocks = spec.num_blocks + scratch;
         let part_bytes = total_blocks * spec.block_size * spec.n_kv_heads * spec.head_dim * 2;
         let buf = DeviceBuffer::alloc(2 * spec.layers * part_bytes, "the KV cache")?;
@@ -657,11 +657,25 @@ impl Backend for CudaBackend {
             self.opts.max_tokens
         );
         let key = self.graph_key(step);
-        let pad = key.map(|k| Padding {
-            seqs: k.bucket,
-            query_len: k.query_len,
-            scratch_first_block: scratch,
-        });
+        let eager_extra = match key {
+            Some(_) => 0,
+            None => self.opts.eager_tokens(step.tokens.len()) - step.tokens.len(),
+        };
+        let pad = match key {
+            Some(k) => Some(Padding {
+                seqs: k.bucket,
+                query_len: k.query_len,
+                scratch_first_block: scratch,
+                logits_for_all: true,
+            }),
+            None if eager_extra > 0 => Some(Padding {
+                seqs: step.seqs.len() + 1,
+                query_len: eager_extra,
+                scratch_first_block: scratch,
+                logits_for_all: false,
+            }),
+            None => None,
+        };
         if let Some(k) = key {
             ensure!(
                 k.bucket * k.query_len <= self.opts.max_tokens,
@@ -686,14 +700,11 @@ impl Backend for CudaBackend {
         self.layout = layout;
         self.clear_pending_variants();
         self.path = self.resolve_step_path(self.layout.tokens, key);
-        self.max_query_len = key.map_or_else(
-            || step.seqs.iter().map(|s| s.query_len).max().unwrap_or(0),
-            |k| k.query_len,
-        );
-        self.min_query_len = key.map_or_else(
-            || step.seqs.iter().map(|s| s.query_len).min().unwrap_or(0),
-            |k| k.query_len,
-        );
+        // An eager step's pad sequence is one of the step's sequences for the kernels.
+        let eager_pad = (eager_extra > 0).then_some(eager_extra);
+        let query_lens = || step.seqs.iter().map(|s| s.query_len).chain(eager_pad);
+        self.max_query_len = key.map_or_else(|| query_lens().max().unwrap_or(0), |k| k.query_len);
+        self.min_query_len = key.map_or_else(|| query_lens().min().unwrap_or(0), |k| k.query_len);
         self.key = key;
         Ok(())
     }
