@@ -5,7 +5,7 @@
 # eager bitwise and verify = plain greedy on the 135M shape, CUDA vs the f32 CPU backend with
 # prefill), and `gpu_check prefill-cold` with the padding off and on, 135M and dummy 8B, over
 # prompt lengths that share buckets (as a server's prompts do).
-# Here: bash scripts/gpu/eager_pad_prepare.sh.  Device: bash scripts/gpu/eager_pad.sh (carry .dev/pa)
+# Here: bash scripts/gpu/pair_prepare.sh.  Device: bash scripts/gpu/eager_pad.sh (carry .dev/pa)
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 . scripts/gpu/gpu_check_lib.sh

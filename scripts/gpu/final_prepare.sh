@@ -23,28 +23,7 @@ sha256sum "$model" | cut -c1-64 > .dev/b/model.sha256
 tmp=$(mktemp -d) && trap 'rm -rf "$tmp"' EXIT
 strip -o "$tmp/wring" "$CARGO_TARGET_DIR/release/wring" && xz -T2 -6 -c "$tmp/wring" > .dev/a/wring.xz
 strip -o "$tmp/gpu_check" "$CARGO_TARGET_DIR/debug/examples/gpu_check" && xz -T2 -6 -c "$tmp/gpu_check" > .dev/a/gpu_check.xz
-# llama.cpp: the CPU and CUDA backends, llama-server and llama-batched-bench.
-tar -xzf "$lcpp" -C "$tmp"
-v=$(echo "$tmp"/llama_cpp_python-*/vendor/llama.cpp)
-mkdir -p "$tmp/src"
-for part in CMakeLists.txt cmake ggml src include common tools vendor licenses LICENSE app scripts; do
-    [ -e "$v/$part" ] && cp -r "$v/$part" "$tmp/src/"
-done
-( cd "$tmp/src"
-  for d in ggml/src/ggml-*/; do case $d in *ggml-cpu/|*ggml-cuda/) ;; *) rm -rf "$d" ;; esac; done
-  rm -rf tools/ui/src tools/ui/tests tools/ui/static tools/ui/package-lock.json \
-    tools/mtmd/test-* tools/mtmd/tests tools/server/tests tools/server/bench
-  for t in tools/*/; do case $t in tools/batched-bench/|tools/ui/|tools/server/|tools/mtmd/) ;; *) rm -rf "$t" ;; esac; done
-  python3 - <<'PY'
-import re
-p = 'tools/CMakeLists.txt'
-keep = {'batched-bench', 'ui', 'server', 'mtmd'}
-lines = [l for l in open(p).read().split('\n')
-         if not (m := re.match(r'\s*add_subdirectory\(([\w-]+)\)', l)) or m.group(1) in keep]
-open(p, 'w').write('\n'.join(lines))
-PY
-)
-tar -cJf .dev/a/llamacpp-src.tar.xz -C "$tmp" src
+bash scripts/gpu/llamacpp_src.sh "$lcpp" .dev/a/llamacpp-src.tar.xz
 cp "$shared"/corpora/*.json* .dev/b/corpora/
 cp "$shared/golden/smollm2_q41_f32_greedy.jsonl" .dev/b/
 cp "$HOME/.cache/wring/corpora/HumanEval.jsonl.gz" .dev/b/corpora/
