@@ -7,7 +7,7 @@
 #   .dev/b: the rest of the xz stream, the model's sha256, the corpora (ShareGPT cut to its
 #        first 1 MB; the loader keeps every complete record)
 # The model goes as xz (90 of 98 MB) so that each call stays under the 64 MiB it may carry
-# beside the repository (~15 MB): SPLIT 43 MB with gpu_check, 41.5 MB with llama.cpp instead.
+# beside the repository (~15 MB): SPLIT 43 MB with gpu_check, 42.3 MB with llama.cpp instead.
 # Used by eager_pad.sh + eager_pad_serve.sh and peer_a.sh + peer_b.sh.
 set -euo pipefail
 cd "$(dirname "$0")/../.."

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # First call of the peer pair (carry .dev/pc; laid out here by
-# `A=.dev/pc SPLIT=41500000 GPU_CHECK=0 LLAMACPP_SDIST=… bash scripts/gpu/pair_prepare.sh`):
+# `A=.dev/pc SPLIT=42300000 GPU_CHECK=0 LLAMACPP_SDIST=… bash scripts/gpu/pair_prepare.sh`):
 # stages the model's first part and /tmp/wring for peer_b.sh, and builds llama.cpp's CUDA
 # llama-server and llama-batched-bench on every core (~5 min) under /tmp/lcpp.
 set -uo pipefail
