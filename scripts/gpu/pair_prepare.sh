@@ -5,7 +5,7 @@
 #        `wring` (and `gpu_check`) stripped and xz'd, the commit, and with LLAMACPP_SDIST set
 #        llama.cpp's trimmed source (scripts/gpu/llamacpp_src.sh)
 #   .dev/b: the rest of the xz stream, the model's sha256, the corpora (ShareGPT cut to its
-#        first 1 MB; the loader keeps every complete record)
+#        first 300 KB; the loader keeps every complete record)
 # The model goes as xz (90 of 98 MB) so that each call stays under the 64 MiB it may carry
 # beside the repository (~15 MB): SPLIT 43 MB with gpu_check, 42.3 MB with llama.cpp instead.
 # Used by eager_pad.sh + eager_pad_serve.sh and peer_a.sh + peer_b.sh.
@@ -30,7 +30,7 @@ fi
 git rev-parse HEAD > "$A/commit"
 cp "$shared"/corpora/*.json* .dev/b/corpora/
 cp "$HOME/.cache/wring/corpora/HumanEval.jsonl.gz" .dev/b/corpora/
-head -c 1000000 "$HOME/.cache/wring/corpora/ShareGPT_V3_unfiltered_cleaned_split.json" \
+head -c 300000 "$HOME/.cache/wring/corpora/ShareGPT_V3_unfiltered_cleaned_split.json" \
     > .dev/b/corpora/ShareGPT_V3_unfiltered_cleaned_split.json
 tracked=$(git ls-files -z | xargs -0 stat -c %s | awk '{s += $1} END {print s}')
 for d in "$A" .dev/b; do

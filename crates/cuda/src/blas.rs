@@ -25,7 +25,11 @@ pub struct Blas {
     _workspace: DeviceBuffer,
     stream: cudarc::driver::sys::CUstream,
     tune: bool,
-    /// Created by the first tuning (needs libcublasLt).
+    /// Every bf16 GEMM through cuBLASLt's first heuristic algorithm, planned once per shape
+    /// (`WRING_CUDA_GEMM_LT`): cuBLAS's own call redoes its per-call setup, and an eager
+    /// 135M step of ~120 GEMMs is bound by the host's enqueue time.
+    lt_first: bool,
+    /// Created by the first tuning or the first GEMM with `lt_first` (needs libcublasLt).
     lt: Option<BlasLt>,
     choices: HashMap<(usize, usize, usize), Choice>,
     reports: Vec<GemmTuneReport>,
@@ -56,7 +60,7 @@ const MIN_GAIN: f64 = 0.97;
 unsafe impl Send for Blas {}
 
 impl Blas {
-    pub fn new(stream: cudarc::driver::sys::CUstream, tune: bool) -> Result<Self> {
+    pub fn new(stream: cudarc::driver::sys::CUstream, tune: bool, lt_first: bool) -> Result<Self> {
         let handle = result::create_handle().map_err(|e| anyhow!("cublasCreate failed: {e:?}"))?;
         let workspace = DeviceBuffer::alloc(WORKSPACE_BYTES, "the cuBLAS workspace")?;
         // SAFETY: handle is fresh; stream and workspace outlive it (owned by the backend).
@@ -72,6 +76,7 @@ impl Blas {
             _workspace: workspace,
             stream,
             tune,
+            lt_first,
             lt: None,
             choices: HashMap::new(),
             reports: vec![],
@@ -86,6 +91,14 @@ impl Blas {
     /// Runs `g` (f32 accumulation). `may_tune`: the stream is not capturing, so an
     /// untuned shape may be timed now.
     pub fn linear(&mut self, g: Gemm, may_tune: bool) -> Result<()> {
+        if self.lt_first {
+            let stream = self.stream;
+            if let Some(lt) = self.lt_handle() {
+                if lt.bf16_candidates(g.tokens, g.n_in, g.n_out) > 0 {
+                    return lt.bf16_linear(stream, g, 0);
+                }
+            }
+        }
         // Tuning off (the default): straight to cuBLAS, no lookup per GEMM.
         if !self.tune && self.choices.is_empty() {
             return self.linear_ld(g, g.n_out);
@@ -109,6 +122,22 @@ impl Blas {
                 lt.bf16_linear(self.stream, g, i)
             }
         }
+    }
+
+    /// The cuBLASLt handle, created on first use; None (and `lt_first` off, with a warning)
+    /// when libcublasLt cannot be loaded.
+    fn lt_handle(&mut self) -> Option<&mut BlasLt> {
+        if self.lt.is_none() {
+            match BlasLt::new() {
+                Ok(lt) => self.lt = Some(lt),
+                Err(e) => {
+                    tracing::warn!("bf16 GEMMs stay on cuBLAS: {e:#}");
+                    self.lt_first = false;
+                    return None;
+                }
+            }
+        }
+        self.lt.as_mut()
     }
 
     fn sync(&self) -> Result<()> {
@@ -135,15 +164,9 @@ impl Blas {
 
     fn tune_shape(&mut self, g: Gemm) -> Result<Choice> {
         let (tokens, n_in, n_out) = g.shape();
-        if self.lt.is_none() {
-            match BlasLt::new() {
-                Ok(lt) => self.lt = Some(lt),
-                Err(e) => {
-                    tracing::warn!("GEMM tuning off: {e:#}");
-                    self.tune = false;
-                    return Ok(Choice::GemmEx);
-                }
-            }
+        if self.lt_handle().is_none() {
+            self.tune = false;
+            return Ok(Choice::GemmEx);
         }
         self.sync()?;
         let gemm_ex_us = self.time(|b| b.linear_ld(g, n_out))?;

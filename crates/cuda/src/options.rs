@@ -162,6 +162,9 @@ pub struct CudaOptions {
     /// Time cuBLAS against cuBLASLt candidates per GEMM shape at its first eager use and
     /// keep the fastest (`blas.rs`).
     pub gemm_tune: bool,
+    /// Every bf16 GEMM on cuBLASLt's first heuristic algorithm, planned once per shape
+    /// (`WRING_CUDA_GEMM_LT` = off | on): less host time per GEMM than cublasGemmEx.
+    pub gemm_lt: bool,
     /// How `attention_mma` splits keys (`WRING_CUDA_MMA_SPLITS`).
     pub mma_splits: MmaSplits,
     /// Steps that replay no graph (those with prompt tokens) are padded to a token bucket
@@ -283,6 +286,7 @@ impl Default for CudaOptions {
             quant_kernels: false,
             fp8_fused: true,
             gemm_tune: false,
+            gemm_lt: false,
             mma_splits: MmaSplits::default(),
             eager_pad: true,
         }
@@ -345,7 +349,7 @@ impl CudaOptions {
     /// `WRING_CUDA_FUSED` = on | off, `WRING_CUDA_FUSED_KV_STORE` = on | off, `WRING_CUDA_WEIGHTS` = bf16 | fp8 | int4 | nvfp4, `WRING_CUDA_QUANT_KERNELS` = off | on,
     /// `WRING_CUDA_QGEMM_MAX_T` = 0..=32, `WRING_CUDA_FP8_FUSED` = on | off, `WRING_CUDA_GEMM_TUNE` = off | on,
     /// `WRING_CUDA_MMA_SPLITS` = per_q=512,prefill=0,grid=fill,prefill_nt=6 ([`MmaSplits`]),
-    /// `WRING_CUDA_EAGER_PAD` = on | off.
+    /// `WRING_CUDA_EAGER_PAD` = on | off, `WRING_CUDA_GEMM_LT` = off | on.
     pub fn from_env() -> Result<Self> {
         let mut o = Self::default();
         let var = |n: &str| std::env::var(n).ok().filter(|v| !v.trim().is_empty());
@@ -449,6 +453,9 @@ impl CudaOptions {
         }
         if let Some(v) = var("WRING_CUDA_GEMM_TUNE") {
             o.gemm_tune = switch("WRING_CUDA_GEMM_TUNE", &v)?;
+        }
+        if let Some(v) = var("WRING_CUDA_GEMM_LT") {
+            o.gemm_lt = switch("WRING_CUDA_GEMM_LT", &v)?;
         }
         if let Some(v) = var("WRING_CUDA_EAGER_PAD") {
             o.eager_pad = switch("WRING_CUDA_EAGER_PAD", &v)?;

@@ -145,7 +145,7 @@ impl CudaBackend {
             .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
             .map_err(|e| anyhow!("cannot read the multiprocessor count: {e:?}"))?
             .max(1) as usize;
-        let blas = Blas::new(stream.cu_stream(), opts.gemm_tune)?;
+        let blas = Blas::new(stream.cu_stream(), opts.gemm_tune, opts.gemm_lt)?;
         let name = format!(
             "cuda:{ordinal} ({}, sm_{}{})",
             ctx.name().unwrap_or_else(|_| "unknown GPU".into()),
