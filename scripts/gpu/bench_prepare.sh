@@ -25,27 +25,8 @@ tail -c +56000001 "$model" > .dev/b2/model.part01
 sha256sum "$model" | cut -c1-64 > .dev/b2/model.sha256
 
 # llama.cpp: keep the CPU and CUDA backends and the tools the benchmark runs.
+bash scripts/gpu/llamacpp_src.sh "$lcpp" .dev/b1/llamacpp-src.tar.xz
 tmp=$(mktemp -d) && trap 'rm -rf "$tmp"' EXIT
-cp -r "$lcpp" "$tmp/src"
-( cd "$tmp/src"
-  for d in ggml/src/ggml-*/; do
-    case $d in *ggml-cpu/|*ggml-cuda/) ;; *) rm -rf "$d" ;; esac
-  done
-  rm -rf tools/ui/src tools/ui/tests tools/ui/static tools/ui/package-lock.json \
-    tools/mtmd/test-* tools/mtmd/tests tools/server/tests tools/server/bench
-  for t in tools/*/; do
-    case $t in tools/batched-bench/|tools/ui/|tools/server/|tools/mtmd/) ;; *) rm -rf "$t" ;; esac
-  done
-  python3 - <<'PY'
-import re
-p = 'tools/CMakeLists.txt'
-keep = {'batched-bench', 'ui', 'server', 'mtmd'}
-lines = [l for l in open(p).read().split('\n')
-         if not (m := re.match(r'\s*add_subdirectory\(([\w-]+)\)', l)) or m.group(1) in keep]
-open(p, 'w').write('\n'.join(lines))
-PY
-)
-tar -cJf .dev/b1/llamacpp-src.tar.xz -C "$tmp" src
 
 strip -o "$tmp/wring" "$bin"
 xz -T2 -6 -c "$tmp/wring" > .dev/b2/wring.xz

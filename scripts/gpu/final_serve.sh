@@ -24,17 +24,7 @@ PARTS=,${PARTS:-tune32,tune1,hostsplit,structured,quant,fair},
 part() { [[ $PARTS == *",$1,"* ]]; }
 . scripts/gpu/cuda_env.sh
 export WRING_HOME=/tmp/wring-home CUDA_VISIBLE_DEVICES=0
-model=$WRING_HOME/models/SmolLM2-135M-Instruct.Q4_1.gguf
-mkdir -p "$WRING_HOME/models"
-if [ ! -f "$model" ]; then
-    # Parts of the raw file, or (.dev/b/model.xz present) of its xz stream.
-    if [ -f .dev/b/model.xz ]; then
-        cat /tmp/wring-stage/model.part00 .dev/b/model.part01 | xz -dc > "$model" || exit 1
-    else
-        cat /tmp/wring-stage/model.part00 .dev/b/model.part01 > "$model" || exit 1
-    fi
-    echo "$(cat .dev/b/model.sha256)  $model" | sha256sum -c - || { rm -f "$model"; exit 1; }
-fi
+. scripts/gpu/join_model.sh || exit 1
 [ -f /tmp/wring-flags ] && . /tmp/wring-flags
 env | grep WRING_CUDA | tee "$R/flags.txt"
 W=${WRING_BIN:-/tmp/wring}; corp=$PWD/.dev/b/corpora

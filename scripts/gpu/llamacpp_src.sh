@@ -1,15 +1,19 @@
 #!/usr/bin/env bash
 # llama.cpp's source from the llama-cpp-python sdist (PyPI; its vendor/llama.cpp), trimmed to
 # what the peer runs on the device need: the CPU and CUDA backends, llama-server and
-# llama-batched-bench (~5 MB as tar.xz). Usage: llamacpp_src.sh SDIST.tar.gz OUT.tar.xz
-# (SDIST: `pip download --no-deps --no-binary :all: llama-cpp-python==0.3.36`, or the file
-# from https://pypi.org/simple/llama-cpp-python/).
+# llama-batched-bench (~3 MB as tar.xz). Usage: llamacpp_src.sh SOURCE OUT.tar.xz, SOURCE the
+# sdist (`pip download --no-deps --no-binary :all: llama-cpp-python==0.3.36`, or the file from
+# https://pypi.org/simple/llama-cpp-python/) or a llama.cpp source directory.
 set -euo pipefail
-sdist=${1:?usage: llamacpp_src.sh SDIST.tar.gz OUT.tar.xz}
-out=$(realpath -m "${2:?usage: llamacpp_src.sh SDIST.tar.gz OUT.tar.xz}")
+src=${1:?usage: llamacpp_src.sh SOURCE OUT.tar.xz}
+out=$(realpath -m "${2:?usage: llamacpp_src.sh SOURCE OUT.tar.xz}")
 tmp=$(mktemp -d) && trap 'rm -rf "$tmp"' EXIT
-tar -xzf "$sdist" -C "$tmp"
-v=$(echo "$tmp"/llama_cpp_python-*/vendor/llama.cpp)
+if [ -d "$src" ]; then
+    v=$src
+else
+    tar -xzf "$src" -C "$tmp"
+    v=$(echo "$tmp"/llama_cpp_python-*/vendor/llama.cpp)
+fi
 mkdir -p "$tmp/src"
 for part in CMakeLists.txt cmake ggml src include common tools vendor licenses LICENSE app scripts; do
     [ -e "$v/$part" ] && cp -r "$v/$part" "$tmp/src/"

@@ -7,11 +7,10 @@
 # Results: $OUT/peer.tgz, a table printed last.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
-PARTS=none NAME=join bash scripts/gpu/final_serve.sh > /dev/null || exit 1 # joins the model
-OUT=${OUT:-/tmp/wring-out}; R=$OUT/peer; mkdir -p "$R"; rm -rf "$OUT/join" "$OUT/join.tgz"
+OUT=${OUT:-/tmp/wring-out}; R=$OUT/peer; mkdir -p "$R"
 . scripts/gpu/cuda_env.sh
 export WRING_HOME=/tmp/wring-home CUDA_VISIBLE_DEVICES=0
-model=$WRING_HOME/models/SmolLM2-135M-Instruct.Q4_1.gguf
+. scripts/gpu/join_model.sh || exit 1
 W=/tmp/wring corp=$PWD/.dev/b/corpora L=/tmp/lcpp/build/bin
 up() { for _ in $(seq 120); do curl -sf "$1" > /dev/null 2>&1 && return 0; sleep 1; done; return 1; }
 bench() { # label port
