@@ -1,18 +1,104 @@
-//! CUDA graphs of whole forward steps, keyed by (batch bucket, query length). A key is
+//! CUDA graphs of whole forward steps, keyed by (batch bucket, query length, chunk bucket):
+//! uniform steps (every sequence has one query length) and chunk steps (such rows followed
+//! by one prompt chunk, [`key_for`]). A key is
 //! captured the second time it is seen (the first eager run warms cuBLAS and the
 //! caches), then replayed; a key whose capture fails runs eagerly for good. A key may be
 //! captured as several candidates (variants of one step) that are replayed and timed
 //! before one is kept (`backend/small_step.rs`).
 
+use crate::options::{chunk_token_bucket, CudaOptions, GraphMode};
 use anyhow::{anyhow, Result};
 use cudarc::driver::{sys, CudaGraph, CudaStream};
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
+use wring_backend::StepInput;
 
+/// The shape a step is padded to and captured as.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct GraphKey {
+    /// Sequences of `query_len` tokens, after padding (0 for a chunk step without any).
     pub bucket: usize,
     pub query_len: usize,
+    /// A chunk step's prompt chunk with its pad sequence, in tokens; 0 for a uniform step.
+    pub chunk: usize,
+}
+
+impl GraphKey {
+    pub fn uniform(bucket: usize, query_len: usize) -> Self {
+        Self {
+            bucket,
+            query_len,
+            chunk: 0,
+        }
+    }
+
+    /// Tokens of the padded step.
+    pub fn tokens(&self) -> usize {
+        self.bucket * self.query_len + self.chunk
+    }
+
+    /// Logit rows the graph computes: every token of a uniform step; every row token of a
+    /// chunk step, and the chunk's last.
+    pub fn logit_rows(&self) -> usize {
+        if self.chunk == 0 {
+            self.tokens()
+        } else {
+            self.bucket * self.query_len + 1
+        }
+    }
+}
+
+/// Chunk graphs held at most (each ~300 nodes; the keys that can occur number ~1,800, the
+/// ones a server meets far fewer); later chunk keys run eagerly.
+pub const MAX_CHUNK_GRAPHS: usize = 384;
+
+/// Most query tokens of a row in a chunk step (rows of more are chunks themselves).
+const CHUNK_STEP_MAX_ROW_Q: usize = 16;
+
+/// The graph key of a step, if it has one:
+/// - uniform: every sequence has the same captured query length (decode or verify rows);
+/// - chunk: such rows (or none), then one prompt chunk whose logit rows are at most its
+///   last token, in a chunk bucket of at most `chunk_graph_max` tokens. The chunk's
+///   bucket holds it and a pad sequence of at least one token (`chunk_token_bucket`).
+pub fn key_for(step: &StepInput, opts: &CudaOptions) -> Option<GraphKey> {
+    if opts.graphs == GraphMode::Off || step.seqs.is_empty() {
+        return None;
+    }
+    let q = step.seqs[0].query_len;
+    if opts.query_lens.contains(&q) && step.seqs.iter().all(|s| s.query_len == q) {
+        return Some(GraphKey::uniform(opts.bucket_for(step.seqs.len())?, q));
+    }
+    let (chunk, rows) = step.seqs.split_last()?;
+    let (bucket, query_len) = match rows.first() {
+        None => (0, 0),
+        Some(first) => {
+            let q = first.query_len;
+            if q > CHUNK_STEP_MAX_ROW_Q
+                || !opts.query_lens.contains(&q)
+                || rows.iter().any(|s| s.query_len != q)
+            {
+                return None;
+            }
+            (opts.bucket_for(rows.len())?, q)
+        }
+    };
+    let chunk_bucket = chunk_token_bucket(chunk.query_len);
+    let row_tokens = rows.len() * query_len;
+    let chunk_last = chunk.query_start + chunk.query_len - 1;
+    let logit_rows_fit = step
+        .logit_rows
+        .iter()
+        .all(|&r| r < row_tokens || r == chunk_last);
+    let key = GraphKey {
+        bucket,
+        query_len,
+        chunk: chunk_bucket,
+    };
+    (chunk_bucket <= opts.chunk_graph_max
+        && logit_rows_fit
+        && step.logit_rows.len() <= key.logit_rows()
+        && key.tokens() <= opts.max_tokens)
+        .then_some(key)
 }
 
 /// Where a replayed graph leaves the step's logits.
@@ -53,9 +139,14 @@ impl Graphs {
         (self.entries.len(), self.replays, self.failed.len())
     }
 
-    /// Counts a sighting of an uncaptured key; true from the second one on.
+    /// Counts a sighting of an uncaptured key; true from the second one on (for a chunk key,
+    /// while fewer than [`MAX_CHUNK_GRAPHS`] are held).
     pub fn should_capture(&mut self, key: GraphKey) -> bool {
         if self.entries.contains_key(&key) || self.failed.contains(&key) {
+            return false;
+        }
+        if key.chunk > 0 && self.entries.keys().filter(|k| k.chunk > 0).count() >= MAX_CHUNK_GRAPHS
+        {
             return false;
         }
         let n = self.seen.entry(key).or_insert(0);

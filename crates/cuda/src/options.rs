@@ -173,6 +173,13 @@ pub struct CudaOptions {
     /// cost 2–13 ms more than its repeats on the H200 (cuBLAS's per-shape first use; not
     /// module loading), and serving makes a new count with nearly every prompt.
     pub eager_pad: bool,
+    /// Steps of decode/verify rows plus one prompt chunk replay graphs too, keyed by the
+    /// decode bucket, the rows' query length and the chunk's token bucket
+    /// ([`chunk_token_bucket`] of its length + 1), for chunk buckets up to this many tokens
+    /// (`WRING_CUDA_CHUNK_GRAPHS` = off | tokens, default 1024; 0 = off). Why: such steps
+    /// ran eagerly, and a 135M step's ~275 launches made them host-bound (1.98–2.21 ms
+    /// against 1.22–1.38 ms for the graph steps beside them; 17–32 % of a c=32 run's time).
+    pub chunk_graph_max: usize,
 }
 
 /// Steps of more than this many tokens that replay no graph are padded to a bucket.
@@ -192,6 +199,19 @@ pub fn eager_token_bucket(tokens: usize) -> usize {
         _ => 128,
     };
     tokens.div_ceil(step) * step
+}
+
+/// The token bucket of a prompt chunk in a chunk graph: the chunk and one pad sequence of
+/// at least one token, rounded as [`eager_token_bucket`] rounds (multiples of 32 to 512,
+/// of 64 to 2048, of 128 beyond).
+pub fn chunk_token_bucket(chunk_tokens: usize) -> usize {
+    let t = chunk_tokens + 1;
+    let step = match t {
+        0..=512 => 32,
+        513..=2048 => 64,
+        _ => 128,
+    };
+    t.div_ceil(step) * step
 }
 
 /// How `attention_mma` splits a sequence's keys over blocks (`WRING_CUDA_MMA_SPLITS` =
@@ -289,6 +309,7 @@ impl Default for CudaOptions {
             gemm_lt: false,
             mma_splits: MmaSplits::default(),
             eager_pad: true,
+            chunk_graph_max: 1024,
         }
     }
 }
@@ -349,7 +370,8 @@ impl CudaOptions {
     /// `WRING_CUDA_FUSED` = on | off, `WRING_CUDA_FUSED_KV_STORE` = on | off, `WRING_CUDA_WEIGHTS` = bf16 | fp8 | int4 | nvfp4, `WRING_CUDA_QUANT_KERNELS` = off | on,
     /// `WRING_CUDA_QGEMM_MAX_T` = 0..=32, `WRING_CUDA_FP8_FUSED` = on | off, `WRING_CUDA_GEMM_TUNE` = off | on,
     /// `WRING_CUDA_MMA_SPLITS` = per_q=512,prefill=0,grid=fill,prefill_nt=6 ([`MmaSplits`]),
-    /// `WRING_CUDA_EAGER_PAD` = on | off, `WRING_CUDA_GEMM_LT` = off | on.
+    /// `WRING_CUDA_EAGER_PAD` = on | off, `WRING_CUDA_GEMM_LT` = off | on,
+    /// `WRING_CUDA_CHUNK_GRAPHS` = off | tokens (default 1024).
     pub fn from_env() -> Result<Self> {
         let mut o = Self::default();
         let var = |n: &str| std::env::var(n).ok().filter(|v| !v.trim().is_empty());
@@ -460,6 +482,14 @@ impl CudaOptions {
         if let Some(v) = var("WRING_CUDA_EAGER_PAD") {
             o.eager_pad = switch("WRING_CUDA_EAGER_PAD", &v)?;
         }
+        if let Some(v) = var("WRING_CUDA_CHUNK_GRAPHS") {
+            o.chunk_graph_max = match v.trim() {
+                "off" | "0" | "false" => 0,
+                n => n.parse().with_context(|| {
+                    format!("WRING_CUDA_CHUNK_GRAPHS={v:?}: expected off or a token count")
+                })?,
+            };
+        }
         if let Some(v) = var("WRING_CUDA_FP8_FUSED") {
             o.fp8_fused = switch("WRING_CUDA_FP8_FUSED", &v)?;
         }
@@ -493,7 +523,9 @@ impl CudaOptions {
         } else {
             0
         };
-        self.max_query_len().max(eager)
+        // A chunk graph's pad sequence holds at most its bucket less one token.
+        let chunk_pad = self.chunk_graph_max.saturating_sub(1);
+        self.max_query_len().max(eager).max(chunk_pad)
     }
 
     /// The token count a step of `tokens` tokens that replays no graph runs with.
@@ -531,7 +563,14 @@ mod tests {
         };
         assert_eq!(o.eager_tokens(97), 100, "never past the token limit");
         assert!(o.scratch_tokens() >= EAGER_PAD_MAX_EXTRA);
+        assert_eq!(
+            o.scratch_tokens(),
+            o.chunk_graph_max - 1,
+            "a chunk graph's widest pad"
+        );
+        assert!(chunk_token_bucket(o.chunk_graph_max - 1) <= o.chunk_graph_max);
         o.eager_pad = false;
+        o.chunk_graph_max = 0;
         assert_eq!(o.eager_tokens(97), 97);
         assert_eq!(o.scratch_tokens(), o.max_query_len());
     }

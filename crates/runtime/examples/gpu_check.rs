@@ -20,6 +20,8 @@
 //!   attention kernel (135M shape and dummy 8B); writes prefill.json.
 //! `gpu_check prefill-cold OUT_DIR` — steps with a prompt of a length not seen before, cold
 //!   vs warm, with the host's enqueue time; writes prefill_cold.json.
+//! `gpu_check chunk-steps OUT_DIR` — steps of decode/verify rows beside one prompt chunk,
+//!   replaying their chunk graph vs eager; writes chunk_steps.json.
 //! `gpu_check attention` — every attention kernel vs a float64 host reference, and the
 //!   tensor-core kernel's determinism and batch invariance.
 //! `gpu_check quant-bench [OUT]` — dummy llama-3.1-8b per weight scheme: load time, weight
@@ -78,6 +80,7 @@ fn main() -> Result<()> {
         "steps" => steps::run(arg(&args, 2)?),
         "prefill" => prefill::run(arg(&args, 2)?),
         "prefill-cold" => prefill::run_cold(arg(&args, 2)?),
+        "chunk-steps" => prefill::run_chunk_graphs(arg(&args, 2)?),
         "tp" => tp::run(&args[1..]),
         "profile" => profile(
             arg(&args, 2)?,
@@ -85,7 +88,7 @@ fn main() -> Result<()> {
             arg(&args, 4)?.parse()?,
             arg(&args, 5)?.parse()?,
         ),
-        _ => bail!("usage: gpu_check golden MODEL GOLDEN | graphs MODEL | bench MODEL | cpu-compare MODEL | quant MODEL [GOLDEN] | quant-bench [OUT] | fp8-fused MODEL | qgemm | gemv [OUT_DIR] | multi-gemv MODEL | fused-norm [OUT_DIR] | attention | steps OUT_DIR | prefill OUT_DIR | prefill-cold OUT_DIR | tp ... | profile MODEL BATCH Q CTX (MODEL: a .gguf, dummy or dummy-8b)"),
+        _ => bail!("usage: gpu_check golden MODEL GOLDEN | graphs MODEL | bench MODEL | cpu-compare MODEL | quant MODEL [GOLDEN] | quant-bench [OUT] | fp8-fused MODEL | qgemm | gemv [OUT_DIR] | multi-gemv MODEL | fused-norm [OUT_DIR] | attention | steps OUT_DIR | prefill OUT_DIR | prefill-cold OUT_DIR | chunk-steps OUT_DIR | tp ... | profile MODEL BATCH Q CTX (MODEL: a .gguf, dummy or dummy-8b)"),
     }
 }
 
@@ -425,6 +428,59 @@ fn graphs(model: &str) -> Result<()> {
             if ok { "identical" } else { "DIFFERENT" }
         );
         ctx[0] += q;
+    }
+    // Chunk steps: the rows above beside one prompt chunk (a graph keyed by the chunk's
+    // bucket). Replay = the key's layout run eagerly, bitwise; and the unpadded eager step
+    // (graphs off: another layout, cuBLAS on other row counts) within a tolerance, so a
+    // misplaced pad or logit row cannot pass.
+    println!(
+        "\n| chunk step | eager (pad-only) = capture run = replay (bitwise) | vs graphs off |"
+    );
+    println!("|---|---|---|");
+    let chunk_table: Vec<u32> = tables(batch + 1, 16).pop().expect("one table");
+    for (q, chunk, chunk_ctx) in [
+        (1usize, 40usize, 0usize),
+        (5, 100, 0),
+        (13, 31, 0),
+        (1, 200, 64),
+    ] {
+        let mut new: Vec<Vec<u32>> = (0..batch)
+            .map(|i| (0..q).map(|j| (900 + 13 * i + j) as u32).collect())
+            .collect();
+        new.push((0..chunk).map(|j| (3000 + 17 * j) as u32 % 40000).collect());
+        let mut ctxs = ctx.clone();
+        ctxs.push(chunk_ctx);
+        let mut tabs_c = tabs.clone();
+        tabs_c.push(chunk_table.clone());
+        let mut s = step(&new, &ctxs, &tabs_c);
+        // The chunk asks for its last token's logits only, as the engine does.
+        let rows_end = batch * q;
+        s.logit_rows.retain(|&r| r < rows_end);
+        s.logit_rows.push(rows_end + chunk - 1);
+        r.backend_mut().set_graph_mode(GraphMode::Off);
+        let unpadded = r.forward(&s)?;
+        r.backend_mut().set_graph_mode(GraphMode::PadOnly);
+        let eager = r.forward(&s)?.data;
+        r.backend_mut().set_graph_mode(GraphMode::On);
+        let runs: Vec<Vec<f32>> = (0..4)
+            .map(|_| r.forward(&s).map(|l| l.data))
+            .collect::<Result<_>>()?;
+        let ok = runs.iter().all(|x| same(x, &eager));
+        let (d, scale) = unpadded
+            .data
+            .iter()
+            .zip(&eager)
+            .fold((0f32, 0f32), |(d, m), (a, b)| {
+                (d.max((a - b).abs()), m.max(a.abs()))
+            });
+        let (agree, rows) = argmax_agreement(&unpadded.data, &eager, unpadded.vocab);
+        let close = unpadded.data.len() == eager.len() && d <= 2e-2 * scale.max(1.0);
+        all_same &= ok && close;
+        println!(
+            "| batch {batch} × q {q} + chunk {chunk} at context {chunk_ctx} | {} | max |Δ logit| {d:.4} (max |logit| {scale:.1}), argmax {agree}/{rows}: {} |",
+            if ok { "identical" } else { "DIFFERENT" },
+            if close { "ok" } else { "DIFFERENT" }
+        );
     }
     let (captured, replays, failed) = r.backend().graph_stats();
     println!("\nGraphs captured {captured}, replays {replays}, failed captures {failed}.");

@@ -46,6 +46,8 @@ struct KvPool {
     /// Bytes of one layer's K (or V) part.
     part_bytes: usize,
     scratch_first_block: u32,
+    /// Tokens the scratch blocks past the real pool hold (pad sequences write there).
+    scratch_tokens: usize,
 }
 
 struct StepBuffers {
@@ -259,6 +261,21 @@ impl CudaBackend {
         self.opts.fused_kv_store = on;
     }
 
+    /// Chunk graphs for chunk buckets up to `max` tokens from now on (0: off), within what the
+    /// KV pool's scratch blocks were sized for; captured graphs are kept.
+    pub fn set_chunk_graph_max(&mut self, max: usize) -> Result<()> {
+        if let Some(kv) = &self.kv {
+            ensure!(
+                max.saturating_sub(1) <= kv.scratch_tokens,
+                "chunk graphs up to {max} tokens need scratch blocks for {} tokens; the pool has {}",
+                max.saturating_sub(1),
+                kv.scratch_tokens
+            );
+        }
+        self.opts.chunk_graph_max = max;
+        Ok(())
+    }
+
     /// Switches how uniform steps run; captured graphs are kept for when it is `On` again.
     pub fn set_graph_mode(&mut self, mode: GraphMode) {
         self.opts.graphs = mode;
@@ -308,7 +325,7 @@ impl CudaBackend {
     /// Nodes (kernel launches and memory ops) of the graph captured for `bucket` sequences
     /// of `query_len` tokens: the launches one replayed step costs.
     pub fn graph_nodes(&self, bucket: usize, query_len: usize) -> Option<usize> {
-        self.graphs.nodes(GraphKey { bucket, query_len })
+        self.graphs.nodes(GraphKey::uniform(bucket, query_len))
     }
 
     /// (captured graphs, replays, captures that failed).
@@ -488,22 +505,6 @@ impl CudaBackend {
             .map_err(|e| anyhow!("CUDA stream synchronisation failed: {e:?}"))
     }
 
-    /// The graph key of a step, when its shape is uniform and graphs are on.
-    fn graph_key(&self, step: &StepInput) -> Option<GraphKey> {
-        if self.opts.graphs == GraphMode::Off || step.seqs.is_empty() {
-            return None;
-        }
-        let q = step.seqs[0].query_len;
-        if !self.opts.query_lens.contains(&q) || step.seqs.iter().any(|s| s.query_len != q) {
-            return None;
-        }
-        let bucket = self.opts.bucket_for(step.seqs.len())?;
-        Some(GraphKey {
-            bucket,
-            query_len: q,
-        })
-    }
-
     fn alloc_arena(&mut self) -> Result<()> {
         // Peak live activations of one layer stay under ~48 f32 values per token per unit
         // of the widest dimension; logits take vocab f32 per row.
@@ -615,6 +616,7 @@ impl Backend for CudaBackend {
             spec,
             part_bytes,
             scratch_first_block: spec.num_blocks as u32,
+            scratch_tokens: scratch * spec.block_size,
         });
         // Metadata: 4 arrays of up to max_tokens, seq offsets, and block tables.
         let capacity = 5 * self.opts.max_tokens + 4 * total_blocks + (1 << 16);
@@ -656,36 +658,24 @@ impl Backend for CudaBackend {
             step.tokens.len(),
             self.opts.max_tokens
         );
-        let key = self.graph_key(step);
+        let key = crate::graphs::key_for(step, &self.opts);
         let eager_extra = match key {
             Some(_) => 0,
             None => self.opts.eager_tokens(step.tokens.len()) - step.tokens.len(),
         };
         let pad = match key {
-            Some(k) => Some(Padding {
-                seqs: k.bucket,
-                query_len: k.query_len,
-                scratch_first_block: scratch,
-                logits_for_all: true,
-            }),
-            None if eager_extra > 0 => Some(Padding {
-                seqs: step.seqs.len() + 1,
-                query_len: eager_extra,
-                scratch_first_block: scratch,
-                logits_for_all: false,
-            }),
+            Some(k) => Some(Padding::for_key(k, step, scratch)),
+            None if eager_extra > 0 => Some(Padding::eager(step, eager_extra, scratch)),
             None => None,
         };
         if let Some(k) = key {
             ensure!(
-                k.bucket * k.query_len <= self.opts.max_tokens,
-                "graph bucket {} x {} exceeds WRING_CUDA_MAX_TOKENS",
-                k.bucket,
-                k.query_len
+                k.tokens() <= self.opts.max_tokens,
+                "graph {k:?} exceeds WRING_CUDA_MAX_TOKENS"
             );
         }
         let meta = self.meta.as_mut().expect("allocated with the KV pool");
-        let layout = stage_step(step, block_size, pad, meta.host.as_mut_slice())?;
+        let layout = stage_step(step, block_size, pad.as_ref(), meta.host.as_mut_slice())?;
         debug_assert!(layout.len <= meta.capacity);
         // SAFETY: host is pinned and not written again until this copy has completed
         // (every step ends with a synchronising copy back).
@@ -703,8 +693,18 @@ impl Backend for CudaBackend {
         // An eager step's pad sequence is one of the step's sequences for the kernels.
         let eager_pad = (eager_extra > 0).then_some(eager_extra);
         let query_lens = || step.seqs.iter().map(|s| s.query_len).chain(eager_pad);
-        self.max_query_len = key.map_or_else(|| query_lens().max().unwrap_or(0), |k| k.query_len);
-        self.min_query_len = key.map_or_else(|| query_lens().min().unwrap_or(0), |k| k.query_len);
+        // A graph's kernel grids follow its key alone: a chunk step's as if its chunk filled
+        // the bucket and some sequence were a single token (both attention kernels run).
+        let (max_q, min_q) = match key {
+            Some(k) if k.chunk > 0 => (k.chunk, 1),
+            Some(k) => (k.query_len, k.query_len),
+            None => (
+                query_lens().max().unwrap_or(0),
+                query_lens().min().unwrap_or(0),
+            ),
+        };
+        self.max_query_len = max_q;
+        self.min_query_len = min_q;
         self.key = key;
         Ok(())
     }

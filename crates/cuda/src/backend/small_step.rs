@@ -98,8 +98,7 @@ impl CudaBackend {
     }
 
     fn measured_variants(&self, key: GraphKey) -> Option<[StepPath; 2]> {
-        self.path_rules()
-            .measured_variants(key.bucket * key.query_len)
+        self.path_rules().measured_variants(key.tokens())
     }
 
     /// The path of a step of `tokens` (padded) with graph key `key` ([`PathRules::resolve`]).

@@ -201,3 +201,95 @@ pub fn run_cold(out_dir: &str) -> Result<()> {
     println!("Wrote {out_dir}/prefill_cold.json.");
     Ok(())
 }
+
+/// `gpu_check chunk-steps OUT_DIR`: steps of decode/verify rows beside one prompt chunk — the
+/// steps with prompt tokens a server at concurrency 32 runs most — timed replaying their
+/// chunk graph (`WRING_CUDA_CHUNK_GRAPHS`) and eagerly (padded to the token bucket, the
+/// previous default), alternating, host time included (`forward_greedy` wall time, as the
+/// engine sees it), with the eager run's enqueue time. Rows: 0, 8 or 32 sequences × q (1, 5)
+/// at context 512 (every row's tokens logit rows, as verify asks); the chunk's last token
+/// its logit row. Models: `CHUNK_STEP_MODELS` (default the 135M shape and dummy 8B).
+/// Writes `OUT_DIR/chunk_steps.json`.
+pub fn run_chunk_graphs(out_dir: &str) -> Result<()> {
+    let chunks: Vec<usize> = super::env_list("CHUNK_STEP_TOKENS", "55,200,480,1000")
+        .iter()
+        .map(|v| v.parse())
+        .collect::<Result<_, _>>()?;
+    let models = super::env_list("CHUNK_STEP_MODELS", "smollm2-135m,llama-3.1-8b");
+    const REPS: usize = 7;
+    println!("## Steps with one prompt chunk: chunk graph vs eager (ms, median of {REPS})\n");
+    let mut out = vec![];
+    for shape in &models {
+        let (mut r, _) = super::dummy_runner(shape)?;
+        let graph_max = r.backend().options().chunk_graph_max;
+        let per = (DECODE_CTX + 64).div_ceil(BLOCK);
+        let tables: Vec<Vec<u32>> = (0..32)
+            .map(|i| ((i * per) as u32..((i + 1) * per) as u32).collect())
+            .collect();
+        let b0 = 32 * per;
+        let prompt_table: Vec<u32> = (b0 as u32..(b0 + 2048usize.div_ceil(BLOCK)) as u32).collect();
+        for chunk in tables.chunks(8) {
+            let seqs: Vec<_> = chunk.iter().map(|t| (0, DECODE_CTX, t.clone())).collect();
+            r.forward_greedy(&step_of(&seqs))?;
+        }
+        println!("### {shape} (dummy weights, bf16)\n");
+        println!(
+            "| rows | chunk tokens | graph ms | eager ms | eager enqueue ms | eager / graph |"
+        );
+        println!("|---|---:|---:|---:|---:|---:|");
+        for (rows, q) in [(0usize, 1usize), (8, 1), (32, 1), (8, 5), (32, 5)] {
+            for &c in &chunks {
+                let mut seqs: Vec<(usize, usize, Vec<u32>)> = (0..rows)
+                    .map(|i| (DECODE_CTX, q, tables[i].clone()))
+                    .collect();
+                seqs.push((0, c, prompt_table.clone()));
+                let mut s = step_of(&seqs);
+                // Verify rows: every token a logit row; the chunk: its last.
+                s.logit_rows = (0..rows * q).chain([rows * q + c - 1]).collect();
+                let (mut graph, mut eager, mut enq) = (vec![], vec![], vec![]);
+                for rep in 0..REPS + 3 {
+                    for on in [true, false] {
+                        r.backend_mut()
+                            .set_chunk_graph_max(if on { graph_max } else { 0 })?;
+                        let t0 = Instant::now();
+                        r.forward_greedy(&s)?;
+                        let ms = t0.elapsed().as_secs_f64() * 1e3;
+                        // The first three: eager sighting, capture, first replay.
+                        if rep >= 3 {
+                            if on {
+                                graph.push(ms);
+                            } else {
+                                eager.push(ms);
+                                enq.push(r.backend_mut().last_step_enqueue_seconds() * 1e3);
+                            }
+                        }
+                    }
+                }
+                r.backend_mut().set_chunk_graph_max(graph_max)?;
+                let (g, e, q_ms) = (
+                    super::median(graph),
+                    super::median(eager),
+                    super::median(enq),
+                );
+                let label = if rows == 0 {
+                    "none".to_string()
+                } else {
+                    format!("{rows} × {q}")
+                };
+                println!(
+                    "| {label} | {c} | {g:.3} | {e:.3} | {q_ms:.3} | {:.2} |",
+                    e / g
+                );
+                out.push(
+                    json!({"model": shape, "rows": rows, "q": q, "chunk_tokens": c,
+                    "graph_ms": g, "eager_ms": e, "eager_enqueue_ms": q_ms}),
+                );
+            }
+        }
+        let (captured, replays, failed) = r.backend().graph_stats();
+        println!("\nGraphs captured {captured}, replays {replays}, failed captures {failed}.\n");
+    }
+    super::write_json(out_dir, "chunk_steps.json", &out)?;
+    println!("Wrote {out_dir}/chunk_steps.json.");
+    Ok(())
+}
