@@ -5,7 +5,8 @@
 # "chunk-off=WRING_CUDA_CHUNK_GRAPHS=off" "chunk-on="), then: the checks (graphs on the 135M
 # shape and dummy 8B: replay = eager bitwise for uniform and chunk steps, chunk steps vs the
 # unpadded eager step, verify = plain greedy; CUDA vs the f32 CPU backend), and
-# `gpu_check chunk-steps` (chunk graph vs eager, 135M shape and dummy 8B).
+# `gpu_check chunk-steps` (chunk graph vs eager, 135M shape and dummy 8B, chunk graphs up to
+# 1024 tokens on both).
 # Here: bash scripts/gpu/pair_prepare.sh.  Device: bash scripts/gpu/chunk_graphs.sh (carry .dev/pa)
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
@@ -15,6 +16,7 @@ bash scripts/gpu/stage.sh .dev/pa > /dev/null
 gpu_check_setup chunk-graphs
 gpu_check_checks "graphs-135m graphs-8b cpu-135m"
 grep -h "chunk [0-9]* at context" "$G"/graphs-*.md | tee -a "$G/summary.md"
-gpu_check_run 240 chunk-steps chunk-steps "$G"
+# Every chunk size on both models, past the big-model default (256 tokens on the 8B).
+WRING_CUDA_CHUNK_GRAPHS=1024 gpu_check_run 240 chunk-steps chunk-steps "$G"
 sed -n '/^|/p;/^Graphs/p' "$G/chunk-steps.md" >> "$G/summary.md"
 cd "$OUT" && tar -czf chunk-graphs.tgz chunk-graphs

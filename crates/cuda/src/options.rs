@@ -179,8 +179,23 @@ pub struct CudaOptions {
     /// (`WRING_CUDA_CHUNK_GRAPHS` = off | tokens, default 1024; 0 = off). Why: such steps
     /// ran eagerly, and a 135M step's ~275 launches made them host-bound (1.98–2.21 ms
     /// against 1.22–1.38 ms for the graph steps beside them; 17–32 % of a c=32 run's time).
+    /// Unless the variable sets it, [`CudaOptions::fit_chunk_graphs_to`] lowers it for
+    /// big models.
     pub chunk_graph_max: usize,
+    /// Whether `WRING_CUDA_CHUNK_GRAPHS` set `chunk_graph_max` (then the model's size
+    /// leaves it alone).
+    pub chunk_graph_max_set: bool,
 }
+
+/// Models with at least this many bytes of weights replay chunk graphs only up to
+/// [`BIG_MODEL_CHUNK_GRAPH_MAX`] tokens. Why (H200, session 16, `gpu_check chunk-steps`):
+/// on dummy Llama-3.1-8B a graph with a 480-token chunk ran 0.88–0.92× the eager step (its
+/// pad tokens and the attention grid sized for the chunk bucket cost more than the launches
+/// it saves on a GPU-bound step), while 55–200-token chunks gained 2–8 %; the 135M model
+/// gained at every size up to 1,000 tokens.
+pub const BIG_MODEL_WEIGHT_BYTES: usize = 1 << 30;
+/// See [`BIG_MODEL_WEIGHT_BYTES`].
+pub const BIG_MODEL_CHUNK_GRAPH_MAX: usize = 256;
 
 /// Steps of more than this many tokens that replay no graph are padded to a bucket.
 pub const EAGER_PAD_MIN_TOKENS: usize = 8;
@@ -310,6 +325,7 @@ impl Default for CudaOptions {
             mma_splits: MmaSplits::default(),
             eager_pad: true,
             chunk_graph_max: 1024,
+            chunk_graph_max_set: false,
         }
     }
 }
@@ -489,6 +505,7 @@ impl CudaOptions {
                     format!("WRING_CUDA_CHUNK_GRAPHS={v:?}: expected off or a token count")
                 })?,
             };
+            o.chunk_graph_max_set = true;
         }
         if let Some(v) = var("WRING_CUDA_FP8_FUSED") {
             o.fp8_fused = switch("WRING_CUDA_FP8_FUSED", &v)?;
@@ -526,6 +543,14 @@ impl CudaOptions {
         // A chunk graph's pad sequence holds at most its bucket less one token.
         let chunk_pad = self.chunk_graph_max.saturating_sub(1);
         self.max_query_len().max(eager).max(chunk_pad)
+    }
+
+    /// Lowers the chunk-graph ceiling for a model of `weight_bytes` (see
+    /// [`BIG_MODEL_WEIGHT_BYTES`]) unless `WRING_CUDA_CHUNK_GRAPHS` chose it.
+    pub fn fit_chunk_graphs_to(&mut self, weight_bytes: usize) {
+        if !self.chunk_graph_max_set && weight_bytes >= BIG_MODEL_WEIGHT_BYTES {
+            self.chunk_graph_max = self.chunk_graph_max.min(BIG_MODEL_CHUNK_GRAPH_MAX);
+        }
     }
 
     /// The token count a step of `tokens` tokens that replays no graph runs with.
@@ -569,6 +594,21 @@ mod tests {
             "a chunk graph's widest pad"
         );
         assert!(chunk_token_bucket(o.chunk_graph_max - 1) <= o.chunk_graph_max);
+        let mut big = o.clone();
+        big.fit_chunk_graphs_to(BIG_MODEL_WEIGHT_BYTES);
+        assert_eq!(big.chunk_graph_max, BIG_MODEL_CHUNK_GRAPH_MAX);
+        let mut small = o.clone();
+        small.fit_chunk_graphs_to(BIG_MODEL_WEIGHT_BYTES - 1);
+        assert_eq!(small.chunk_graph_max, o.chunk_graph_max);
+        let mut chosen = CudaOptions {
+            chunk_graph_max_set: true,
+            ..o.clone()
+        };
+        chosen.fit_chunk_graphs_to(usize::MAX);
+        assert_eq!(
+            chosen.chunk_graph_max, o.chunk_graph_max,
+            "the variable wins"
+        );
         o.eager_pad = false;
         o.chunk_graph_max = 0;
         assert_eq!(o.eager_tokens(97), 97);

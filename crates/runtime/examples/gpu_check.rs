@@ -442,7 +442,8 @@ fn graphs(model: &str) -> Result<()> {
         (1usize, 40usize, 0usize),
         (5, 100, 0),
         (13, 31, 0),
-        (1, 200, 64),
+        // 180 + 64 tokens fit the chunk's 16 blocks of 16.
+        (1, 180, 64),
     ] {
         let mut new: Vec<Vec<u32>> = (0..batch)
             .map(|i| (0..q).map(|j| (900 + 13 * i + j) as u32).collect())
