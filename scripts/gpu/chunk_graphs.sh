@@ -6,7 +6,7 @@
 # shape and dummy 8B: replay = eager bitwise for uniform and chunk steps, chunk steps vs the
 # unpadded eager step, verify = plain greedy; CUDA vs the f32 CPU backend), and
 # `gpu_check chunk-steps` (chunk graph vs eager, 135M shape and dummy 8B, chunk graphs up to
-# 1024 tokens on both).
+# 1024 tokens on both), and the per-kernel split of chunk steps (scripts/gpu/profile_ncu.sh).
 # Here: bash scripts/gpu/pair_prepare.sh.  Device: bash scripts/gpu/chunk_graphs.sh (carry .dev/pa)
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
@@ -19,4 +19,8 @@ grep -h "chunk [0-9]* at context" "$G"/graphs-*.md | tee -a "$G/summary.md"
 # Every chunk size on both models, past the big-model default (256 tokens on the 8B).
 WRING_CUDA_CHUNK_GRAPHS=1024 gpu_check_run 240 chunk-steps chunk-steps "$G"
 sed -n '/^|/p;/^Graphs/p' "$G/chunk-steps.md" >> "$G/summary.md"
-cd "$OUT" && tar -czf chunk-graphs.tgz chunk-graphs
+# Per kernel (Nsight Compute): a verify step alone and beside a 55-token prompt chunk.
+DIR=.dev/pa OUT=$G/prof SPECS="${PROFILE_SPECS:-dummy:32:5:256 dummy:32:5:256:55 dummy:32:1:256:55 dummy-8b:32:5:512 dummy-8b:32:5:512:55}" \
+    bash scripts/gpu/profile_ncu.sh > "$G/prof.log" 2>&1
+grep -h "kernels and" "$G"/prof/*-summary.md | tee -a "$G/summary.md"
+cd "$OUT" && tar -czf chunk-graphs.tgz chunk-graphs && rm -rf chunk-graphs # one file back

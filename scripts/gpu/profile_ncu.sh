@@ -3,7 +3,8 @@
 # shape (dummy weights) between cuProfilerStart/Stop, and Nsight Compute records each kernel's
 # duration (`--clock-control none`: the clocks stay as they are). Also the eager step time
 # without the profiler. Carries DIR (default .dev/k1) holding gpu_check, or gpu_check.xz from
-# `gpu_check_prepare DIR` (scripts/gpu/gpu_check_lib.sh). SPECS: model:batch:q:ctx ...
+# `gpu_check_prepare DIR` (scripts/gpu/gpu_check_lib.sh). SPECS: model:batch:q:ctx[:chunk] ...
+# (chunk: each step also carries a prompt chunk of that many tokens, GPU_CHECK_CHUNK).
 # Results in $OUT/all.tgz, with each CSV's per-kernel summary (scripts/gpu/ncu_summary.py).
 set -uo pipefail
 OUT=${OUT:-/tmp/wring-out}
@@ -17,8 +18,9 @@ chmod +x $bin
 NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
 echo "ncu: ${NCU:-none}"
 for spec in ${SPECS:-"dummy:1:1:256" "dummy-8b:32:1:512" "dummy:32:1:256" "dummy-8b:1:1:512"}; do
-    IFS=: read -r model batch q ctx <<<"$spec"
-    tag="$model-b$batch-q$q"
+    IFS=: read -r model batch q ctx chunk <<<"$spec"
+    export GPU_CHECK_CHUNK=${chunk:-0}
+    tag="$model-b$batch-q$q${chunk:+-c$chunk}"
     timeout 120 $bin profile "$model" "$batch" "$q" "$ctx" > "$OUT/$tag-plain.txt" 2>&1
     echo "$tag plain rc=$? $(tail -1 "$OUT/$tag-plain.txt")"
     start=$(date +%s)

@@ -59,7 +59,8 @@ const CHUNK_STEP_MAX_ROW_Q: usize = 16;
 /// - uniform: every sequence has the same captured query length (decode or verify rows);
 /// - chunk: such rows (or none), then one prompt chunk whose logit rows are at most its
 ///   last token, in a chunk bucket of at most `chunk_graph_max` tokens. The chunk's
-///   bucket holds it and a pad sequence of at least one token (`chunk_token_bucket`).
+///   bucket holds it and a pad sequence of at least 17 tokens (`chunk_token_bucket`), so
+///   the pad runs on the prefill attention kernel, never beside the rows.
 pub fn key_for(step: &StepInput, opts: &CudaOptions) -> Option<GraphKey> {
     if opts.graphs == GraphMode::Off || step.seqs.is_empty() {
         return None;

@@ -340,10 +340,10 @@ mod tests {
     #[test]
     fn a_chunk_graph_layout_depends_only_on_its_key() {
         let opts = crate::options::CudaOptions::default();
-        let (a_step, b_step) = (chunk_step(3, 40), chunk_step(4, 55));
+        let (a_step, b_step) = (chunk_step(3, 50), chunk_step(4, 55));
         let key = crate::graphs::key_for(&a_step, &opts).expect("a chunk key");
         assert_eq!(key, crate::graphs::key_for(&b_step, &opts).unwrap());
-        assert_eq!((key.bucket, key.query_len, key.chunk), (4, 1, 64));
+        assert_eq!((key.bucket, key.query_len, key.chunk), (4, 1, 96));
         let (mut a, mut b) = (vec![0u32; 2000], vec![0u32; 2000]);
         let la = stage_step(
             &a_step,
@@ -361,19 +361,19 @@ mod tests {
         .unwrap();
         for l in [&la, &lb] {
             // 4 rows (real, then pads), the chunk, the chunk's pad; 4 + 1 logit rows.
-            assert_eq!((l.tokens, l.seqs, l.logit_rows), (4 + 64, 6, 5));
+            assert_eq!((l.tokens, l.seqs, l.logit_rows), (4 + 96, 6, 5));
             assert_eq!(l.off_block_tables, la.off_block_tables);
         }
         assert_eq!((la.real_logit_rows, lb.real_logit_rows), (4, 5));
         // Step a: the chunk starts after the 4 padded rows; its pad fills the bucket.
         let starts = &a[la.off_seq_q_start..la.off_seq_q_start + 7];
-        assert_eq!(starts, &[0, 1, 2, 3, 4, 44, 68]);
+        assert_eq!(starts, &[0, 1, 2, 3, 4, 54, 100]);
         assert_eq!(&a[4..6], &[1000, 1001], "chunk tokens after the row pad");
         assert_eq!(a[la.off_positions + 3], 0, "the row pad at position 0");
-        // Logit rows: the 3 real rows, then the chunk's last token (staged index 43).
+        // Logit rows: the 3 real rows, then the chunk's last token (staged index 53).
         assert_eq!(
             &a[la.off_logit_rows..la.off_logit_rows + 5],
-            &[0, 1, 2, 43, 0]
+            &[0, 1, 2, 53, 0]
         );
         // Step b: 4 real rows, the chunk at 4.., its last token at 58.
         assert_eq!(
@@ -394,8 +394,9 @@ mod tests {
         // A prompt alone: no rows.
         let alone = chunk_step(0, 100);
         assert_eq!(key(&alone).map(|k| (k.bucket, k.chunk)), Some((0, 128)));
-        // A chunk that fills its bucket exactly still leaves its pad one token.
-        assert_eq!(key(&chunk_step(2, 32)).map(|k| k.chunk), Some(64));
+        // The chunk's pad keeps at least 17 tokens (it runs on the prefill kernel).
+        assert_eq!(key(&chunk_step(2, 47)).map(|k| k.chunk), Some(64));
+        assert_eq!(key(&chunk_step(2, 48)).map(|k| k.chunk), Some(96));
         // A chunk that is not the prompt's last asks for no logit row: same key.
         let mut middle = chunk_step(5, 40);
         middle.logit_rows.pop();

@@ -3,6 +3,8 @@
 
 use anyhow::{bail, Context, Result};
 
+use crate::params::PREFILL_MIN_Q;
+
 /// How uniform steps (every sequence has the same query length) are run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum GraphMode {
@@ -175,7 +177,7 @@ pub struct CudaOptions {
     pub eager_pad: bool,
     /// Steps of decode/verify rows plus one prompt chunk replay graphs too, keyed by the
     /// decode bucket, the rows' query length and the chunk's token bucket
-    /// ([`chunk_token_bucket`] of its length + 1), for chunk buckets up to this many tokens
+    /// ([`chunk_token_bucket`]: its length and a pad of at least 17 tokens), for chunk buckets up to this many tokens
     /// (`WRING_CUDA_CHUNK_GRAPHS` = off | tokens, default 1024; 0 = off). Why: such steps
     /// ran eagerly, and a 135M step's ~275 launches made them host-bound (1.98–2.21 ms
     /// against 1.22–1.38 ms for the graph steps beside them; 17–32 % of a c=32 run's time).
@@ -217,16 +219,34 @@ pub fn eager_token_bucket(tokens: usize) -> usize {
 }
 
 /// The token bucket of a prompt chunk in a chunk graph: the chunk and one pad sequence of
-/// at least one token, rounded as [`eager_token_bucket`] rounds (multiples of 32 to 512,
-/// of 64 to 2048, of 128 beyond).
+/// at least [`PREFILL_MIN_Q`] tokens (so the pad always runs on the prefill attention
+/// kernel and the decode/verify rows' kernel is sized for them alone), rounded as
+/// [`eager_token_bucket`] rounds (multiples of 32 to 512, of 64 to 2048, of 128 beyond).
 pub fn chunk_token_bucket(chunk_tokens: usize) -> usize {
-    let t = chunk_tokens + 1;
-    let step = match t {
+    let t = chunk_tokens + PREFILL_MIN_Q;
+    t.div_ceil(bucket_step(t)) * bucket_step(t)
+}
+
+fn bucket_step(tokens: usize) -> usize {
+    match tokens {
         0..=512 => 32,
         513..=2048 => 64,
         _ => 128,
-    };
-    t.div_ceil(step) * step
+    }
+}
+
+/// The longest query of a sequence below [`PREFILL_MIN_Q`] tokens in a chunk graph of chunk
+/// bucket `bucket` whose rows have `rows_q` tokens: the rows' own length when every chunk of
+/// this bucket is long enough for the prefill kernel, else [`PREFILL_MIN_Q`] − 1 (a short
+/// chunk runs beside the rows on their kernel). 0: no such sequence.
+pub fn chunk_short_query_len(bucket: usize, rows_q: usize) -> usize {
+    let below = bucket.saturating_sub(bucket_step(bucket));
+    let shortest_chunk = (below + 1).saturating_sub(PREFILL_MIN_Q);
+    if shortest_chunk >= PREFILL_MIN_Q {
+        rows_q
+    } else {
+        PREFILL_MIN_Q - 1
+    }
 }
 
 /// How `attention_mma` splits a sequence's keys over blocks (`WRING_CUDA_MMA_SPLITS` =
@@ -593,7 +613,8 @@ mod tests {
             o.chunk_graph_max - 1,
             "a chunk graph's widest pad"
         );
-        assert!(chunk_token_bucket(o.chunk_graph_max - 1) <= o.chunk_graph_max);
+        let widest_chunk = o.chunk_graph_max - PREFILL_MIN_Q;
+        assert_eq!(chunk_token_bucket(widest_chunk), o.chunk_graph_max);
         let mut big = o.clone();
         big.fit_chunk_graphs_to(BIG_MODEL_WEIGHT_BYTES);
         assert_eq!(big.chunk_graph_max, BIG_MODEL_CHUNK_GRAPH_MAX);
@@ -613,6 +634,41 @@ mod tests {
         o.chunk_graph_max = 0;
         assert_eq!(o.eager_tokens(97), 97);
         assert_eq!(o.scratch_tokens(), o.max_query_len());
+    }
+
+    #[test]
+    fn a_chunk_bucket_keeps_its_pad_on_the_prefill_kernel_and_knows_its_short_rows() {
+        for c in 0..3000 {
+            let b = chunk_token_bucket(c);
+            let pad = b - c;
+            assert!(pad >= PREFILL_MIN_Q, "chunk {c}: pad {pad}");
+            // A bucket holding some chunk shorter than PREFILL_MIN_Q makes the rows' kernel
+            // cover 16 tokens; otherwise it is sized for the rows' own length.
+            let shortest = (0..=c).find(|&d| chunk_token_bucket(d) == b).unwrap();
+            let expect = if shortest < PREFILL_MIN_Q {
+                PREFILL_MIN_Q - 1
+            } else {
+                5
+            };
+            assert_eq!(
+                chunk_short_query_len(b, 5),
+                expect,
+                "chunk {c} in bucket {b}"
+            );
+        }
+        assert_eq!(chunk_token_bucket(55), 96);
+        assert_eq!(chunk_short_query_len(96, 1), 1);
+        assert_eq!(
+            chunk_short_query_len(64, 1),
+            PREFILL_MIN_Q - 1,
+            "chunk 16 is in it"
+        );
+        assert_eq!(chunk_short_query_len(32, 0), PREFILL_MIN_Q - 1);
+        assert_eq!(
+            chunk_short_query_len(576, 0),
+            0,
+            "no rows: every sequence on flash"
+        );
     }
 
     #[test]

@@ -33,6 +33,10 @@ pub(crate) struct AttnArgs {
     pub prefill_split_keys: i32,
 }
 
+/// Sequences of at least this many query tokens (prefill chunks) run on attention_flash
+/// (flash.cu); shorter ones (decode, verify) on attention_mma, which splits their keys.
+pub(crate) const PREFILL_MIN_Q: usize = 17;
+
 /// Head dims `attention_flash_d{D}` is built for (kernels/attention/flash.cu).
 pub(crate) const FLASH_HEAD_DIMS: [usize; 2] = [64, 128];
 

@@ -88,7 +88,7 @@ fn main() -> Result<()> {
             arg(&args, 4)?.parse()?,
             arg(&args, 5)?.parse()?,
         ),
-        _ => bail!("usage: gpu_check golden MODEL GOLDEN | graphs MODEL | bench MODEL | cpu-compare MODEL | quant MODEL [GOLDEN] | quant-bench [OUT] | fp8-fused MODEL | qgemm | gemv [OUT_DIR] | multi-gemv MODEL | fused-norm [OUT_DIR] | attention | steps OUT_DIR | prefill OUT_DIR | prefill-cold OUT_DIR | chunk-steps OUT_DIR | tp ... | profile MODEL BATCH Q CTX (MODEL: a .gguf, dummy or dummy-8b)"),
+        _ => bail!("usage: gpu_check golden MODEL GOLDEN | graphs MODEL | bench MODEL | cpu-compare MODEL | quant MODEL [GOLDEN] | quant-bench [OUT] | fp8-fused MODEL | qgemm | gemv [OUT_DIR] | multi-gemv MODEL | fused-norm [OUT_DIR] | attention | steps OUT_DIR | prefill OUT_DIR | prefill-cold OUT_DIR | chunk-steps OUT_DIR | tp ... | profile MODEL BATCH Q CTX [GPU_CHECK_CHUNK=N: and an N-token prompt chunk] (MODEL: a .gguf, dummy or dummy-8b)"),
     }
 }
 
@@ -772,7 +772,14 @@ fn time_steps_profiled(
     profiled: bool,
 ) -> Result<f64> {
     let blocks_each = (ctx + steps * q + 64).div_ceil(BLOCK);
-    let tabs = tables(batch, blocks_each);
+    // GPU_CHECK_CHUNK=N: each step also carries a fresh N-token prompt chunk (its own
+    // table; the same positions every step), the serving steps that admit a prompt.
+    let chunk: usize = std::env::var("GPU_CHECK_CHUNK")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    let mut tabs = tables(batch + 1, blocks_each.max(chunk.div_ceil(BLOCK)));
+    let chunk_table = tabs.pop().expect("one more table");
     for chunk in (0..batch).collect::<Vec<_>>().chunks(8) {
         let new: Vec<Vec<u32>> = chunk
             .iter()
@@ -794,7 +801,20 @@ fn time_steps_profiled(
         let new: Vec<Vec<u32>> = (0..batch)
             .map(|i| (0..q).map(|j| (300 + i + j) as u32).collect())
             .collect();
-        let s = step(&new, &c, &tabs);
+        let mut s = step(&new, &c, &tabs);
+        if chunk > 0 {
+            let toks: Vec<u32> = (0..chunk).map(|j| (3000 + 17 * j) as u32 % 30000).collect();
+            let mut with = step(&[toks], &[0], std::slice::from_ref(&chunk_table));
+            // The chunk asks for its last token's logits only, as the engine does.
+            let rows = s.tokens.len();
+            s.seqs.push(SeqInput {
+                query_start: rows,
+                ..with.seqs.remove(0)
+            });
+            s.tokens.append(&mut with.tokens);
+            s.positions.append(&mut with.positions);
+            s.logit_rows.push(rows + chunk - 1);
+        }
         let t0 = Instant::now();
         r.forward_greedy(&s)?;
         times.push(t0.elapsed().as_secs_f64());

@@ -21,16 +21,15 @@ use super::CudaBackend;
 use crate::device::{Arg, DeviceBuffer};
 use crate::kernels::MmaBuild;
 use crate::options::{AttentionKernel, SplitGrid};
-use crate::params::{AttnArgs, MmaWorkspace, FLASH_HEAD_DIMS, MMA_ROW_TILES};
+use crate::params::{AttnArgs, MmaWorkspace, FLASH_HEAD_DIMS, MMA_ROW_TILES, PREFILL_MIN_Q};
 use anyhow::anyhow;
 use wring_backend::AttnShape;
 
 /// kernels/attention/mma.cu's limits.
 const MMA_MAX_SPLITS: usize = 8;
-const MMA_SPLIT_MAX_Q: usize = 16;
-/// Sequences with at least this many query tokens (one more than may split their keys) run
-/// on kernels/attention/flash.cu.
-const PREFILL_MIN_Q: usize = MMA_SPLIT_MAX_Q + 1;
+/// Sequences of up to this many query tokens may split their keys (one less than
+/// [`PREFILL_MIN_Q`], where kernels/attention/flash.cu takes over).
+const MMA_SPLIT_MAX_Q: usize = PREFILL_MIN_Q - 1;
 /// kernels/attention/flash.cu: warps a block, and query rows a block (16 a warp).
 const FLASH_WARPS: usize = 4;
 const FLASH_ROWS: usize = 16 * FLASH_WARPS;
@@ -142,12 +141,15 @@ impl CudaBackend {
         match (self.opts.attention, mma) {
             (_, Some(_)) if prefill => {
                 self.attention_flash(&mut args, shape);
-                if self.min_query_len < PREFILL_MIN_Q {
-                    // The step's shorter sequences (decode, verify, short chunks).
-                    let short = (PREFILL_MIN_Q - 1) * group;
+                if self.short_query_len > 0 {
+                    // The step's shorter sequences (decode, verify, short chunks), on
+                    // blocks sized for the longest of them: sized for 16 tokens, a chunk
+                    // step's decode rows took 0.55 ms of attention instead of 0.35–0.38
+                    // (135M, 32 × 1 and 32 × 5 beside 55 prompt tokens; session 17).
+                    let short = self.short_query_len;
                     let (nt, chunks) =
-                        mma_tiles(shape.head_dim, short, usize::MAX).expect("built above");
-                    self.attention_mma(&mut args, shape, nt, chunks, PREFILL_MIN_Q - 1);
+                        mma_tiles(shape.head_dim, short * group, usize::MAX).expect("built above");
+                    self.attention_mma(&mut args, shape, nt, chunks, short);
                 }
             }
             (

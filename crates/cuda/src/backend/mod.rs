@@ -32,7 +32,10 @@ use crate::device::{launch, launch_struct_smem, Arg, DeviceBuffer, PinnedBuffer}
 use crate::graphs::{GraphKey, Graphs};
 use crate::kernels::Kernels;
 use crate::meta::{stage_step, Padding, StepLayout};
-use crate::options::{AttentionKernel, CudaOptions, GraphMode, SmallStepPath};
+use crate::options::{
+    chunk_short_query_len, AttentionKernel, CudaOptions, GraphMode, SmallStepPath,
+};
+use crate::params::PREFILL_MIN_Q;
 use crate::qweights::{quantize_for_load, DeviceMatrix};
 use anyhow::{anyhow, bail, ensure, Context, Result};
 use cudarc::driver::{result, sys, CudaContext, CudaStream};
@@ -71,8 +74,9 @@ pub struct CudaBackend {
     layout: StepLayout,
     /// Most query tokens any sequence of the current step carries (padding included).
     max_query_len: usize,
-    /// Fewest query tokens any sequence of the current step carries.
-    min_query_len: usize,
+    /// Most query tokens of the current step's sequences shorter than `PREFILL_MIN_Q`
+    /// (those attention_mma runs beside a prefill chunk; 0: none).
+    short_query_len: usize,
     /// The layer whose K/V this step's `qkv_rope` already wrote into the pool (its
     /// `attention` then skips `kv_store`).
     kv_stored: Option<usize>,
@@ -167,7 +171,7 @@ impl CudaBackend {
             ids: None,
             layout: StepLayout::default(),
             max_query_len: 0,
-            min_query_len: 0,
+            short_query_len: 0,
             kv_stored: None,
             key: None,
             graphs: Graphs::default(),
@@ -697,16 +701,18 @@ impl Backend for CudaBackend {
         let query_lens = || step.seqs.iter().map(|s| s.query_len).chain(eager_pad);
         // A graph's kernel grids follow its key alone: a chunk step's as if its chunk filled
         // the bucket and some sequence were a single token (both attention kernels run).
-        let (max_q, min_q) = match key {
-            Some(k) if k.chunk > 0 => (k.chunk, 1),
-            Some(k) => (k.query_len, k.query_len),
+        // Its short sequences' kernel is sized by the key too (`chunk_short_query_len`).
+        let short = |q: usize| if q < PREFILL_MIN_Q { q } else { 0 };
+        let (max_q, short_q) = match key {
+            Some(k) if k.chunk > 0 => (k.chunk, chunk_short_query_len(k.chunk, k.query_len)),
+            Some(k) => (k.query_len, short(k.query_len)),
             None => (
                 query_lens().max().unwrap_or(0),
-                query_lens().min().unwrap_or(0),
+                query_lens().map(short).max().unwrap_or(0),
             ),
         };
         self.max_query_len = max_q;
-        self.min_query_len = min_q;
+        self.short_query_len = short_q;
         self.key = key;
         Ok(())
     }
