@@ -339,7 +339,10 @@ mod tests {
 
     #[test]
     fn a_chunk_graph_layout_depends_only_on_its_key() {
-        let opts = crate::options::CudaOptions::default();
+        let opts = crate::options::CudaOptions {
+            chunk_graph_max: 1024,
+            ..Default::default()
+        };
         let (a_step, b_step) = (chunk_step(3, 50), chunk_step(4, 55));
         let key = crate::graphs::key_for(&a_step, &opts).expect("a chunk key");
         assert_eq!(key, crate::graphs::key_for(&b_step, &opts).unwrap());
@@ -389,7 +392,10 @@ mod tests {
 
     #[test]
     fn chunk_keys_need_uniform_rows_one_chunk_and_its_last_logit_row_at_most() {
-        let opts = crate::options::CudaOptions::default();
+        let opts = crate::options::CudaOptions {
+            chunk_graph_max: 1024,
+            ..Default::default()
+        };
         let key = |s: &StepInput| crate::graphs::key_for(s, &opts);
         // A prompt alone: no rows.
         let alone = chunk_step(0, 100);

@@ -177,27 +177,16 @@ pub struct CudaOptions {
     pub eager_pad: bool,
     /// Steps of decode/verify rows plus one prompt chunk replay graphs too, keyed by the
     /// decode bucket, the rows' query length and the chunk's token bucket
-    /// ([`chunk_token_bucket`]: its length and a pad of at least 17 tokens), for chunk buckets up to this many tokens
-    /// (`WRING_CUDA_CHUNK_GRAPHS` = off | tokens, default 1024; 0 = off). Why: such steps
-    /// ran eagerly, and a 135M step's ~275 launches made them host-bound (1.98–2.21 ms
-    /// against 1.22–1.38 ms for the graph steps beside them; 17–32 % of a c=32 run's time).
-    /// Unless the variable sets it, [`CudaOptions::fit_chunk_graphs_to`] lowers it for
-    /// big models.
+    /// ([`chunk_token_bucket`]: its length and a pad of at least 17 tokens), for chunk
+    /// buckets up to this many tokens (`WRING_CUDA_CHUNK_GRAPHS` = off | tokens, default
+    /// off). Why they exist: such steps run eagerly, and a 135M step's ~275 launches make
+    /// them host-bound; a chunk graph step is 5–17 % faster than the eager one (135M, H200).
+    /// Why off: through the server (c=32, 128 prompts a corpus) bestKpad measured 0.93–1.00×
+    /// of off in four runs (c=1: 1.01–1.02×) — likely the captures of a short run's many
+    /// keys, each paid back only after tens of replays (BENCHMARKS, session 17); on the 8B
+    /// graphs of chunks over 256 tokens lost to the eager step (pad and grid of the bucket).
     pub chunk_graph_max: usize,
-    /// Whether `WRING_CUDA_CHUNK_GRAPHS` set `chunk_graph_max` (then the model's size
-    /// leaves it alone).
-    pub chunk_graph_max_set: bool,
 }
-
-/// Models with at least this many bytes of weights replay chunk graphs only up to
-/// [`BIG_MODEL_CHUNK_GRAPH_MAX`] tokens. Why (H200, session 16, `gpu_check chunk-steps`):
-/// on dummy Llama-3.1-8B a graph with a 480-token chunk ran 0.88–0.92× the eager step (its
-/// pad tokens and the attention grid sized for the chunk bucket cost more than the launches
-/// it saves on a GPU-bound step), while 55–200-token chunks gained 2–8 %; the 135M model
-/// gained at every size up to 1,000 tokens.
-pub const BIG_MODEL_WEIGHT_BYTES: usize = 1 << 30;
-/// See [`BIG_MODEL_WEIGHT_BYTES`].
-pub const BIG_MODEL_CHUNK_GRAPH_MAX: usize = 256;
 
 /// Steps of more than this many tokens that replay no graph are padded to a bucket.
 pub const EAGER_PAD_MIN_TOKENS: usize = 8;
@@ -344,8 +333,7 @@ impl Default for CudaOptions {
             gemm_lt: false,
             mma_splits: MmaSplits::default(),
             eager_pad: true,
-            chunk_graph_max: 1024,
-            chunk_graph_max_set: false,
+            chunk_graph_max: 0,
         }
     }
 }
@@ -407,7 +395,7 @@ impl CudaOptions {
     /// `WRING_CUDA_QGEMM_MAX_T` = 0..=32, `WRING_CUDA_FP8_FUSED` = on | off, `WRING_CUDA_GEMM_TUNE` = off | on,
     /// `WRING_CUDA_MMA_SPLITS` = per_q=512,prefill=0,grid=fill,prefill_nt=6 ([`MmaSplits`]),
     /// `WRING_CUDA_EAGER_PAD` = on | off, `WRING_CUDA_GEMM_LT` = off | on,
-    /// `WRING_CUDA_CHUNK_GRAPHS` = off | tokens (default 1024).
+    /// `WRING_CUDA_CHUNK_GRAPHS` = off | tokens (default off).
     pub fn from_env() -> Result<Self> {
         let mut o = Self::default();
         let var = |n: &str| std::env::var(n).ok().filter(|v| !v.trim().is_empty());
@@ -525,7 +513,6 @@ impl CudaOptions {
                     format!("WRING_CUDA_CHUNK_GRAPHS={v:?}: expected off or a token count")
                 })?,
             };
-            o.chunk_graph_max_set = true;
         }
         if let Some(v) = var("WRING_CUDA_FP8_FUSED") {
             o.fp8_fused = switch("WRING_CUDA_FP8_FUSED", &v)?;
@@ -565,14 +552,6 @@ impl CudaOptions {
         self.max_query_len().max(eager).max(chunk_pad)
     }
 
-    /// Lowers the chunk-graph ceiling for a model of `weight_bytes` (see
-    /// [`BIG_MODEL_WEIGHT_BYTES`]) unless `WRING_CUDA_CHUNK_GRAPHS` chose it.
-    pub fn fit_chunk_graphs_to(&mut self, weight_bytes: usize) {
-        if !self.chunk_graph_max_set && weight_bytes >= BIG_MODEL_WEIGHT_BYTES {
-            self.chunk_graph_max = self.chunk_graph_max.min(BIG_MODEL_CHUNK_GRAPH_MAX);
-        }
-    }
-
     /// The token count a step of `tokens` tokens that replays no graph runs with.
     pub fn eager_tokens(&self, tokens: usize) -> usize {
         if !self.eager_pad {
@@ -604,6 +583,7 @@ mod tests {
         }
         let mut o = CudaOptions {
             max_tokens: 100,
+            chunk_graph_max: 1024,
             ..CudaOptions::default()
         };
         assert_eq!(o.eager_tokens(97), 100, "never past the token limit");
@@ -615,21 +595,6 @@ mod tests {
         );
         let widest_chunk = o.chunk_graph_max - PREFILL_MIN_Q;
         assert_eq!(chunk_token_bucket(widest_chunk), o.chunk_graph_max);
-        let mut big = o.clone();
-        big.fit_chunk_graphs_to(BIG_MODEL_WEIGHT_BYTES);
-        assert_eq!(big.chunk_graph_max, BIG_MODEL_CHUNK_GRAPH_MAX);
-        let mut small = o.clone();
-        small.fit_chunk_graphs_to(BIG_MODEL_WEIGHT_BYTES - 1);
-        assert_eq!(small.chunk_graph_max, o.chunk_graph_max);
-        let mut chosen = CudaOptions {
-            chunk_graph_max_set: true,
-            ..o.clone()
-        };
-        chosen.fit_chunk_graphs_to(usize::MAX);
-        assert_eq!(
-            chosen.chunk_graph_max, o.chunk_graph_max,
-            "the variable wins"
-        );
         o.eager_pad = false;
         o.chunk_graph_max = 0;
         assert_eq!(o.eager_tokens(97), 97);

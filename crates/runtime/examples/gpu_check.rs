@@ -159,11 +159,19 @@ fn write_json(dir: &str, name: &str, rows: &[serde_json::Value]) -> Result<()> {
 }
 
 fn gguf_runner(path: &str, graphs: GraphMode, num_blocks: usize) -> Result<(Runner, ModelConfig)> {
-    let (cfg, src) = model_source(path)?;
     let opts = CudaOptions {
         graphs,
         ..CudaOptions::from_env()?
     };
+    gguf_runner_with(path, opts, num_blocks)
+}
+
+fn gguf_runner_with(
+    path: &str,
+    opts: CudaOptions,
+    num_blocks: usize,
+) -> Result<(Runner, ModelConfig)> {
+    let (cfg, src) = model_source(path)?;
     let backend = CudaBackend::new(0, opts)?;
     Ok((
         LlamaRunner::new(backend, cfg.clone(), &src, num_blocks, BLOCK)?,
@@ -376,7 +384,14 @@ fn prompts(n: usize) -> Vec<Vec<u32>> {
 }
 
 fn graphs(model: &str) -> Result<()> {
-    let (mut r, _) = gguf_runner(model, GraphMode::On, 4096)?;
+    // Chunk graphs on whatever the default, so their steps below are checked.
+    let env = CudaOptions::from_env()?;
+    let opts = CudaOptions {
+        graphs: GraphMode::On,
+        chunk_graph_max: env.chunk_graph_max.max(1024),
+        ..env
+    };
+    let (mut r, _) = gguf_runner_with(model, opts, 4096)?;
     println!("## Graph replay vs eager, {}\n", r.device_name());
     let batch = 6; // padded to bucket 8
     let ps = prompts(batch);

@@ -611,8 +611,6 @@ impl Backend for CudaBackend {
             "the CUDA attention kernel supports head_dim 64, 128 or 256 (got {})",
             spec.head_dim
         );
-        // The weights are uploaded before the pool: the model's size is known here.
-        self.opts.fit_chunk_graphs_to(self.weight_bytes);
         let scratch = self.opts.scratch_tokens().div_ceil(spec.block_size);
         let total_blocks = spec.num_blocks + scratch;
         let part_bytes = total_blocks * spec.block_size * spec.n_kv_heads * spec.head_dim * 2;

@@ -222,6 +222,10 @@ pub fn run_chunk_graphs(out_dir: &str) -> Result<()> {
     for shape in &models {
         let (mut r, _) = super::dummy_runner(shape)?;
         let graph_max = r.backend().options().chunk_graph_max;
+        anyhow::ensure!(
+            graph_max > 0,
+            "chunk graphs are off: set WRING_CUDA_CHUNK_GRAPHS (e.g. 1024) to compare them"
+        );
         let per = (DECODE_CTX + 64).div_ceil(BLOCK);
         let tables: Vec<Vec<u32>> = (0..32)
             .map(|i| ((i * per) as u32..((i + 1) * per) as u32).collect())
