@@ -391,6 +391,7 @@ impl EngineCore {
                 logit_rows: shape.2,
                 model_ms: model * 1e3,
                 host_ms: (secs - model).max(0.0) * 1e3,
+                graph: self.runner.last_step_graph().map(|g| g.as_str()),
             });
         }
         // The whole step, host work included: it is what a stream waits between tokens.

@@ -28,6 +28,9 @@ pub(crate) struct StepLine {
     /// The model's forward, the host's work around it, and the two together.
     pub model_ms: f64,
     pub host_ms: f64,
+    /// "eager", "capture" or "replay" where the backend captures step graphs (CUDA).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub graph: Option<&'static str>,
 }
 
 impl StepLog {
@@ -63,5 +66,35 @@ impl StepLog {
 impl Drop for StepLog {
     fn drop(&mut self) {
         let _ = self.out.flush();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn line(graph: Option<&'static str>) -> serde_json::Value {
+        let l = StepLine {
+            t_ms: 1.0,
+            seqs: 2,
+            decoding: 1,
+            tokens: 40,
+            prompt_tokens: 39,
+            logit_rows: 2,
+            model_ms: 1.5,
+            host_ms: 0.2,
+            graph,
+        };
+        serde_json::to_value(&l).unwrap()
+    }
+
+    #[test]
+    fn a_line_names_how_the_step_ran_only_where_the_backend_has_graphs() {
+        assert_eq!(line(Some("capture"))["graph"], "capture");
+        assert!(
+            line(None).get("graph").is_none(),
+            "the CPU backend's lines stay as they were"
+        );
+        assert_eq!(line(None)["prompt_tokens"], 39);
     }
 }

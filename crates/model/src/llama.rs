@@ -2,7 +2,7 @@
 //! sliding window, DeepSeek-R1-Distill), written once against [`Backend`].
 
 use crate::config::ModelConfig;
-use crate::runner::{Logits, ModelRunner, ShardRunner, StepInput};
+use crate::runner::{Logits, ModelRunner, ShardRunner, StepGraph, StepInput};
 use crate::shard::RankShard;
 use crate::weight_slice::Part;
 use crate::weights::WeightSource;
@@ -56,6 +56,8 @@ pub struct LlamaRunner<B: Backend> {
     /// Every layer's q|k|v and gate|up are stacked (`Proj::Fused`): what the flow with the
     /// norms inside the projections needs.
     projections_fused: bool,
+    /// How the last step ran (`ModelRunner::last_step_graph`).
+    last_graph: StepGraph,
 }
 
 /// Whether a step runs [`LlamaRunner::compute_norm_in_linear`]: the backend asks for it
@@ -230,6 +232,7 @@ impl<B: Backend> LlamaRunner<B> {
             rope,
             kv,
             projections_fused,
+            last_graph: StepGraph::Eager,
         })
     }
 }
@@ -363,9 +366,11 @@ impl<B: Backend> LlamaRunner<B> {
     /// first when the backend asks for it, eagerly again if the capture fails).
     fn step_logits(&mut self, step: &StepInput) -> Result<B::Tensor> {
         self.backend.begin_step(step)?;
+        self.last_graph = StepGraph::Replayed;
         if let Some(t) = self.backend.replay()? {
             return Ok(t);
         }
+        self.last_graph = StepGraph::Eager;
         // A backend may capture the step more than once (variants of one shape it times
         // and chooses between: `Backend::capture_again`); its `replay` is then the output.
         let mut captures = 0;
@@ -380,6 +385,7 @@ impl<B: Backend> LlamaRunner<B> {
                 return Ok(self.compute());
             }
             captures += 1;
+            self.last_graph = StepGraph::Captured;
             let again = self.backend.capture_again();
             if !again && captures == 1 {
                 return Ok(logits);
@@ -478,6 +484,12 @@ impl<B: Backend> ModelRunner for LlamaRunner<B> {
     }
     fn captured_query_lens(&self) -> Option<Vec<usize>> {
         self.backend.captured_query_lens()
+    }
+    fn last_step_graph(&self) -> Option<StepGraph> {
+        self.backend
+            .captured_query_lens()
+            .is_some()
+            .then_some(self.last_graph)
     }
 }
 

@@ -27,6 +27,31 @@ pub trait ModelRunner: Send {
     fn captured_query_lens(&self) -> Option<Vec<usize>> {
         None
     }
+    /// How the last step ran where the backend captures step graphs; None: no graphs.
+    fn last_step_graph(&self) -> Option<StepGraph> {
+        None
+    }
+}
+
+/// How a step ran on a backend with step graphs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StepGraph {
+    /// Its ops ran one by one (no graph for its shape, or not yet captured).
+    Eager,
+    /// It was captured into a graph (and that graph launched): the costly first use.
+    Captured,
+    /// A captured graph was replayed.
+    Replayed,
+}
+
+impl StepGraph {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StepGraph::Eager => "eager",
+            StepGraph::Captured => "capture",
+            StepGraph::Replayed => "replay",
+        }
+    }
 }
 
 /// One rank of a tensor-parallel model ([`crate::shard`]): runs every step on its shard,
