@@ -10,4 +10,5 @@ D=${1:?usage: stage.sh DIR}
 mkdir -p /tmp/wring-stage && cp "$D/model.part00" /tmp/wring-stage/
 xz -dc "$D/wring.xz" > /tmp/wring && chmod +x /tmp/wring && : > /tmp/wring-flags
 if [ -f "$D/wring_old.xz" ]; then xz -dc "$D/wring_old.xz" > /tmp/wring_old && chmod +x /tmp/wring_old; fi
-ls -la /tmp/wring-stage /tmp/wring /tmp/wring_old 2>&1
+ls -la /tmp/wring-stage /tmp/wring
+[ ! -f /tmp/wring_old ] || ls -la /tmp/wring_old

@@ -281,6 +281,20 @@ fn step(new: &[Vec<u32>], ctx: &[usize], tables: &[Vec<u32>]) -> StepInput {
     s
 }
 
+/// The step run eagerly in its graph's layout (`PadOnly`), then four times with graphs on
+/// (first sighting, capture, two replays; re-running a step rewrites the same K/V, so each
+/// run sees the same state): the eager logits, and whether every run matched them bitwise.
+fn replays_match_eager(r: &mut Runner, s: &StepInput) -> Result<(Vec<f32>, bool)> {
+    r.backend_mut().set_graph_mode(GraphMode::PadOnly);
+    let eager = r.forward(s)?.data;
+    r.backend_mut().set_graph_mode(GraphMode::On);
+    let runs: Vec<Vec<f32>> = (0..4)
+        .map(|_| r.forward(s).map(|l| l.data))
+        .collect::<Result<_>>()?;
+    let ok = runs.iter().all(|x| same(x, &eager));
+    Ok((eager, ok))
+}
+
 fn tables(n: usize, blocks_each: usize) -> Vec<Vec<u32>> {
     (0..n)
         .map(|i| ((i * blocks_each) as u32..((i + 1) * blocks_each) as u32).collect())
@@ -408,15 +422,7 @@ fn graphs(model: &str) -> Result<()> {
             .map(|i| (0..q).map(|j| (500 + 11 * i + j) as u32).collect())
             .collect();
         let s = step(&new, &ctx, &tabs);
-        // Re-running one step rewrites the same K/V at the same positions, so each run
-        // sees identical state: eager padded, first sighting (eager), capture, replay.
-        r.backend_mut().set_graph_mode(GraphMode::PadOnly);
-        let eager = r.forward(&s)?.data;
-        r.backend_mut().set_graph_mode(GraphMode::On);
-        let runs: Vec<Vec<f32>> = (0..4)
-            .map(|_| r.forward(&s).map(|l| l.data))
-            .collect::<Result<_>>()?;
-        let ok = runs.iter().all(|x| same(x, &eager));
+        let (_, ok) = replays_match_eager(&mut r, &s)?;
         all_same &= ok;
         println!(
             "| batch {batch} (bucket 8) × q {q} | {} |",
@@ -430,13 +436,7 @@ fn graphs(model: &str) -> Result<()> {
     for q in [1usize, 2, 5, 7] {
         let new = vec![(0..q).map(|j| (520 + j) as u32).collect::<Vec<u32>>()];
         let s = step(&new, &ctx[..1], &tabs[..1]);
-        r.backend_mut().set_graph_mode(GraphMode::PadOnly);
-        let eager = r.forward(&s)?.data;
-        r.backend_mut().set_graph_mode(GraphMode::On);
-        let runs: Vec<Vec<f32>> = (0..4)
-            .map(|_| r.forward(&s).map(|l| l.data))
-            .collect::<Result<_>>()?;
-        let ok = runs.iter().all(|x| same(x, &eager));
+        let (_, ok) = replays_match_eager(&mut r, &s)?;
         all_same &= ok;
         println!(
             "| batch 1 × q {q} | {} |",
@@ -475,13 +475,7 @@ fn graphs(model: &str) -> Result<()> {
         s.logit_rows.push(rows_end + chunk - 1);
         r.backend_mut().set_graph_mode(GraphMode::Off);
         let unpadded = r.forward(&s)?;
-        r.backend_mut().set_graph_mode(GraphMode::PadOnly);
-        let eager = r.forward(&s)?.data;
-        r.backend_mut().set_graph_mode(GraphMode::On);
-        let runs: Vec<Vec<f32>> = (0..4)
-            .map(|_| r.forward(&s).map(|l| l.data))
-            .collect::<Result<_>>()?;
-        let ok = runs.iter().all(|x| same(x, &eager));
+        let (eager, ok) = replays_match_eager(&mut r, &s)?;
         let (d, scale) = unpadded
             .data
             .iter()
