@@ -12,6 +12,16 @@ mod step;
 
 pub use step::{Logits, SeqInput, StepInput};
 
+/// One step shape a server meets cold at first (`--warm-up`): `rows` sequences of
+/// `query_len` tokens each (decode or verify rows), then, when `chunk` > 0, one prompt
+/// chunk of `chunk` tokens. No rows and a chunk: a prompt alone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WarmUpStep {
+    pub rows: usize,
+    pub query_len: usize,
+    pub chunk: usize,
+}
+
 /// How positions rotate query/key pairs.
 #[derive(Debug, Clone)]
 pub struct RopeSpec {
@@ -146,6 +156,18 @@ pub trait Backend: Send {
     /// backend captures no graphs. The engine's adaptive K policy picks K among these.
     fn captured_query_lens(&self) -> Option<Vec<usize>> {
         None
+    }
+    /// The step shapes whose first use costs this backend more than later ones (graph
+    /// captures, per-shape library set-up), for rows of `query_lens` tokens, at most
+    /// `max_seqs` sequences and `max_tokens` tokens a step; running each a few times
+    /// before serving moves that cost to start-up. Empty: nothing to warm (the CPU).
+    fn warm_up_steps(
+        &self,
+        _query_lens: &[usize],
+        _max_seqs: usize,
+        _max_tokens: usize,
+    ) -> Vec<WarmUpStep> {
+        Vec::new()
     }
     /// Index of the largest value of each row of `logits` (first on ties), computed
     /// where the logits live so only ids travel; None when the backend has no such op.

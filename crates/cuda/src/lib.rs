@@ -22,6 +22,7 @@ pub mod nccl_bench;
 mod options;
 mod params;
 pub mod qweights;
+mod warm_up;
 
 pub use backend::{
     measure_copy_bandwidth, CudaBackend, CudaMatrix, CudaTensor, CudaVector, SmallStepChoice,

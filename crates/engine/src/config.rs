@@ -32,6 +32,8 @@ pub struct EngineConfig {
     pub trace_out: Option<std::path::PathBuf>,
     /// Write one JSONL line per engine step here (`step_log.rs`).
     pub step_log: Option<std::path::PathBuf>,
+    /// Run the runner's cold step shapes before serving (`warm_up.rs`).
+    pub warm_up: bool,
 }
 
 impl Default for EngineConfig {
@@ -46,6 +48,7 @@ impl Default for EngineConfig {
             spec: SpecConfig::default(),
             trace_out: None,
             step_log: None,
+            warm_up: false,
         }
     }
 }

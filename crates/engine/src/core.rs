@@ -131,6 +131,23 @@ impl EngineCore {
                 core.cfg.max_num_seqs,
             )?;
         }
+        if core.cfg.warm_up {
+            let qs = crate::warm_up::query_lens(&core.cfg.spec, core.runner.as_ref());
+            let r = crate::warm_up::warm_up(
+                core.runner.as_mut(),
+                &mut core.sched.blocks,
+                &qs,
+                core.cfg.max_num_seqs,
+                core.cfg.max_num_batched_tokens,
+            )?;
+            tracing::info!(
+                "warm-up: {} step shapes ({} skipped: the KV pool cannot hold them at once), {} steps in {:.2} s",
+                r.shapes,
+                r.skipped,
+                r.steps,
+                r.seconds
+            );
+        }
         Ok((core, max_model_len))
     }
 

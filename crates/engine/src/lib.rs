@@ -23,6 +23,7 @@ mod step_input;
 mod step_log;
 pub mod stop;
 mod trace;
+mod warm_up;
 
 pub use api::*;
 pub use config::{EngineConfig, KPolicy, KProfile, ProposerKind, SpecConfig, SuffixParams};

@@ -485,6 +485,14 @@ impl<B: Backend> ModelRunner for LlamaRunner<B> {
     fn captured_query_lens(&self) -> Option<Vec<usize>> {
         self.backend.captured_query_lens()
     }
+    fn warm_up_steps(
+        &self,
+        query_lens: &[usize],
+        max_seqs: usize,
+        max_tokens: usize,
+    ) -> Vec<crate::runner::WarmUpStep> {
+        self.backend.warm_up_steps(query_lens, max_seqs, max_tokens)
+    }
     fn last_step_graph(&self) -> Option<StepGraph> {
         self.backend
             .captured_query_lens()

@@ -1,7 +1,7 @@
 //! The interface between the engine and a loaded model: one forward step over a
 //! batch of sequences whose KV lives in a paged block pool owned by the runner.
 
-pub use wring_backend::{Logits, SeqInput, StepInput};
+pub use wring_backend::{Logits, SeqInput, StepInput, WarmUpStep};
 
 /// A model instance bound to a backend and a KV block pool.
 pub trait ModelRunner: Send {
@@ -30,6 +30,15 @@ pub trait ModelRunner: Send {
     /// How the last step ran where the backend captures step graphs; None: no graphs.
     fn last_step_graph(&self) -> Option<StepGraph> {
         None
+    }
+    /// The step shapes worth running before serving (`Backend::warm_up_steps`).
+    fn warm_up_steps(
+        &self,
+        _query_lens: &[usize],
+        _max_seqs: usize,
+        _max_tokens: usize,
+    ) -> Vec<WarmUpStep> {
+        Vec::new()
     }
 }
 

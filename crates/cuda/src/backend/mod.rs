@@ -936,6 +936,15 @@ impl Backend for CudaBackend {
         (self.opts.graphs == GraphMode::On).then(|| self.opts.query_lens.clone())
     }
 
+    fn warm_up_steps(
+        &self,
+        query_lens: &[usize],
+        max_seqs: usize,
+        max_tokens: usize,
+    ) -> Vec<wring_backend::WarmUpStep> {
+        crate::warm_up::warm_up_steps(&self.opts, query_lens, max_seqs, max_tokens)
+    }
+
     fn qkv_rope(
         &mut self,
         layer: usize,

@@ -93,6 +93,11 @@ pub struct EngineArgs {
     /// logit rows, model and host milliseconds (for studying where a run's time goes).
     #[arg(long, value_name = "FILE")]
     pub step_log: Option<std::path::PathBuf>,
+    /// Before serving, run the step shapes whose first use is slow (on CUDA: every graph key
+    /// and eager token bucket, three times: sighting, capture, replay), so the first requests
+    /// do not pay for them. Costs start-up time; nothing to warm on the CPU.
+    #[arg(long, env = "WRING_WARM_UP", value_parser = clap::builder::BoolishValueParser::new())]
+    pub warm_up: bool,
     #[command(flatten)]
     pub spec: SpecArgs,
 }
@@ -408,6 +413,7 @@ impl EngineArgs {
             spec,
             trace_out: self.trace_out.clone(),
             step_log: self.step_log.clone(),
+            warm_up: self.warm_up,
         };
         cfg.validate()?;
         Ok((cfg, vec![spec_line, steps_line]))
