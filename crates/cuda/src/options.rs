@@ -182,7 +182,7 @@ pub struct CudaOptions {
     /// off). Why they exist: such steps run eagerly, and a 135M step's ~275 launches make
     /// them host-bound; a chunk graph step is 5–17 % faster than the eager one (135M, H200).
     /// Why off: through the server (c=32, 128 prompts a corpus) bestKpad measured 0.93–1.00×
-    /// of off in four runs (c=1: 1.01–1.02×) — likely the captures of a short run's many
+    /// of off in four runs (c=1 K=4: 0.98–1.02×) — likely the captures of a short run's many
     /// keys, each paid back only after tens of replays (BENCHMARKS, session 17); on the 8B
     /// graphs of chunks over 256 tokens lost to the eager step (pad and grid of the bucket).
     pub chunk_graph_max: usize,

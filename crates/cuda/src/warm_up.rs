@@ -1,10 +1,10 @@
 //! The step shapes a fresh server would otherwise meet cold (`Backend::warm_up_steps`):
-//! each graph key's first sighting runs eagerly and its second is captured (~6 ms on the
-//! 135M, against ~1.8 ms for a replay), and an eager step of a new token bucket pays
-//! cuBLAS's per-shape set-up (2–13 ms on the H200). Session 17's step log of a fresh
-//! server (K = 4, mix, c = 32): its cold prompt steps cost 5.3–8.7 ms against 2.46 ms
-//! warm, ~19 % of that first run. Which shapes: the rules of `graphs.rs` and `options.rs`,
-//! enumerated — nothing here decides a key.
+//! each graph key's first sighting runs eagerly and its second is captured (a capture step
+//! ~6.2 ms on the 135M, a replay ~1.8 ms), and an eager step of a new token bucket pays
+//! cuBLAS's per-shape set-up (2–13 ms on the H200, session 15). Session 17's step log
+//! (BENCHMARKS, "Chunk graphs and a chunk step's attention"): a fresh server's eager prompt
+//! steps cost 5.3 ms against 2.5 ms in a second pass. Which shapes: the rules of
+//! `graphs.rs` and `options.rs`, enumerated — nothing here decides a key.
 
 use wring_backend::WarmUpStep;
 
