@@ -180,10 +180,10 @@ pub struct CudaOptions {
     /// ([`chunk_token_bucket`]: its length and a pad of at least 17 tokens), for chunk
     /// buckets up to this many tokens (`WRING_CUDA_CHUNK_GRAPHS` = off | tokens, default
     /// off). Why they exist: such steps run eagerly, and a 135M step's ~275 launches make
-    /// them host-bound; a chunk graph step is 5–17 % faster than the eager one (135M, H200).
+    /// them host-bound; a chunk graph step ran 1.02–2.03× faster than the eager one (135M, H200).
     /// Why off: through the server (c=32, 128 prompts a corpus) bestKpad measured 0.93–1.00×
     /// of off in four runs (c=1 K=4: 0.98–1.02×) — likely the captures of a short run's many
-    /// keys, each paid back only after tens of replays (BENCHMARKS, session 17); on the 8B
+    /// keys, each paid back only after ~6 replays (BENCHMARKS, session 17); on the 8B
     /// graphs of chunks over 256 tokens lost to the eager step (pad and grid of the bucket).
     pub chunk_graph_max: usize,
 }

@@ -56,15 +56,11 @@ pub fn warm_up_steps(
     }
     if graphs && opts.chunk_graph_max > 0 {
         let chunk_max = opts.chunk_graph_max.min(WARM_CHUNK_MAX);
-        let chunk_buckets: Vec<usize> = (1..=chunk_max)
+        let mut chunk_buckets: Vec<usize> = (1..=chunk_max)
             .map(chunk_token_bucket)
             .filter(|&c| c <= chunk_max)
-            .fold(Vec::new(), |mut v, c| {
-                if v.last() != Some(&c) {
-                    v.push(c);
-                }
-                v
-            });
+            .collect();
+        chunk_buckets.dedup();
         let mut chunk_steps = Vec::new();
         // Larger row buckets first: a loaded server's prompt steps.
         for &b in opts.buckets.iter().rev().filter(|&&b| b < max_seqs) {

@@ -22,6 +22,7 @@ pub mod step_budget;
 mod step_input;
 mod step_log;
 pub mod stop;
+mod synthetic_step;
 mod trace;
 mod warm_up;
 

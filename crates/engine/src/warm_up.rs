@@ -7,10 +7,11 @@
 
 use std::time::Instant;
 
-use wring_model::runner::{ModelRunner, SeqInput, StepInput, WarmUpStep};
+use wring_model::runner::ModelRunner;
 
 use crate::block_manager::BlockManager;
 use crate::config::{KPolicy, SpecConfig};
+use crate::synthetic_step::{self, SyntheticSeq};
 
 /// Runs of each shape: eager first sighting, capture, replay.
 const RUNS: usize = 3;
@@ -47,31 +48,27 @@ pub fn warm_up(
     let vocab = runner.vocab_size() as u32;
     let (mut steps, mut skipped) = (0, 0);
     for shape in &shapes {
-        let lens: Vec<usize> = std::iter::repeat_n(shape.query_len, shape.rows)
-            .chain((shape.chunk > 0).then_some(shape.chunk))
+        let rows = SyntheticSeq {
+            query_len: shape.query_len,
+            all_logits: true,
+        };
+        let chunk = SyntheticSeq {
+            query_len: shape.chunk,
+            all_logits: false,
+        };
+        let seqs: Vec<SyntheticSeq> = std::iter::repeat_n(rows, shape.rows)
+            .chain((shape.chunk > 0).then_some(chunk))
             .collect();
-        let mut tables = Vec::with_capacity(lens.len());
-        for &n in &lens {
-            let mut t = Vec::new();
-            if !blocks.allocate(&mut t, n) {
-                break;
-            }
-            tables.push(t);
-        }
-        if tables.len() == lens.len() {
-            let step = step_of(shape, &lens, &tables, vocab);
-            for _ in 0..RUNS {
-                if runner.forward_greedy(&step)?.is_none() {
-                    runner.forward(&step)?;
-                }
-                steps += 1;
-            }
-        } else {
+        let Some(tables) = synthetic_step::allocate(blocks, &seqs, 0) else {
             skipped += 1;
+            continue;
+        };
+        let step = synthetic_step::step(&seqs, 0, &tables, vocab);
+        for _ in 0..RUNS {
+            synthetic_step::run(runner, &step)?;
+            steps += 1;
         }
-        for mut t in tables {
-            blocks.free_all(&mut t);
-        }
+        synthetic_step::free(blocks, tables);
     }
     Ok(WarmUpReport {
         shapes: shapes.len(),
@@ -79,28 +76,4 @@ pub fn warm_up(
         skipped,
         seconds: t0.elapsed().as_secs_f64(),
     })
-}
-
-/// Sequences at position 0 with the logit rows serving asks for: every token of a
-/// decode/verify row, the last token of the chunk.
-fn step_of(shape: &WarmUpStep, lens: &[usize], tables: &[Vec<u32>], vocab: u32) -> StepInput {
-    let mut s = StepInput::default();
-    for (i, (&q, t)) in lens.iter().zip(tables).enumerate() {
-        let start = s.tokens.len();
-        s.tokens
-            .extend((0..q as u32).map(|j| (1 + 31 * i as u32 + 7 * j) % vocab));
-        s.positions.extend(0..q as u32);
-        if i < shape.rows {
-            s.logit_rows.extend(start..start + q);
-        } else {
-            s.logit_rows.push(start + q - 1);
-        }
-        s.seqs.push(SeqInput {
-            query_start: start,
-            query_len: q,
-            context_len: q,
-            block_table: t.clone(),
-        });
-    }
-    s
 }

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 
 use common::*;
 use wring_engine::{Engine, KPolicy, ProposerKind, ServedModel, SpecConfig};
-use wring_model::runner::{Logits, ModelRunner, StepInput};
+use wring_model::runner::StepInput;
 
 const CAPTURED: [usize; 4] = [1, 2, 5, 9];
 const LARGEST_K: usize = 8;
@@ -20,52 +20,16 @@ struct VerifyRow {
     query_len: usize,
 }
 
-/// The CPU runner, reporting `CAPTURED` and recording every verify row it runs.
-struct ReportsCapturedShapes {
-    inner: Box<dyn ModelRunner>,
-    rows: Arc<Mutex<Vec<VerifyRow>>>,
-}
-
-impl ReportsCapturedShapes {
-    fn record(&self, step: &StepInput) {
-        let mut rows = self.rows.lock().unwrap();
-        for s in &step.seqs {
-            let span = s.query_start..s.query_start + s.query_len;
-            let with_logits = step.logit_rows.iter().filter(|r| span.contains(r)).count();
-            if with_logits == s.query_len {
-                rows.push(VerifyRow {
-                    first_position: step.positions[s.query_start],
-                    query_len: s.query_len,
-                });
-            }
-        }
-    }
-}
-
-impl ModelRunner for ReportsCapturedShapes {
-    fn forward(&mut self, step: &StepInput) -> anyhow::Result<Logits> {
-        self.record(step);
-        self.inner.forward(step)
-    }
-    fn forward_greedy(&mut self, step: &StepInput) -> anyhow::Result<Option<Vec<u32>>> {
-        self.record(step);
-        self.inner.forward_greedy(step)
-    }
-    fn block_size(&self) -> usize {
-        self.inner.block_size()
-    }
-    fn num_blocks(&self) -> usize {
-        self.inner.num_blocks()
-    }
-    fn vocab_size(&self) -> usize {
-        self.inner.vocab_size()
-    }
-    fn device_name(&self) -> String {
-        self.inner.device_name()
-    }
-    fn captured_query_lens(&self) -> Option<Vec<usize>> {
-        Some(CAPTURED.to_vec())
-    }
+/// The decode or verify rows of a step: sequences whose every row came back as logits.
+fn verify_rows(step: &StepInput) -> impl Iterator<Item = VerifyRow> + '_ {
+    step.seqs.iter().filter_map(|s| {
+        let span = s.query_start..s.query_start + s.query_len;
+        let with_logits = step.logit_rows.iter().filter(|r| span.contains(r)).count();
+        (with_logits == s.query_len).then(|| VerifyRow {
+            first_position: step.positions[s.query_start],
+            query_len: s.query_len,
+        })
+    })
 }
 
 #[test]
@@ -75,10 +39,11 @@ fn adaptive_k_comes_from_the_runners_captured_shapes() {
     let served = ServedModel::of(&model, opts.max_model_len);
     let tokenizer = model.tokenizer.clone();
     let rows = Arc::new(Mutex::new(Vec::new()));
-    let runner = ReportsCapturedShapes {
-        inner: model.into_runner(&opts).unwrap(),
-        rows: rows.clone(),
-    };
+    let seen = rows.clone();
+    let mut runner = ObservedRunner::new(model.into_runner(&opts).unwrap(), move |step| {
+        seen.lock().unwrap().extend(verify_rows(step))
+    });
+    runner.captured = Some(CAPTURED.to_vec());
     let spec = SpecConfig {
         method: ProposerKind::Suffix,
         k_policy: KPolicy::Adaptive,

@@ -1,7 +1,7 @@
 //! `--warm-up` runs the shapes the runner names three times each before serving, skips
 //! a shape the KV pool cannot hold, and leaves no trace: the same greedy request gives the
 //! same tokens with and without it. The real CPU runner, naming shapes as CUDA would (the
-//! CPU itself has none to warm).
+//! CPU itself has none to warm: `ObservedRunner`).
 
 mod common;
 
@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 
 use common::*;
 use wring_engine::{Engine, EngineConfig, KPolicy, ProposerKind, ServedModel, SpecConfig};
-use wring_model::runner::{Logits, ModelRunner, StepInput, WarmUpStep};
+use wring_model::runner::WarmUpStep;
 
 const SHAPES: [WarmUpStep; 3] = [
     WarmUpStep {
@@ -30,48 +30,6 @@ const SHAPES: [WarmUpStep; 3] = [
     },
 ];
 
-/// The CPU runner, naming `SHAPES` and recording each step's sequence lengths and the
-/// query lengths the engine asked shapes for.
-struct NamesWarmUpShapes {
-    inner: Box<dyn ModelRunner>,
-    steps: Arc<Mutex<Vec<Vec<usize>>>>,
-    asked: Arc<Mutex<Vec<usize>>>,
-}
-
-impl NamesWarmUpShapes {
-    fn record(&self, step: &StepInput) {
-        let lens = step.seqs.iter().map(|s| s.query_len).collect();
-        self.steps.lock().unwrap().push(lens);
-    }
-}
-
-impl ModelRunner for NamesWarmUpShapes {
-    fn forward(&mut self, step: &StepInput) -> anyhow::Result<Logits> {
-        self.record(step);
-        self.inner.forward(step)
-    }
-    fn forward_greedy(&mut self, step: &StepInput) -> anyhow::Result<Option<Vec<u32>>> {
-        self.record(step);
-        self.inner.forward_greedy(step)
-    }
-    fn block_size(&self) -> usize {
-        self.inner.block_size()
-    }
-    fn num_blocks(&self) -> usize {
-        self.inner.num_blocks()
-    }
-    fn vocab_size(&self) -> usize {
-        self.inner.vocab_size()
-    }
-    fn device_name(&self) -> String {
-        self.inner.device_name()
-    }
-    fn warm_up_steps(&self, query_lens: &[usize], _: usize, _: usize) -> Vec<WarmUpStep> {
-        *self.asked.lock().unwrap() = query_lens.to_vec();
-        SHAPES.to_vec()
-    }
-}
-
 /// The request's tokens, the steps run before serving, the query lengths asked for, and
 /// the KV blocks in use after the request.
 fn answer(warm_up: bool) -> (Vec<u32>, Vec<Vec<usize>>, Vec<usize>, usize) {
@@ -80,12 +38,13 @@ fn answer(warm_up: bool) -> (Vec<u32>, Vec<Vec<usize>>, Vec<usize>, usize) {
     let served = ServedModel::of(&model, opts.max_model_len);
     let tokenizer = model.tokenizer.clone();
     let steps = Arc::new(Mutex::new(Vec::new()));
-    let asked = Arc::new(Mutex::new(Vec::new()));
-    let runner = NamesWarmUpShapes {
-        inner: model.into_runner(&opts).unwrap(),
-        steps: steps.clone(),
-        asked: asked.clone(),
-    };
+    let seen = steps.clone();
+    let mut runner = ObservedRunner::new(model.into_runner(&opts).unwrap(), move |step| {
+        let lens: Vec<usize> = step.seqs.iter().map(|s| s.query_len).collect();
+        seen.lock().unwrap().push(lens)
+    });
+    runner.warm_up = SHAPES.to_vec();
+    let asked = runner.asked.clone();
     let spec = SpecConfig {
         method: ProposerKind::Suffix,
         k_policy: KPolicy::Fixed(4),

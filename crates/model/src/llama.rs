@@ -366,8 +366,8 @@ impl<B: Backend> LlamaRunner<B> {
     /// first when the backend asks for it, eagerly again if the capture fails).
     fn step_logits(&mut self, step: &StepInput) -> Result<B::Tensor> {
         self.backend.begin_step(step)?;
-        self.last_graph = StepGraph::Replayed;
         if let Some(t) = self.backend.replay()? {
+            self.last_graph = StepGraph::Replayed;
             return Ok(t);
         }
         self.last_graph = StepGraph::Eager;

@@ -179,3 +179,71 @@ pub fn short_prompts_per_corpus(n: usize, max_len: usize) -> Vec<TracePrompt> {
     }
     out
 }
+
+/// The real runner seen from outside: `on_step` is called with every step it runs, and it
+/// reports `captured` as the query lengths it captures (what a CUDA runner would say) and
+/// `warm_up` as its warm-up shapes, keeping the query lengths the engine asked them for in
+/// `asked`.
+pub struct ObservedRunner {
+    pub inner: Box<dyn wring_model::runner::ModelRunner>,
+    pub on_step: Box<dyn FnMut(&wring_model::runner::StepInput) + Send>,
+    pub captured: Option<Vec<usize>>,
+    pub warm_up: Vec<wring_model::runner::WarmUpStep>,
+    pub asked: std::sync::Arc<std::sync::Mutex<Vec<usize>>>,
+}
+
+impl ObservedRunner {
+    pub fn new(
+        inner: Box<dyn wring_model::runner::ModelRunner>,
+        on_step: impl FnMut(&wring_model::runner::StepInput) + Send + 'static,
+    ) -> Self {
+        Self {
+            inner,
+            on_step: Box::new(on_step),
+            captured: None,
+            warm_up: Vec::new(),
+            asked: Default::default(),
+        }
+    }
+}
+
+impl wring_model::runner::ModelRunner for ObservedRunner {
+    fn forward(
+        &mut self,
+        step: &wring_model::runner::StepInput,
+    ) -> anyhow::Result<wring_model::runner::Logits> {
+        (self.on_step)(step);
+        self.inner.forward(step)
+    }
+    fn forward_greedy(
+        &mut self,
+        step: &wring_model::runner::StepInput,
+    ) -> anyhow::Result<Option<Vec<u32>>> {
+        (self.on_step)(step);
+        self.inner.forward_greedy(step)
+    }
+    fn block_size(&self) -> usize {
+        self.inner.block_size()
+    }
+    fn num_blocks(&self) -> usize {
+        self.inner.num_blocks()
+    }
+    fn vocab_size(&self) -> usize {
+        self.inner.vocab_size()
+    }
+    fn device_name(&self) -> String {
+        self.inner.device_name()
+    }
+    fn captured_query_lens(&self) -> Option<Vec<usize>> {
+        self.captured.clone()
+    }
+    fn warm_up_steps(
+        &self,
+        query_lens: &[usize],
+        _max_seqs: usize,
+        _max_tokens: usize,
+    ) -> Vec<wring_model::runner::WarmUpStep> {
+        *self.asked.lock().unwrap() = query_lens.to_vec();
+        self.warm_up.clone()
+    }
+}

@@ -3,10 +3,11 @@
 
 use std::time::Instant;
 
-use wring_model::runner::{ModelRunner, SeqInput, StepInput};
+use wring_model::runner::ModelRunner;
 
 use super::cost_model::StepShape;
 use crate::block_manager::BlockManager;
+use crate::synthetic_step::{self, SyntheticSeq};
 
 /// K values timed: none, the largest candidate and the one nearest a third of it
 /// (0, 4, 12 for the CPU's candidates), so every timed shape is one the runner has
@@ -128,69 +129,37 @@ pub fn measure_step_costs(
             context,
             all_logits,
         } = probe;
-        let mut tables = Vec::with_capacity(b);
-        for _ in 0..b {
-            let mut t = Vec::new();
-            if !blocks.allocate(&mut t, context + q) {
-                break;
-            }
-            tables.push(t);
-        }
-        if tables.len() < b {
-            for mut t in tables {
-                blocks.free_all(&mut t);
-            }
+        let seqs = vec![
+            SyntheticSeq {
+                query_len: q,
+                all_logits
+            };
+            b
+        ];
+        let Some(tables) = synthetic_step::allocate(blocks, &seqs, context) else {
             if context == 0 && all_logits {
                 anyhow::bail!("KV pool too small to calibrate {b} sequences of {q} tokens");
             }
             continue;
-        }
-        let mut step = StepInput::default();
-        for (i, t) in tables.iter().enumerate() {
-            let start = step.tokens.len();
-            step.tokens
-                .extend((0..q as u32).map(|j| (1 + i as u32 * 31 + j * 7) % vocab));
-            step.positions.extend(context as u32..(context + q) as u32);
-            if all_logits {
-                step.logit_rows.extend(start..start + q);
-            } else {
-                step.logit_rows.push(start + q - 1);
-            }
-            step.seqs.push(SeqInput {
-                query_start: start,
-                query_len: q,
-                context_len: context + q,
-                block_table: t.clone(),
-            });
-        }
+        };
+        let step = synthetic_step::step(&seqs, context, &tables, vocab);
         // Warm-up: the first step pays one-time costs; on a GPU (graph capture)
         // a shape runs eagerly once, is captured the second time, replays after.
         let warmups = usize::from(first) + if on_gpu { 2 } else { 0 };
         first = false;
         for _ in 0..warmups {
-            run_step(runner, &step)?;
+            synthetic_step::run(runner, &step)?;
         }
         let mut best = f64::INFINITY;
         for _ in 0..2 {
             let t0 = Instant::now();
-            run_step(runner, &step)?;
+            synthetic_step::run(runner, &step)?;
             best = best.min(t0.elapsed().as_secs_f64());
         }
         points.push((probe.shape(), best));
-        for mut t in tables {
-            blocks.free_all(&mut t);
-        }
+        synthetic_step::free(blocks, tables);
     }
     Ok(points)
-}
-
-/// One step the way greedy serving runs it: ids only where the runner can (the engine
-/// uses `forward_greedy` for all-greedy steps), whole logit rows otherwise.
-fn run_step(runner: &mut dyn ModelRunner, step: &StepInput) -> anyhow::Result<()> {
-    if runner.forward_greedy(step)?.is_none() {
-        runner.forward(step)?;
-    }
-    Ok(())
 }
 
 #[cfg(test)]
