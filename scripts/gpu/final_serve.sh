@@ -36,6 +36,7 @@ tune() { # concurrency prompts configs
         --device "NVIDIA H200" --serve-arg=--device=cuda --startup-timeout-s 120 \
         --request-timeout-s 120 --no-progress --out "$dir" > "$dir.log" 2>&1
     echo "== tune c=$1 n=$2 rc=$? in $(( $(date +%s) - t0 )) s"
+    grep "warm-up:" "$dir"/logs/*.log > "$dir/warm-up.txt" 2>/dev/null
     rm -rf "$dir/logs"
     sed -n '/^| corpus/,/^$/p;/^| configuration/,/^$/p' "$dir/report.md"
 }

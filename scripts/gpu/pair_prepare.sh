@@ -32,7 +32,7 @@ cp "$shared"/corpora/*.json* .dev/b/corpora/
 cp "$HOME/.cache/wring/corpora/HumanEval.jsonl.gz" .dev/b/corpora/
 head -c 300000 "$HOME/.cache/wring/corpora/ShareGPT_V3_unfiltered_cleaned_split.json" \
     > .dev/b/corpora/ShareGPT_V3_unfiltered_cleaned_split.json
-tracked=$(git ls-files -z | xargs -0 stat -c %s | awk '{s += $1} END {print s}')
+tracked=$(git ls-files -z | xargs -0 stat -c %s 2>/dev/null | awk '{s += $1} END {print s}')
 for d in "$A" .dev/b; do
     find "$d" -type f -printf '%s\n' | awk -v d="$d" -v t="$tracked" \
         '{s += $1} END {printf "%s: %.1f MiB with the tracked files (64 at most)\n", d, (s + t) / 1048576}'

@@ -66,6 +66,10 @@ impl EngineCore {
         if num_blocks == 0 || block_size == 0 {
             anyhow::bail!("the runner has no KV blocks (num_blocks {num_blocks}, block_size {block_size}); raise the KV cache budget");
         }
+        // Streams detokenise from each token's bytes where the tokenizer allows it; the
+        // table is built (and checked) now rather than on the first request.
+        let byte_stream = tokenizer.byte_table().is_some();
+        tracing::debug!("detokenising from token bytes: {byte_stream}");
         let pool_tokens = num_blocks * block_size;
         let mut max_model_len = model_max_len;
         if cfg.max_model_len > 0 {

@@ -1,6 +1,7 @@
 //! Models: configs, weight loading (GGUF, safetensors, dummy), tokenizers, chat
 //! templates, and the Llama-family forward pass written against the backend trait.
 
+pub mod byte_level;
 pub mod catalog;
 pub mod chat;
 pub mod config;

@@ -1,16 +1,20 @@
 //! Tokenizers: the BPE vocabulary embedded in a GGUF file (rebuilt as a `tokenizers`
 //! pipeline) or a Hugging Face `tokenizer.json`, plus incremental detokenisation.
 
+use crate::byte_level::{ByteStream, ByteTable};
 use crate::gguf::GgufFile;
 use anyhow::{anyhow, bail, Context, Result};
 use serde_json::{json, Value};
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 pub struct Tokenizer {
     inner: tokenizers::Tokenizer,
     bos: Option<u32>,
     add_bos: bool,
+    /// Each token's bytes, where the decoder is plain byte-level and the table was
+    /// checked against it token by token (built on first use: see [`Tokenizer::byte_table`]).
+    byte_table: OnceLock<Option<ByteTable>>,
 }
 
 /// Pre-tokenizer regexes by GGUF `tokenizer.ggml.pre` (the published split patterns
@@ -93,6 +97,7 @@ impl Tokenizer {
             inner,
             bos,
             add_bos,
+            byte_table: OnceLock::new(),
         })
     }
 
@@ -112,6 +117,7 @@ impl Tokenizer {
             inner,
             bos,
             add_bos,
+            byte_table: OnceLock::new(),
         })
     }
 
@@ -154,6 +160,46 @@ impl Tokenizer {
     pub fn add_bos(&self) -> bool {
         self.add_bos && self.bos.is_some()
     }
+
+    /// Each token's bytes, when this tokenizer's decoding is exactly "concatenate the
+    /// tokens' bytes, read as UTF-8" (a plain byte-level decoder, checked here for every
+    /// token against `decode`); None otherwise, and streams decode windows of ids.
+    /// Built once (~0.1 s for a 49k vocabulary); the engine builds it at start-up.
+    pub fn byte_table(&self) -> Option<&ByteTable> {
+        self.byte_table
+            .get_or_init(|| {
+                let byte_level = matches!(
+                    self.inner.get_decoder(),
+                    Some(tokenizers::DecoderWrapper::ByteLevel(_))
+                );
+                if !byte_level {
+                    return None;
+                }
+                let n = self.vocab_size() as u32;
+                let special: std::collections::HashSet<u32> = self
+                    .inner
+                    .get_added_tokens_decoder()
+                    .into_iter()
+                    .filter(|(_, t)| t.special)
+                    .map(|(id, _)| id)
+                    .collect();
+                let tokens: Vec<Option<String>> = (0..n).map(|id| self.id_to_token(id)).collect();
+                let table = ByteTable::new(
+                    tokens
+                        .iter()
+                        .enumerate()
+                        .map(|(id, t)| (t.as_deref(), special.contains(&(id as u32)))),
+                );
+                let agrees = (0..n).all(|id| {
+                    let ours = String::from_utf8_lossy(table.token(id, false));
+                    self.decode(&[id], false).is_ok_and(|theirs| theirs == ours)
+                        && (table.token(id, true).is_empty()
+                            == self.decode(&[id], true).is_ok_and(|t| t.is_empty()))
+                });
+                agrees.then_some(table)
+            })
+            .as_ref()
+    }
 }
 
 /// `"<s>"` or `{"content": "<s>", ...}` in tokenizer_config.json.
@@ -167,63 +213,130 @@ pub(crate) fn token_string(v: &Value) -> Option<String> {
 
 /// Streams text for a growing token sequence without ever splitting a UTF-8 character:
 /// text is released only once the decoded suffix no longer ends in a replacement
-/// character (the standard prefix/read-offset scheme).
+/// character (the standard prefix/read-offset scheme). With a byte-level tokenizer
+/// ([`Tokenizer::byte_table`]) the same text comes from each token's bytes instead of
+/// two decodes of a window of ids per token.
 pub struct IncrementalDecoder {
     tokenizer: Arc<Tokenizer>,
-    ids: Vec<u32>,
-    prefix_offset: usize,
-    read_offset: usize,
     skip_special: bool,
+    stream: Stream,
+}
+
+enum Stream {
+    Bytes(ByteStream),
+    Window {
+        ids: Vec<u32>,
+        prefix_offset: usize,
+        read_offset: usize,
+    },
 }
 
 impl IncrementalDecoder {
     pub fn new(tokenizer: Arc<Tokenizer>, prompt_ids: &[u32], skip_special: bool) -> Self {
         // A few prompt tokens give the decoder context (e.g. for leading spaces).
         let ctx = &prompt_ids[prompt_ids.len().saturating_sub(4)..];
+        // The byte stream starts clean only where the prompt ends on a whole character
+        // (always, for a prompt that was text); else the window scheme, as before.
+        let whole = |t: &ByteTable| {
+            let bytes: Vec<u8> = ctx.iter().flat_map(|&id| t.token(id, skip_special)).copied().collect();
+            std::str::from_utf8(&bytes).is_ok()
+        };
+        let stream = match tokenizer.byte_table() {
+            Some(t) if whole(t) => Stream::Bytes(ByteStream::default()),
+            _ => Stream::Window {
+                ids: ctx.to_vec(),
+                prefix_offset: 0,
+                read_offset: ctx.len(),
+            },
+        };
         Self {
             tokenizer,
-            ids: ctx.to_vec(),
-            prefix_offset: 0,
-            read_offset: ctx.len(),
             skip_special,
+            stream,
         }
-    }
-
-    fn text(&self, from: usize, to: usize) -> String {
-        self.tokenizer
-            .decode(&self.ids[from..to], self.skip_special)
-            .unwrap_or_default()
     }
 
     /// Newly completed text after appending `id` ("" while a character is incomplete).
     pub fn push(&mut self, id: u32) -> String {
-        self.ids.push(id);
-        let prefix = self.text(self.prefix_offset, self.read_offset);
-        let full = self.text(self.prefix_offset, self.ids.len());
-        if full.len() > prefix.len()
-            && !full.ends_with('\u{FFFD}')
-            && full.is_char_boundary(prefix.len())
-        {
-            let out = full[prefix.len()..].to_string();
-            self.prefix_offset = self.read_offset;
-            self.read_offset = self.ids.len();
-            out
-        } else {
-            String::new()
+        let text = |ids: &[u32]| {
+            self.tokenizer
+                .decode(ids, self.skip_special)
+                .unwrap_or_default()
+        };
+        match &mut self.stream {
+            // A byte stream is only made where the table exists (it is built once, never dropped).
+            Stream::Bytes(s) => s.push(
+                self.tokenizer
+                    .byte_table()
+                    .map_or(&[][..], |t| t.token(id, self.skip_special)),
+            ),
+            Stream::Window {
+                ids,
+                prefix_offset,
+                read_offset,
+            } => {
+                ids.push(id);
+                let prefix = text(&ids[*prefix_offset..*read_offset]);
+                let full = text(&ids[*prefix_offset..]);
+                if full.len() > prefix.len()
+                    && !full.ends_with('\u{FFFD}')
+                    && full.is_char_boundary(prefix.len())
+                {
+                    *prefix_offset = *read_offset;
+                    *read_offset = ids.len();
+                    full[prefix.len()..].to_string()
+                } else {
+                    String::new()
+                }
+            }
         }
     }
 
     /// Whatever text is still held back (at the end of a request).
     pub fn flush(&mut self) -> String {
-        let prefix = self.text(self.prefix_offset, self.read_offset);
-        let full = self.text(self.prefix_offset, self.ids.len());
-        self.prefix_offset = self.read_offset;
-        self.read_offset = self.ids.len();
-        if full.len() > prefix.len() && full.is_char_boundary(prefix.len()) {
-            full[prefix.len()..].to_string()
-        } else {
-            String::new()
+        let text = |ids: &[u32]| {
+            self.tokenizer
+                .decode(ids, self.skip_special)
+                .unwrap_or_default()
+        };
+        match &mut self.stream {
+            Stream::Bytes(s) => s.flush(),
+            Stream::Window {
+                ids,
+                prefix_offset,
+                read_offset,
+            } => {
+                let prefix = text(&ids[*prefix_offset..*read_offset]);
+                let full = text(&ids[*prefix_offset..]);
+                *prefix_offset = *read_offset;
+                *read_offset = ids.len();
+                if full.len() > prefix.len() && full.is_char_boundary(prefix.len()) {
+                    full[prefix.len()..].to_string()
+                } else {
+                    String::new()
+                }
+            }
         }
+    }
+
+    /// The window scheme on the same tokenizer, whatever it supports (tests compare the
+    /// two streams).
+    pub fn windowed(tokenizer: Arc<Tokenizer>, prompt_ids: &[u32], skip_special: bool) -> Self {
+        let ctx = &prompt_ids[prompt_ids.len().saturating_sub(4)..];
+        Self {
+            tokenizer,
+            skip_special,
+            stream: Stream::Window {
+                ids: ctx.to_vec(),
+                prefix_offset: 0,
+                read_offset: ctx.len(),
+            },
+        }
+    }
+
+    /// Whether this stream reads token bytes (true) or decodes windows of ids.
+    pub fn is_byte_stream(&self) -> bool {
+        matches!(self.stream, Stream::Bytes(_))
     }
 }
 
