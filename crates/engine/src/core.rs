@@ -144,13 +144,19 @@ impl EngineCore {
                 core.cfg.max_num_seqs,
                 core.cfg.max_num_batched_tokens,
             )?;
-            tracing::info!(
+            let line = format!(
                 "warm-up: {} step shapes ({} skipped: the KV pool cannot hold them at once), {} steps in {:.2} s",
                 r.shapes,
                 r.skipped,
                 r.steps,
                 r.seconds
             );
+            // The CPU names no shapes: nothing worth a line at start-up there.
+            if r.shapes > 0 {
+                tracing::info!("{line}");
+            } else {
+                tracing::debug!("{line}");
+            }
         }
         Ok((core, max_model_len))
     }

@@ -95,9 +95,13 @@ pub struct EngineArgs {
     pub step_log: Option<std::path::PathBuf>,
     /// Before serving, run the step shapes whose first use is slow (on CUDA: every graph key
     /// and eager token bucket, three times: sighting, capture, replay), so the first requests
-    /// do not pay for them. Costs start-up time; nothing to warm on the CPU.
-    #[arg(long, env = "WRING_WARM_UP", value_parser = clap::builder::BoolishValueParser::new())]
-    pub warm_up: bool,
+    /// do not pay for them. ~0.8 s of start-up on an H200, and the first
+    /// requests' time to first token is lower (BENCHMARKS.md); nothing to warm on the CPU.
+    /// Default: on for `serve`, off for one-shot `generate` and `chat`; `--warm-up=false`
+    /// (or WRING_WARM_UP=0) skips it.
+    #[arg(long, env = "WRING_WARM_UP", num_args = 0..=1, default_missing_value = "true",
+          value_parser = clap::builder::BoolishValueParser::new())]
+    pub warm_up: Option<bool>,
     #[command(flatten)]
     pub spec: SpecArgs,
 }
@@ -413,7 +417,7 @@ impl EngineArgs {
             spec,
             trace_out: self.trace_out.clone(),
             step_log: self.step_log.clone(),
-            warm_up: self.warm_up,
+            warm_up: self.warm_up.unwrap_or(false),
         };
         cfg.validate()?;
         Ok((cfg, vec![spec_line, steps_line]))

@@ -48,7 +48,7 @@ pub struct Args {
     pub stats_interval: f64,
 }
 
-pub fn run(args: Args) -> anyhow::Result<()> {
+pub fn run(mut args: Args) -> anyhow::Result<()> {
     let addr: SocketAddr = format!("{}:{}", args.host, args.port)
         .parse()
         .with_context(|| format!("--host {:?} --port {}", args.host, args.port))?;
@@ -85,6 +85,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             model_sampling.defaults
         );
     }
+    args.common.engine.warm_up = Some(warm_up(&args));
     let (engine, info) = start_engine(&args.common)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -146,9 +147,30 @@ async fn shutdown_signal() {
     }
 }
 
+/// A server pays its cold step shapes before its first request, not during it, unless
+/// told not to (`--warm-up=false`, WRING_WARM_UP=0).
+fn warm_up(args: &Args) -> bool {
+    args.common.engine.warm_up.unwrap_or(true)
+}
+
 #[cfg(test)]
 mod tests {
     use clap::Parser;
+
+    #[test]
+    fn a_server_warms_up_unless_told_not_to() {
+        let parse = |a: &[&str]| Cli::try_parse_from(a).unwrap().args;
+        assert!(super::warm_up(&parse(&["serve"])));
+        assert!(super::warm_up(&parse(&["serve", "--warm-up"])));
+        assert!(!super::warm_up(&parse(&["serve", "--warm-up=false"])));
+        assert!(!super::warm_up(&parse(&[
+            "serve",
+            "--warm-up",
+            "false",
+            "--port",
+            "9"
+        ])));
+    }
 
     #[derive(Parser)]
     struct Cli {
