@@ -10,7 +10,8 @@
 //! cargo run --release -p wring-engine --example host_bench -- \
 //!     --concurrency 32 --configs none,suffix:fixed:4 --model-ms 1.2 --rounds 3
 //!
-//! A config is `none` or `suffix:fixed:K` (padded). Each round sends every trace prompt
+//! A config is `none` or `suffix:fixed:K` (padded; `:arctic` after it: ArcticInference's
+//! draft caps instead of the padded ones the CLI uses). Each round sends every trace prompt
 //! once (closed loop: a finished stream is replaced at once) and resets the suffix cache
 //! after, so later rounds do not find their own outputs in the global tree.
 
@@ -23,7 +24,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, ensure, Context, Result};
 use wring_engine::{
     Engine, EngineConfig, EngineEvent, GenerateRequest, KPolicy, MetricsSnapshot, ProposerKind,
-    ServedModel, SpecConfig, HOST_PHASES,
+    ServedModel, SpecConfig, SuffixParams, HOST_PHASES,
 };
 use wring_model::{Logits, ModelRunner, ModelSpec, StepInput};
 
@@ -81,7 +82,11 @@ fn load_scripts(path: &PathBuf) -> Result<Vec<Script>> {
             .collect()
     };
     let mut out = Vec::new();
-    for (n, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
+    for (n, line) in text
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+    {
         let v: serde_json::Value =
             serde_json::from_str(line).with_context(|| format!("trace line {}", n + 1))?;
         let prompt = ids(&v, "prompt_ids")?;
@@ -89,7 +94,11 @@ fn load_scripts(path: &PathBuf) -> Result<Vec<Script>> {
         tokens.extend(ids(&v, "output_ids")?);
         out.push(Script { prompt, tokens });
     }
-    ensure!(!out.is_empty(), "the trace {} holds no records", path.display());
+    ensure!(
+        !out.is_empty(),
+        "the trace {} holds no records",
+        path.display()
+    );
     Ok(out)
 }
 
@@ -205,13 +214,18 @@ fn spec_of(config: &str) -> Result<SpecConfig> {
     if config == "none" {
         return Ok(SpecConfig::default());
     }
-    let Some(k) = config.strip_prefix("suffix:fixed:") else {
-        bail!("unknown config {config:?} (none, suffix:fixed:K)");
+    let Some(rest) = config.strip_prefix("suffix:fixed:") else {
+        bail!("unknown config {config:?} (none, suffix:fixed:K[:arctic])");
+    };
+    let (k, suffix) = match rest.strip_suffix(":arctic") {
+        Some(k) => (k, SuffixParams::default()),
+        None => (rest, SuffixParams::for_padding(true)),
     };
     Ok(SpecConfig {
         method: ProposerKind::Suffix,
         k_policy: KPolicy::Fixed(k.parse().context("K")?),
         pad: true,
+        suffix,
         ..SpecConfig::default()
     })
 }
@@ -222,7 +236,10 @@ fn main() -> Result<()> {
     let model = wring_model::load_model(&ModelSpec::default())
         .context("the default model's tokenizer (run `wring pull`)")?;
     let vocab = model.config.vocab_size;
-    let eos = *model.eos_token_ids.first().context("the model names no EOS token")?;
+    let eos = *model
+        .eos_token_ids
+        .first()
+        .context("the model names no EOS token")?;
     println!(
         "{} prompts, concurrency {}, model time {} ms a step, {} rounds, max_tokens {}",
         scripts.len(),
@@ -235,7 +252,10 @@ fn main() -> Result<()> {
         "| config | steps | tokens/step | host ms/step | {} | admin ms/step | accepted/draft | wall s |",
         HOST_PHASES.join(" | ")
     );
-    println!("|---|---:|---:|---:|{}---:|---:|---:|", "---:|".repeat(HOST_PHASES.len()));
+    println!(
+        "|---|---:|---:|---:|{}---:|---:|---:|",
+        "---:|".repeat(HOST_PHASES.len())
+    );
     for config in &args.configs {
         let runner = ScriptedRunner::new(
             scripts.clone(),
@@ -287,7 +307,12 @@ fn main() -> Result<()> {
                 }
             });
             let errors = errors.lock().unwrap();
-            ensure!(errors.is_empty(), "{config}: {} requests failed: {:?}", errors.len(), errors[0]);
+            ensure!(
+                errors.is_empty(),
+                "{config}: {} requests failed: {:?}",
+                errors.len(),
+                errors[0]
+            );
             engine.reset_suffix_cache();
         }
         let wall = t0.elapsed().as_secs_f64();

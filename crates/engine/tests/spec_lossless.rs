@@ -10,7 +10,7 @@ use std::sync::OnceLock;
 
 use common::*;
 use wring_engine::{
-    EngineHandle, GenerateRequest, KPolicy, ProposerKind, SpecConfig, SpecOverrides,
+    EngineHandle, GenerateRequest, KPolicy, ProposerKind, SpecConfig, SpecOverrides, SuffixParams,
 };
 
 const MAX_TOKENS: u32 = 16;
@@ -43,11 +43,13 @@ fn baseline() -> &'static Vec<Vec<u32>> {
     })
 }
 
+/// The drafter parameters are those the CLI picks for `pad` (padded drafts fill K).
 fn spec(method: ProposerKind, pad: bool, policy: KPolicy) -> SpecConfig {
     SpecConfig {
         method,
         pad,
         k_policy: policy,
+        suffix: SuffixParams::for_padding(pad),
         ..SpecConfig::default()
     }
 }

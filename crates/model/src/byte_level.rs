@@ -17,14 +17,19 @@ pub struct ByteTable {
 /// The byte each vocabulary character spells (GPT-2's `bytes_to_unicode`, inverted):
 /// printable Latin-1 bytes spell themselves, the other bytes 256, 257, … in byte order.
 fn char_to_byte(c: char) -> Option<u8> {
-    let printable = |b: u32| (0x21..=0x7e).contains(&b) || (0xa1..=0xac).contains(&b) || (0xae..=0xff).contains(&b);
+    let printable = |b: u32| {
+        (0x21..=0x7e).contains(&b) || (0xa1..=0xac).contains(&b) || (0xae..=0xff).contains(&b)
+    };
     let c = c as u32;
     if c < 256 {
         return printable(c).then_some(c as u8);
     }
     // The n-th non-printable byte (in byte order) is spelled by char 256 + n.
     let n = c - 256;
-    (0u32..256).filter(|&b| !printable(b)).nth(n as usize).map(|b| b as u8)
+    (0u32..256)
+        .filter(|&b| !printable(b))
+        .nth(n as usize)
+        .map(|b| b as u8)
 }
 
 impl ByteTable {
@@ -40,7 +45,9 @@ impl ByteTable {
         for (token, special) in tokens {
             if let Some(t) = token {
                 let mapped: Option<Vec<u8>> = t.chars().map(char_to_byte).collect();
-                table.bytes.extend(mapped.unwrap_or_else(|| t.as_bytes().to_vec()));
+                table
+                    .bytes
+                    .extend(mapped.unwrap_or_else(|| t.as_bytes().to_vec()));
             }
             table.offsets.push(table.bytes.len() as u32);
             table.special.push(special);
@@ -118,7 +125,14 @@ mod tests {
     #[test]
     fn a_character_split_across_tokens_is_released_whole() {
         // "é" is C3 A9: spelled "Ã" + "©" in the byte alphabet.
-        let table = ByteTable::new([(Some("Ã"), false), (Some("©"), false), (Some("<|x|>"), true)].into_iter());
+        let table = ByteTable::new(
+            [
+                (Some("Ã"), false),
+                (Some("©"), false),
+                (Some("<|x|>"), true),
+            ]
+            .into_iter(),
+        );
         let mut s = ByteStream::default();
         assert_eq!(s.push(table.token(0, true)), "");
         assert_eq!(s.push(table.token(1, true)), "é");

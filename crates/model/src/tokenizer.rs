@@ -238,7 +238,11 @@ impl IncrementalDecoder {
         // The byte stream starts clean only where the prompt ends on a whole character
         // (always, for a prompt that was text); else the window scheme, as before.
         let whole = |t: &ByteTable| {
-            let bytes: Vec<u8> = ctx.iter().flat_map(|&id| t.token(id, skip_special)).copied().collect();
+            let bytes: Vec<u8> = ctx
+                .iter()
+                .flat_map(|&id| t.token(id, skip_special))
+                .copied()
+                .collect();
             std::str::from_utf8(&bytes).is_ok()
         };
         let stream = match tokenizer.byte_table() {

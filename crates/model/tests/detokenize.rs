@@ -11,7 +11,10 @@ use wring_model::{load_model, IncrementalDecoder, ModelSpec, Tokenizer};
 fn streams_agree(tok: &Arc<Tokenizer>, prompt: &[u32], ids: &[u32], skip_special: bool) {
     let mut fast = IncrementalDecoder::new(tok.clone(), prompt, skip_special);
     let mut slow = IncrementalDecoder::windowed(tok.clone(), prompt, skip_special);
-    assert!(fast.is_byte_stream(), "prompt {prompt:?} should start a byte stream");
+    assert!(
+        fast.is_byte_stream(),
+        "prompt {prompt:?} should start a byte stream"
+    );
     for (i, &id) in ids.iter().enumerate() {
         assert_eq!(fast.push(id), slow.push(id), "token {i} ({id}) of {ids:?}");
     }
@@ -22,7 +25,10 @@ fn streams_agree(tok: &Arc<Tokenizer>, prompt: &[u32], ids: &[u32], skip_special
 fn byte_stream_matches_the_window_scheme() {
     let model = load_model(&ModelSpec::default()).expect("default model (run `wring pull`)");
     let tok = model.tokenizer.clone();
-    assert!(tok.byte_table().is_some(), "the default tokenizer is byte-level");
+    assert!(
+        tok.byte_table().is_some(),
+        "the default tokenizer is byte-level"
+    );
     // Real greedy outputs after their prompts.
     for rec in support::golden() {
         let prompt = support::ids(&rec["prompt_ids"]);
@@ -32,7 +38,9 @@ fn byte_stream_matches_the_window_scheme() {
         }
     }
     // Characters of two to four bytes, which byte-level BPE splits across tokens.
-    let prompt = tok.encode("<|im_start|>user\nSay it<|im_end|>\n<|im_start|>assistant\n").unwrap();
+    let prompt = tok
+        .encode("<|im_start|>user\nSay it<|im_end|>\n<|im_start|>assistant\n")
+        .unwrap();
     for text in [
         "héllo wörld — naïve café, Ünïcödé ½ ¾",
         "日本語のテキストと中文文本，한국어 텍스트",
@@ -54,7 +62,11 @@ fn byte_stream_matches_the_window_scheme() {
                 x ^= x >> 7;
                 x ^= x << 17;
                 // One in eight from the first ids (the special tokens of this vocabulary).
-                (if x % 8 == 0 { (x >> 8) % 20 } else { (x >> 8) % vocab }) as u32
+                (if x % 8 == 0 {
+                    (x >> 8) % 20
+                } else {
+                    (x >> 8) % vocab
+                }) as u32
             })
             .collect();
         for skip in [true, false] {

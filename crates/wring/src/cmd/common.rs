@@ -128,12 +128,14 @@ pub struct SpecArgs {
     /// Longest context the suffix trees index and match.
     #[arg(long, default_value_t = 24)]
     pub suffix_max_depth: usize,
-    /// Draft length cap = match length × this.
-    #[arg(long, default_value_t = 1.0)]
-    pub suffix_max_spec_factor: f32,
-    /// Stop a draft when its estimated probability falls below this.
-    #[arg(long, default_value_t = 0.1)]
-    pub suffix_min_token_prob: f32,
+    /// Draft length cap = match length × this. Default: 1 unpadded (ArcticInference's),
+    /// 100 (no cap below K) padded, where a shorter draft only leaves slots empty.
+    #[arg(long, env = "WRING_SUFFIX_MAX_SPEC_FACTOR")]
+    pub suffix_max_spec_factor: Option<f32>,
+    /// Stop a draft when its estimated probability falls below this. Default: 0.1
+    /// unpadded, 0.05 padded.
+    #[arg(long, env = "WRING_SUFFIX_MIN_TOKEN_PROB")]
+    pub suffix_min_token_prob: Option<f32>,
     /// Token budget of the global suffix tree (oldest outputs evicted first).
     #[arg(long)]
     pub suffix_cache_tokens: Option<usize>,
@@ -353,16 +355,19 @@ impl SpecArgs {
                 format!("{backend} default")
             }
         };
+        let drafts = SuffixParams::for_padding(pad);
         let summary = if method == ProposerKind::None {
             "speculation: off".to_string()
         } else {
             format!(
-                "speculation: {}, K policy {} ({}), {} ({})",
+                "speculation: {}, K policy {} ({}), {} ({}); suffix drafts capped at match length × {}, probability floor {}",
                 method.as_str(),
                 k_policy.label(),
                 why(self.k_policy.is_some()),
                 if pad { "padded" } else { "unpadded" },
-                why(self.pad || self.no_pad)
+                why(self.pad || self.no_pad),
+                self.suffix_max_spec_factor.unwrap_or(drafts.max_spec_factor),
+                self.suffix_min_token_prob.unwrap_or(drafts.min_token_prob),
             )
         };
         let cfg = SpecConfig {
@@ -371,8 +376,10 @@ impl SpecArgs {
             pad,
             suffix: SuffixParams {
                 max_depth: self.suffix_max_depth,
-                max_spec_factor: self.suffix_max_spec_factor,
-                min_token_prob: self.suffix_min_token_prob,
+                max_spec_factor: self
+                    .suffix_max_spec_factor
+                    .unwrap_or(drafts.max_spec_factor),
+                min_token_prob: self.suffix_min_token_prob.unwrap_or(drafts.min_token_prob),
                 cache_tokens: self.suffix_cache_tokens,
             },
             ..SpecConfig::default()
@@ -649,5 +656,56 @@ mod byte_size_tests {
         assert!(parse_byte_size("lots").is_err());
         assert!(parse_byte_size("2 parsecs").is_err());
         assert!(parse_byte_size("0").is_err());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        spec: SpecArgs,
+    }
+
+    fn suffix(args: &[&str], device: Device) -> (bool, f32, f32) {
+        let cli = Cli::try_parse_from(args).unwrap();
+        let (cfg, line) = cli.spec.to_config(&device).unwrap();
+        assert!(
+            line.contains(&format!("× {}", cfg.suffix.max_spec_factor)),
+            "{line}"
+        );
+        (
+            cfg.pad,
+            cfg.suffix.max_spec_factor,
+            cfg.suffix.min_token_prob,
+        )
+    }
+
+    #[test]
+    fn padded_drafts_fill_their_k_and_unpadded_ones_keep_arctic_caps() {
+        let s = ["x", "--speculative", "suffix"];
+        assert_eq!(suffix(&s, Device::Cpu), (false, 1.0, 0.1));
+        assert_eq!(suffix(&s, Device::Cuda(0)), (true, 100.0, 0.05));
+        assert_eq!(
+            suffix(&[&s[..], &["--pad"]].concat(), Device::Cpu),
+            (true, 100.0, 0.05)
+        );
+        assert_eq!(
+            suffix(&[&s[..], &["--no-pad"]].concat(), Device::Cuda(0)),
+            (false, 1.0, 0.1)
+        );
+        let given = [
+            "--suffix-max-spec-factor",
+            "2",
+            "--suffix-min-token-prob",
+            "0.2",
+        ];
+        assert_eq!(
+            suffix(&[&s[..], &given].concat(), Device::Cuda(0)),
+            (true, 2.0, 0.2)
+        );
     }
 }
