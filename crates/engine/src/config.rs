@@ -228,6 +228,8 @@ pub struct SpecConfig {
     /// Uniform K padding: every sequence in a verify step carries exactly 1 + K
     /// query tokens. Off = variable-length drafts (`--no-pad`).
     pub pad: bool,
+    /// Suffix-drafter parameters; the default is ArcticInference's, and the CLI picks
+    /// [`SuffixParams::for_padding`] of `pad` (padded drafts fill their K).
     pub suffix: SuffixParams,
     /// Prompt-lookup n-gram sizes (largest tried first).
     pub ngram_min: usize,
