@@ -15,6 +15,7 @@ fn file(label: &str, k: Option<u32>, cells: &[(&str, f64)]) -> BenchFile {
                 output_throughput: tok_s,
                 spec: k.map(|_| SpecStats {
                     spec_acceptance_rate: Some(0.5),
+                    spec_mean_acceptance_length: Some(2.25),
                     ..Default::default()
                 }),
                 cache_state: "reset".into(),
@@ -143,6 +144,10 @@ fn report_markdown_charts_and_decision_tree() {
     assert!(md.contains("| cache state observed | reset |"), "{md}");
     assert!(md.contains("**150.0**"), "winner in bold:\n{md}");
     assert!(md.contains("130.0 (K8)"));
+    assert!(
+        md.contains("acc 50 %, 2.25 tok/step"),
+        "tokens a verify step under each cell:\n{md}"
+    );
     assert!(md.contains("lmsys (Arena-Hard substitute)"));
     assert!(md.contains("Speculate at all?"));
     assert!(md.contains("→ yes"));

@@ -192,7 +192,7 @@ fn config_header(table: &Table, config: &str) -> String {
 
 fn throughput_table(table: &Table) -> String {
     let mut md = String::from(
-        "### Output tokens/s (median over runs; acceptance rate under it; **bold** = row winner)\n\n",
+        "### Output tokens/s (median over runs; under it the drafts' acceptance rate and tokens a verify step — with padded K the second is what pays; **bold** = row winner)\n\n",
     );
     let _ = write!(md, "| corpus |");
     for c in &table.configs {
@@ -217,6 +217,9 @@ fn throughput_table(table: &Table) -> String {
                     }
                     if let Some(a) = cell.acceptance {
                         t.push_str(&format!("<br>acc {:.0} %", a * 100.0));
+                        if let Some(len) = cell.accept_len {
+                            t.push_str(&format!(", {len:.2} tok/step"));
+                        }
                     }
                     if cell.failed > 0 {
                         t.push_str(&format!("<br>⚠ {} failed", cell.failed));
