@@ -235,15 +235,16 @@ impl IncrementalDecoder {
     pub fn new(tokenizer: Arc<Tokenizer>, prompt_ids: &[u32], skip_special: bool) -> Self {
         // A few prompt tokens give the decoder context (e.g. for leading spaces).
         let ctx = &prompt_ids[prompt_ids.len().saturating_sub(4)..];
-        // The byte stream starts clean only where the prompt ends on a whole character
-        // (always, for a prompt that was text); else the window scheme, as before.
+        // The byte stream gives the window scheme's text only where the context ends on a
+        // whole character (always, for a prompt that was text; its first token may still
+        // begin inside one); else the window scheme, as before.
         let whole = |t: &ByteTable| {
             let bytes: Vec<u8> = ctx
                 .iter()
                 .flat_map(|&id| t.token(id, skip_special))
                 .copied()
                 .collect();
-            std::str::from_utf8(&bytes).is_ok()
+            !String::from_utf8_lossy(&bytes).ends_with('\u{FFFD}')
         };
         let stream = match tokenizer.byte_table() {
             Some(t) if whole(t) => Stream::Bytes(ByteStream::default()),

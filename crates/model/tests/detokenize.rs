@@ -53,6 +53,31 @@ fn byte_stream_matches_the_window_scheme() {
             streams_agree(&tok, &prompt, &ids, skip);
         }
     }
+    // Prompts whose last tokens begin inside a character (the decoder's context window
+    // starts mid-character) and end on a whole one.
+    let table = tok.byte_table().unwrap();
+    let mut began_inside = 0;
+    for text in [
+        "日本語のテキストと中文文本",
+        "한국어 텍스트 🎉👍🏽",
+        "ｆｕｌｌｗｉｄｔｈ　ｔｅｘｔ",
+    ] {
+        let prompt = tok.encode(text).unwrap();
+        let window: Vec<u8> = prompt[prompt.len().saturating_sub(4)..]
+            .iter()
+            .flat_map(|&id| table.token(id, true))
+            .copied()
+            .collect();
+        began_inside += usize::from(std::str::from_utf8(&window).is_err());
+        let ids = tok.encode("続きの文章、そして😀").unwrap();
+        for skip in [true, false] {
+            streams_agree(&tok, &prompt, &ids, skip);
+        }
+    }
+    assert!(
+        began_inside > 0,
+        "no context window began inside a character"
+    );
     // Random ids: byte fragments, invalid sequences and special tokens in any order.
     let vocab = tok.vocab_size() as u64;
     let mut x = 0x9e37_79b9_7f4a_7c15u64;
