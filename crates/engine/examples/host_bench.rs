@@ -119,14 +119,18 @@ struct ScriptedRunner {
 
 impl ScriptedRunner {
     fn new(scripts: Arc<Vec<Script>>, vocab: usize, eos: u32, model_time: Duration) -> Self {
+        // The prefix every prompt shares (the system turn): its length.
+        let first = &scripts[0].prompt;
         let shared = scripts
             .iter()
-            .map(|s| &s.prompt)
-            .fold(None::<usize>, |acc, p| {
-                let first = &scripts[0].prompt;
-                let common = first.iter().zip(p).take_while(|(a, b)| a == b).count();
-                Some(acc.map_or(common, |a| a.min(common)))
+            .map(|s| {
+                first
+                    .iter()
+                    .zip(&s.prompt)
+                    .take_while(|(a, b)| a == b)
+                    .count()
             })
+            .min()
             .unwrap_or(0);
         let window_len = 24;
         let mut by_window = HashMap::new();

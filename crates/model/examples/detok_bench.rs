@@ -7,6 +7,12 @@ fn main() -> anyhow::Result<()> {
     let m = load_model(&ModelSpec::default())?;
     // Code and prose, as the corpora mix them.
     let text = "def fibonacci(n):\n    if n < 2:\n        return n\n    return fibonacci(n - 1) + fibonacci(n - 2)\n\nThe history of the printing press begins in the fifteenth century, when movable metal type made it possible. ".repeat(40);
+    let t0 = Instant::now();
+    let byte_level = m.tokenizer.byte_table().is_some();
+    println!(
+        "byte table (built and checked against decode, every token): {byte_level}, {:.3} s",
+        t0.elapsed().as_secs_f64()
+    );
     let ids = m.tokenizer.encode(&text)?;
     let mut d = IncrementalDecoder::new(m.tokenizer.clone(), &ids[..8], true);
     let t0 = Instant::now();

@@ -356,6 +356,14 @@ impl SpecArgs {
             }
         };
         let drafts = SuffixParams::for_padding(pad);
+        let suffix = SuffixParams {
+            max_depth: self.suffix_max_depth,
+            max_spec_factor: self
+                .suffix_max_spec_factor
+                .unwrap_or(drafts.max_spec_factor),
+            min_token_prob: self.suffix_min_token_prob.unwrap_or(drafts.min_token_prob),
+            cache_tokens: self.suffix_cache_tokens,
+        };
         let summary = if method == ProposerKind::None {
             "speculation: off".to_string()
         } else {
@@ -366,22 +374,15 @@ impl SpecArgs {
                 why(self.k_policy.is_some()),
                 if pad { "padded" } else { "unpadded" },
                 why(self.pad || self.no_pad),
-                self.suffix_max_spec_factor.unwrap_or(drafts.max_spec_factor),
-                self.suffix_min_token_prob.unwrap_or(drafts.min_token_prob),
+                suffix.max_spec_factor,
+                suffix.min_token_prob,
             )
         };
         let cfg = SpecConfig {
             method,
             k_policy,
             pad,
-            suffix: SuffixParams {
-                max_depth: self.suffix_max_depth,
-                max_spec_factor: self
-                    .suffix_max_spec_factor
-                    .unwrap_or(drafts.max_spec_factor),
-                min_token_prob: self.suffix_min_token_prob.unwrap_or(drafts.min_token_prob),
-                cache_tokens: self.suffix_cache_tokens,
-            },
+            suffix,
             ..SpecConfig::default()
         };
         Ok((cfg, summary))
