@@ -14,6 +14,9 @@ pub struct KnownModel {
     /// The sampling its model card recommends.
     pub card_sampling: GenerationDefaults,
     pub card_url: &'static str,
+    /// The system message wring's chat commands send when `--system` is absent, where one
+    /// measured better than what the template inserts on its own; `None` keeps the template's.
+    pub cli_system: Option<&'static str>,
 }
 
 /// SmolLM2's cards (all three instruct sizes) generate with `temperature=0.2, top_p=0.9`.
@@ -24,21 +27,32 @@ const SMOLLM2_CARD: GenerationDefaults = GenerationDefaults {
     min_p: None,
 };
 
+/// An empty system turn. SmolLM2's template otherwise inserts "You are a helpful AI assistant
+/// named SmolLM, trained by Hugging Face", which on the 135M model flattens the first token of
+/// short factual answers: for "What is the capital of France?" (q8 weights) "The" 0.14 vs "L"
+/// 0.13 with it, "The" 0.53 with an empty one (BENCHMARKS.md, "Why the default chat's first
+/// answer … varies"); `wring chat` at the card's temperature 0.2, seeds 1–3, named Paris 1 of
+/// 3 times with it and 3 of 3 without. Only the 135M was measured, so only it gets this.
+const SMOLLM2_135M_CLI_SYSTEM: &str = "";
+
 pub const KNOWN_MODELS: &[KnownModel] = &[
     KnownModel {
         hub_id: "HuggingFaceTB/SmolLM2-135M-Instruct",
         card_sampling: SMOLLM2_CARD,
         card_url: "https://huggingface.co/HuggingFaceTB/SmolLM2-135M-Instruct",
+        cli_system: Some(SMOLLM2_135M_CLI_SYSTEM),
     },
     KnownModel {
         hub_id: "HuggingFaceTB/SmolLM2-360M-Instruct",
         card_sampling: SMOLLM2_CARD,
         card_url: "https://huggingface.co/HuggingFaceTB/SmolLM2-360M-Instruct",
+        cli_system: None,
     },
     KnownModel {
         hub_id: "HuggingFaceTB/SmolLM2-1.7B-Instruct",
         card_sampling: SMOLLM2_CARD,
         card_url: "https://huggingface.co/HuggingFaceTB/SmolLM2-1.7B-Instruct",
+        cli_system: None,
     },
 ];
 
@@ -76,6 +90,12 @@ fn is_quant_tag(rest: &str) -> bool {
             .is_some_and(|d| d.starts_with(|c: char| c.is_ascii_digit()))
     };
     matches!(tag, "f16" | "bf16" | "f32") || starts_quant(tag)
+}
+
+/// The system message wring's chat commands use for the model at `path` when the user gives
+/// none, with `None` meaning the template's own.
+pub fn cli_system_default(path: &Path) -> Option<&'static str> {
+    known_model(path).and_then(|m| m.cli_system)
 }
 
 /// Where a model's sampling defaults come from.
@@ -156,6 +176,14 @@ mod tests {
         assert_eq!(smol("SmolLM2-135M.Q4_1.gguf"), None);
         assert_eq!(smol("SmolLM2-135M-Instruct.Q4_1.bin"), None);
         assert_eq!(smol("Llama-3.2-1B-Instruct-Q4_0.gguf"), None);
+    }
+
+    #[test]
+    fn only_the_measured_model_gets_an_empty_cli_system_turn() {
+        let sys = |p: &str| cli_system_default(&PathBuf::from(p));
+        assert_eq!(sys("/m/SmolLM2-135M-Instruct.Q4_1.gguf"), Some(""));
+        assert_eq!(sys("/m/SmolLM2-360M-Instruct.Q4_1.gguf"), None);
+        assert_eq!(sys("/m/Llama-3.2-1B-Instruct-Q4_0.gguf"), None);
     }
 
     #[test]

@@ -17,7 +17,7 @@ pub mod tokenizer;
 pub mod weight_slice;
 pub mod weights;
 
-pub use catalog::{ModelSampling, SamplingSource};
+pub use catalog::{cli_system_default, ModelSampling, SamplingSource};
 pub use chat::{ChatMessage, ChatTemplate};
 pub use config::{GenerationDefaults, ModelConfig, RopeScaling};
 pub use runner::{greedy_continuation, Logits, ModelRunner, SeqInput, ShardRunner, StepInput};

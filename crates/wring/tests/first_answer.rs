@@ -93,11 +93,12 @@ fn has_word(text: &str, words: &[&str]) -> bool {
 }
 
 /// The chat default (the default model's card, temperature 0.2 / top_p 0.9, with min_p 0.05 and
-/// DRY 0.8) passes: France's first token is nearly tied (The 0.14, L 0.13 under q8 and f32), so
-/// sampling still starts "L'Étoile, la ..." at seed 2, but DRY keeps that from looping
-/// ("la France, la France, …", what the card alone did at seeds 2 and 3) and seeds 1 and 3 name
-/// Paris. Without DRY both the card's settings and session 9's 0.7/0.95/0.05 failed
-/// (BENCHMARKS.md, "Chat defaults of the default model").
+/// DRY 0.8, and an empty system turn instead of the one SmolLM2's template inserts) passes.
+/// With the template's system turn France's first token is nearly tied (The 0.14, L 0.13), so
+/// sampling started "L'Étoile, la ..." at seeds 2 and 3; with the empty one "The" is 0.53 and
+/// every seed names Paris, which is why France must be right at all three seeds. Without DRY
+/// both the card's settings and session 9's 0.7/0.95/0.05 looped (BENCHMARKS.md, "Chat
+/// defaults of the default model").
 #[test]
 fn default_chat_sampling_answers_known_questions_right_without_loops() {
     let model = wring_model::load_model(&wring_model::ModelSpec::default()).expect("default model");
@@ -118,7 +119,8 @@ fn default_chat_sampling_answers_known_questions_right_without_loops() {
                 failures.push(format!("[seed {seed}] {q}: a loop: {a:?}"));
             }
         }
-        if right < 2 {
+        let needed = if q.contains("France") { 3 } else { 2 };
+        if right < needed {
             failures.push(format!("{q}: {words:?} in {right} of 3 seeds"));
         }
     }

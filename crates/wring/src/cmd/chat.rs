@@ -8,12 +8,13 @@ use wring_engine::{EngineEvent, GenerateRequest};
 use wring_model::ChatMessage;
 
 use super::common::{
-    encode_prompt, model_sampling_defaults, start_engine, CommonArgs, SamplingArgs,
+    chat_system, encode_prompt, model_sampling_defaults, start_engine, CommonArgs, SamplingArgs,
 };
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// System message (default: the template's own).
+    /// System message (default: an empty one for SmolLM2-135M-Instruct, where it measured
+    /// better; for other models the template's own).
     #[arg(long)]
     pub system: Option<String>,
     #[command(flatten)]
@@ -29,7 +30,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         .clone()
         .context("this model has no chat template; use `wring generate` instead")?;
     let mut history: Vec<ChatMessage> = Vec::new();
-    if let Some(s) = &args.system {
+    let (system, which) = chat_system(args.system.as_deref(), &args.common.model);
+    tracing::info!("{which}");
+    if let Some(s) = &system {
         history.push(ChatMessage::new("system", s));
     }
     let base_len = history.len();

@@ -310,6 +310,29 @@ pub fn model_sampling_defaults(args: &ModelArgs) -> wring_model::ModelSampling {
         .unwrap_or_default()
 }
 
+/// The system message of a chat command: `--system` when given, else the one measured better
+/// for this model (`wring_model::cli_system_default`), else none (the template's own); with a
+/// line saying which.
+pub fn chat_system(given: Option<&str>, args: &ModelArgs) -> (Option<String>, String) {
+    if let Some(s) = given {
+        return (Some(s.to_string()), "system message: --system".into());
+    }
+    let measured = (args.load_format != "dummy")
+        .then(|| wring_model::resolve_model_path(args.model.as_deref()).ok())
+        .flatten()
+        .and_then(|p| wring_model::cli_system_default(&p));
+    match measured {
+        Some(s) => (
+            Some(s.to_string()),
+            format!(
+                "system message: {s:?}, measured better for this model than its template's \
+                 own (--system sets another)"
+            ),
+        ),
+        None => (None, "system message: the template's own".into()),
+    }
+}
+
 /// The K policy and padding speculation uses on `device` when the flags leave them open:
 /// what measured fastest there (BENCHMARKS.md: on the CPU padding loses and unpadded adaptive
 /// K wins, 1.38–1.54× over no speculation; on the H200 padded steps replay graphs, +22–31 %
