@@ -8,7 +8,7 @@ use wring_engine::{EngineEvent, GenerateRequest};
 use wring_model::ChatMessage;
 
 use super::common::{
-    chat_system, encode_prompt, model_sampling_defaults, start_engine, CommonArgs, SamplingArgs,
+    encode_prompt, model_sampling_defaults, start_engine, system_turn, CommonArgs, SamplingArgs,
 };
 
 #[derive(clap::Args)]
@@ -29,12 +29,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         .chat_template
         .clone()
         .context("this model has no chat template; use `wring generate` instead")?;
-    let mut history: Vec<ChatMessage> = Vec::new();
-    let (system, which) = chat_system(args.system.as_deref(), &args.common.model);
-    tracing::info!("{which}");
-    if let Some(s) = &system {
-        history.push(ChatMessage::new("system", s));
-    }
+    let mut history = system_turn(args.system.as_deref(), &args.common.model);
     let base_len = history.len();
     let (sampling, how) = args
         .sampling

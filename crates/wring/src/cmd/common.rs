@@ -7,7 +7,7 @@ use wring_engine::{
     Engine, EngineConfig, EngineHandle, EngineInfo, KPolicy, ProposerKind, SamplingParams,
     SpecConfig, SuffixParams,
 };
-use wring_model::{Device, LoadFormat, ModelSpec, RunnerOptions};
+use wring_model::{ChatMessage, Device, LoadFormat, ModelSpec, RunnerOptions};
 
 #[derive(clap::Args, Debug, Clone)]
 #[command(next_help_heading = "Model")]
@@ -302,35 +302,42 @@ impl SamplingArgs {
 
 /// The sampling defaults of the model `args` names, and their source (none for dummy weights).
 pub fn model_sampling_defaults(args: &ModelArgs) -> wring_model::ModelSampling {
-    if args.load_format == "dummy" {
-        return Default::default();
-    }
-    wring_model::resolve_model_path(args.model.as_deref())
+    real_model_path(args)
         .map(|p| wring_model::ModelSampling::of_model(&p))
         .unwrap_or_default()
 }
 
-/// The system message of a chat command: `--system` when given, else the one measured better
-/// for this model (`wring_model::cli_system_default`), else none (the template's own); with a
-/// line saying which.
-pub fn chat_system(given: Option<&str>, args: &ModelArgs) -> (Option<String>, String) {
-    if let Some(s) = given {
-        return (Some(s.to_string()), "system message: --system".into());
+/// The checkpoint `args` name, for what is known about the model beyond its weights; none for
+/// dummy weights (their shape is not the named model) or a path that does not resolve.
+fn real_model_path(args: &ModelArgs) -> Option<std::path::PathBuf> {
+    if args.load_format == "dummy" {
+        return None;
     }
-    let measured = (args.load_format != "dummy")
-        .then(|| wring_model::resolve_model_path(args.model.as_deref()).ok())
-        .flatten()
-        .and_then(|p| wring_model::cli_system_default(&p));
-    match measured {
-        Some(s) => (
-            Some(s.to_string()),
-            format!(
-                "system message: {s:?}, measured better for this model than its template's \
-                 own (--system sets another)"
+    wring_model::resolve_model_path(args.model.as_deref()).ok()
+}
+
+/// The leading turn of a chat command's conversation: `--system` when given, else the system
+/// message measured better for this model (`wring_model::cli_system_default`), else none (the
+/// template inserts its own). Logs which.
+pub fn system_turn(given: Option<&str>, args: &ModelArgs) -> Vec<ChatMessage> {
+    let (system, why) = match given {
+        Some(s) => (Some(s), "--system"),
+        None => match real_model_path(args).and_then(|p| wring_model::cli_system_default(&p)) {
+            Some(s) => (
+                Some(s),
+                "measured better for this model than its template's own (--system sets another)",
             ),
-        ),
-        None => (None, "system message: the template's own".into()),
+            None => (None, "the template's own"),
+        },
+    };
+    match system {
+        Some(s) => tracing::info!("system message {s:?}: {why}"),
+        None => tracing::info!("system message: {why}"),
     }
+    system
+        .map(|s| ChatMessage::new("system", s))
+        .into_iter()
+        .collect()
 }
 
 /// The K policy and padding speculation uses on `device` when the flags leave them open:

@@ -8,7 +8,7 @@ use wring_engine::{EngineEvent, FinishReason, GenerateRequest};
 use wring_model::ChatMessage;
 
 use super::common::{
-    chat_system, encode_prompt, model_sampling_defaults, start_engine, CommonArgs, SamplingArgs,
+    encode_prompt, model_sampling_defaults, start_engine, system_turn, CommonArgs, SamplingArgs,
 };
 
 #[derive(clap::Args)]
@@ -39,12 +39,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             .chat_template
             .as_ref()
             .context("this model has no chat template; drop --chat")?;
-        let mut msgs = Vec::new();
-        let (system, which) = chat_system(args.system.as_deref(), &args.common.model);
-        tracing::info!("{which}");
-        if let Some(s) = &system {
-            msgs.push(ChatMessage::new("system", s));
-        }
+        let mut msgs = system_turn(args.system.as_deref(), &args.common.model);
         msgs.push(ChatMessage::new("user", &args.prompt));
         tpl.render(&msgs, true)?
     } else {
