@@ -15,7 +15,8 @@
 # Env: WRING (binary, default target/release/wring; built if missing), LLAMA_BENCH (default
 #      ~/.cache/wring/llama.cpp/llama-bench; scripts/llamacpp/build.sh builds it), MODEL
 #      (default $WRING_HOME/models/SmolLM2-135M-Instruct.Q4_1.gguf), THREADS (default nproc),
-#      LENGTHS, ROUNDS, WRING_ARGS (extra flags for wring generate).
+#      LENGTHS, ROUNDS, WRING_ARGS (extra flags for wring generate), LLAMA_ARGS (extra flags
+#      for llama-bench: `--repack 0` where its AMX kernels crash, as on an AMX-advertising VM).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -51,7 +52,8 @@ for n in $lengths; do
     echo "wring     n=$n round=$r prompt_tokens=$got ttft=${ttft}s tok/s=$tps load=$load"
     load="$(cut -d' ' -f1 /proc/loadavg)"
     # llama-bench: its markdown table's last column is "t/s" as "mean ± sd".
-    line="$("$llama_bench" -m "$model" -p "$n" -n 0 -t "$threads" -r 1 2>/dev/null | grep "pp$n" | tail -1)"
+    line="$("$llama_bench" -m "$model" -p "$n" -n 0 -t "$threads" -r 1 ${LLAMA_ARGS:-} 2>/dev/null | grep "pp$n" | tail -1)" ||
+      { echo "llama-bench failed (exit $?; a crash in its AMX kernels? try LLAMA_ARGS='--repack 0')" >&2; exit 1; }
     ltps="$(awk -F'|' '{ print $(NF-1) }' <<<"$line" | awk '{ print $1 }')"
     llama_tps[$n]+="$ltps "
     echo "llama.cpp n=$n round=$r tok/s=$ltps load=$load"

@@ -14,13 +14,15 @@ base=(--max-tokens 64 --runs 1 --max-spread 1 --corpus-dir "$CORPORA" --no-progr
 common=(--configs nospec,suffix --corpus all "${base[@]}")
 # PAIRED=1: one `wring tune` per corpus, the two configurations back to back and their order
 # alternating between corpora, so a drift in the machine's speed (a shared 2-core VM drifts by
-# tens of percent over minutes) lands on both sides of each ratio instead of on one.
+# tens of percent over minutes) lands on both sides of each ratio instead of on one. FLIP=1
+# starts with the other order: a pass with FLIP=0 and one with FLIP=1 run every corpus A B B A
+# (scripts/spec_defaults_table.py takes both passes' folders and combines them).
 if [ -n "${PAIRED:-}" ]; then
     for spec in ${LEVELS:-"1:3:1:6000" "8:8:2:6000" "64:64:4:1500"}; do
         IFS=: read -r c n warm chars <<<"$spec"
         t0=$(date +%s); i=0; mkdir -p "$OUT/c$c"
         for corpus in sharegpt humaneval mbpp swebench wildchat lmsys mix; do
-            if (( i % 2 )); then cfgs=suffix,nospec; else cfgs=nospec,suffix; fi
+            if (( (i + ${FLIP:-0}) % 2 )); then cfgs=suffix,nospec; else cfgs=nospec,suffix; fi
             i=$((i + 1))
             "$W" tune "${base[@]}" --corpus "$corpus" --configs "$cfgs" --concurrency "$c" \
                 --num-prompts "$n" --warmup "$warm" --max-prompt-chars "$chars" \

@@ -130,6 +130,31 @@ pub fn attend(
     shape: AttnShape,
     block_size: usize,
 ) -> Vec<f32> {
+    attend_on(
+        Kernel::fastest(),
+        seq,
+        h,
+        q,
+        k_pool,
+        v_pool,
+        shape,
+        block_size,
+    )
+}
+
+/// [`attend`] on `kernel`, or on the next narrower one where the kernel cannot take
+/// this block size or head dimension (or this CPU lacks its features): the same bits.
+#[allow(clippy::too_many_arguments)]
+pub fn attend_on(
+    kernel: Kernel,
+    seq: &SeqInput,
+    h: usize,
+    q: &[f32],
+    k_pool: &[f32],
+    v_pool: &[f32],
+    shape: AttnShape,
+    block_size: usize,
+) -> Vec<f32> {
     let lay = KvLayout {
         block_size,
         n_kv_heads: shape.n_kv_heads,
@@ -155,14 +180,71 @@ pub fn attend(
         q.len() >= (seq.query_start + seq.query_len) * q_width,
         "attention: short query tensor"
     );
+    attend_with(kernel, seq, h, q, k_pool, v_pool, shape, lay)
+}
+
+/// Which implementation computes attention (all give the same bits).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kernel {
+    /// [`attend_reference`]: one row at a time, portable.
+    Reference,
+    /// 8 lanes: AVX2 and FMA, block size and head dimension multiples of 8.
+    Avx2,
+    /// 16 lanes: AVX-512F too, block size and head dimension multiples of 16.
+    Avx512,
+}
+
+impl Kernel {
+    /// The widest this CPU runs (`simd::has_avx512` honours `WRING_CPU_AVX512=0`).
+    pub fn fastest() -> Kernel {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if super::simd::has_avx512() {
+                return Kernel::Avx512;
+            }
+            if has_avx2() {
+                return Kernel::Avx2;
+            }
+        }
+        Kernel::Reference
+    }
+
+    /// Whether this CPU has the kernel's features.
+    pub fn available(self) -> bool {
+        match self {
+            Kernel::Reference => true,
+            Kernel::Avx2 => cfg!(target_arch = "x86_64") && Kernel::fastest() != Kernel::Reference,
+            Kernel::Avx512 => Kernel::fastest() == Kernel::Avx512,
+        }
+    }
+}
+
+/// [`attend_on`] past its checks.
+#[allow(clippy::too_many_arguments)]
+fn attend_with(
+    kernel: Kernel,
+    seq: &SeqInput,
+    h: usize,
+    q: &[f32],
+    k_pool: &[f32],
+    v_pool: &[f32],
+    shape: AttnShape,
+    lay: KvLayout,
+) -> Vec<f32> {
+    let fits = |w: usize| lay.block_size.is_multiple_of(w) && shape.head_dim.is_multiple_of(w);
     #[cfg(target_arch = "x86_64")]
     {
-        if has_avx2() && block_size.is_multiple_of(8) && d.is_multiple_of(8) {
-            // SAFETY: features detected; pool ranges checked above.
+        if kernel == Kernel::Avx512 && fits(16) && Kernel::Avx512.available() {
+            // SAFETY: features detected; pool ranges checked by `attend`.
+            return unsafe { attend_avx512(seq, h, q, k_pool, v_pool, shape, lay) };
+        }
+        if kernel != Kernel::Reference && fits(8) && Kernel::Avx2.available() {
+            // SAFETY: as above.
             return unsafe { attend_avx2(seq, h, q, k_pool, v_pool, shape, lay) };
         }
     }
-    attend_reference(seq, h, q, k_pool, v_pool, shape, block_size)
+    let _ = (kernel, fits);
+    attend_reference(seq, h, q, k_pool, v_pool, shape, lay.block_size)
 }
 
 /// The portable order of every value (module docs), one row at a time: the AVX2
@@ -224,6 +306,233 @@ pub fn attend_reference(
     out
 }
 
+/// The vector width a kernel runs at. Every value is computed by the same operations in
+/// the same order at either width (lanes hold independent keys or dimensions; the
+/// softmax denominator is always summed in eight lanes, key `k` into lane `k mod 8`), so
+/// the width changes speed, never bits.
+#[cfg(target_arch = "x86_64")]
+trait Lanes {
+    /// Keys per score vector and dimensions per output vector.
+    const W: usize;
+    /// Key vectors per scores tile of `r` rows (index `r`, 1..=4).
+    const SCORE_VECS: [usize; 5];
+
+    /// Scores of rows `q` against key vectors `k` (`W` keys each, dimension `i` at
+    /// `i · stride`), times `scale`, stored at `out[r] + W·v`.
+    unsafe fn scores(
+        q: &[*const f32],
+        k: &[*const f32],
+        d: usize,
+        stride: usize,
+        scale: f32,
+        out: &[*mut f32],
+    );
+
+    /// `row` (a multiple of `W` long, padded with −∞) becomes `exp(s − max)`; returns
+    /// `1 / Σ`, summed as [`attend_reference`] does.
+    unsafe fn softmax(row: &mut [f32]) -> f32;
+
+    /// `o[r][0..d] += Σ_k p[r][k] · V[k][0..d]` over keys `k0..k1`, one FMA per key in
+    /// key order (`vrow[k]`: the offset of key `k`'s V row in `v`).
+    unsafe fn pv(
+        p: &[*const f32],
+        o: &[*mut f32],
+        v: *const f32,
+        vrow: &[usize],
+        k0: usize,
+        k1: usize,
+        d: usize,
+    );
+
+    /// `o = acc · inv`, `W` values at a time.
+    unsafe fn scale_row(o: &mut [f32], acc: &[f32], inv: f32);
+}
+
+/// Calls `$run!(R, NV)` for a scores tile of `$r` rows (1..=4) and `$nv` key vectors
+/// (up to 8, 4, 4, 3 by row count).
+#[cfg(target_arch = "x86_64")]
+macro_rules! scores_dispatch {
+    ($r:expr, $nv:expr, $run:ident) => {
+        match ($r, $nv) {
+            (1, 1) => $run!(1, 1),
+            (1, 2) => $run!(1, 2),
+            (1, 3) => $run!(1, 3),
+            (1, 4) => $run!(1, 4),
+            (1, 5) => $run!(1, 5),
+            (1, 6) => $run!(1, 6),
+            (1, 7) => $run!(1, 7),
+            (1, 8) => $run!(1, 8),
+            (2, 1) => $run!(2, 1),
+            (2, 2) => $run!(2, 2),
+            (2, 3) => $run!(2, 3),
+            (2, 4) => $run!(2, 4),
+            (3, 1) => $run!(3, 1),
+            (3, 2) => $run!(3, 2),
+            (3, 3) => $run!(3, 3),
+            (3, 4) => $run!(3, 4),
+            (4, 1) => $run!(4, 1),
+            (4, 2) => $run!(4, 2),
+            (4, 3) => $run!(4, 3),
+            (4, 4) => $run!(4, 4),
+            (r, nv) => unreachable!("no {r}x{nv} scores tile"),
+        }
+    };
+}
+
+/// Calls `$tile::<R, DV>` over `d` dimensions for `R = $p.len()` rows (1..=3): blocks of
+/// four vectors, then a tail of one to three.
+#[cfg(target_arch = "x86_64")]
+macro_rules! pv_by_rows {
+    ($tile:ident, $w:expr, $p:expr, $o:expr, $v:expr, $vrow:expr, $k0:expr, $k1:expr, $d:expr) => {{
+        macro_rules! rows {
+            ($R:literal) => {{
+                let ps: [*const f32; $R] = std::array::from_fn(|i| $p[i]);
+                let mut off = 0;
+                while off + 4 * $w <= $d {
+                    let os: [*mut f32; $R] = std::array::from_fn(|i| $o[i].add(off));
+                    $tile::<$R, 4>(ps, os, $v.add(off), $vrow, $k0, $k1);
+                    off += 4 * $w;
+                }
+                let os: [*mut f32; $R] = std::array::from_fn(|i| $o[i].add(off));
+                match ($d - off) / $w {
+                    0 => {}
+                    1 => $tile::<$R, 1>(ps, os, $v.add(off), $vrow, $k0, $k1),
+                    2 => $tile::<$R, 2>(ps, os, $v.add(off), $vrow, $k0, $k1),
+                    _ => $tile::<$R, 3>(ps, os, $v.add(off), $vrow, $k0, $k1),
+                }
+            }};
+        }
+        match $p.len() {
+            1 => rows!(1),
+            2 => rows!(2),
+            _ => rows!(3),
+        }
+    }};
+}
+
+/// 8 lanes (AVX2 + FMA).
+#[cfg(target_arch = "x86_64")]
+struct Avx2;
+
+#[cfg(target_arch = "x86_64")]
+impl Lanes for Avx2 {
+    const W: usize = 8;
+    // 8 to 12 accumulators (4 × 3: seven loads per twelve FMAs).
+    const SCORE_VECS: [usize; 5] = [0, 8, 4, 4, 3];
+
+    #[inline(always)]
+    unsafe fn scores(
+        q: &[*const f32],
+        k: &[*const f32],
+        d: usize,
+        stride: usize,
+        scale: f32,
+        out: &[*mut f32],
+    ) {
+        macro_rules! run {
+            ($R:literal, $NV:literal) => {{
+                let qs: [*const f32; $R] = std::array::from_fn(|i| q[i]);
+                let ks: [*const f32; $NV] = std::array::from_fn(|i| k[i]);
+                let os: [*mut f32; $R] = std::array::from_fn(|i| out[i]);
+                scores_tile8::<$R, $NV>(qs, ks, d, stride, scale, os);
+            }};
+        }
+        scores_dispatch!(q.len(), k.len(), run);
+    }
+
+    #[inline(always)]
+    unsafe fn softmax(row: &mut [f32]) -> f32 {
+        softmax8(row)
+    }
+
+    #[inline(always)]
+    unsafe fn pv(
+        p: &[*const f32],
+        o: &[*mut f32],
+        v: *const f32,
+        vrow: &[usize],
+        k0: usize,
+        k1: usize,
+        d: usize,
+    ) {
+        pv_by_rows!(pv_tile8, 8, p, o, v, vrow, k0, k1, d);
+    }
+
+    #[inline(always)]
+    unsafe fn scale_row(o: &mut [f32], acc: &[f32], inv: f32) {
+        use std::arch::x86_64::*;
+        let iv = _mm256_set1_ps(inv);
+        for (oc, ac) in o.chunks_exact_mut(8).zip(acc.chunks_exact(8)) {
+            _mm256_storeu_ps(
+                oc.as_mut_ptr(),
+                _mm256_mul_ps(_mm256_loadu_ps(ac.as_ptr()), iv),
+            );
+        }
+    }
+}
+
+/// 16 lanes (AVX-512F): twice the keys per score vector and dimensions per output vector,
+/// and 32 registers for the tiles.
+#[cfg(target_arch = "x86_64")]
+struct Avx512;
+
+#[cfg(target_arch = "x86_64")]
+impl Lanes for Avx512 {
+    const W: usize = 16;
+    // A 64-key chunk is four vectors: every row count takes all four (16 accumulators).
+    const SCORE_VECS: [usize; 5] = [0, 4, 4, 4, 4];
+
+    #[inline(always)]
+    unsafe fn scores(
+        q: &[*const f32],
+        k: &[*const f32],
+        d: usize,
+        stride: usize,
+        scale: f32,
+        out: &[*mut f32],
+    ) {
+        macro_rules! run {
+            ($R:literal, $NV:literal) => {{
+                let qs: [*const f32; $R] = std::array::from_fn(|i| q[i]);
+                let ks: [*const f32; $NV] = std::array::from_fn(|i| k[i]);
+                let os: [*mut f32; $R] = std::array::from_fn(|i| out[i]);
+                scores_tile16::<$R, $NV>(qs, ks, d, stride, scale, os);
+            }};
+        }
+        scores_dispatch!(q.len(), k.len(), run);
+    }
+
+    #[inline(always)]
+    unsafe fn softmax(row: &mut [f32]) -> f32 {
+        softmax16(row)
+    }
+
+    #[inline(always)]
+    unsafe fn pv(
+        p: &[*const f32],
+        o: &[*mut f32],
+        v: *const f32,
+        vrow: &[usize],
+        k0: usize,
+        k1: usize,
+        d: usize,
+    ) {
+        pv_by_rows!(pv_tile16, 16, p, o, v, vrow, k0, k1, d);
+    }
+
+    #[inline(always)]
+    unsafe fn scale_row(o: &mut [f32], acc: &[f32], inv: f32) {
+        use std::arch::x86_64::*;
+        let iv = _mm512_set1_ps(inv);
+        for (oc, ac) in o.chunks_exact_mut(16).zip(acc.chunks_exact(16)) {
+            _mm512_storeu_ps(
+                oc.as_mut_ptr(),
+                _mm512_mul_ps(_mm512_loadu_ps(ac.as_ptr()), iv),
+            );
+        }
+    }
+}
+
 /// Scores of query rows `q[0..R]` against `NV` key vectors (8 keys each, `kt[v]`
 /// pointing at dimension 0, dimension `i` at `i · stride`), times `scale`, stored at
 /// `out[r] + 8·v`.
@@ -231,7 +540,7 @@ pub fn attend_reference(
 #[target_feature(enable = "avx2,fma")]
 #[inline]
 #[allow(clippy::needless_range_loop)]
-unsafe fn scores_tile<const R: usize, const NV: usize>(
+unsafe fn scores_tile8<const R: usize, const NV: usize>(
     q: [*const f32; R],
     kt: [*const f32; NV],
     d: usize,
@@ -261,13 +570,48 @@ unsafe fn scores_tile<const R: usize, const NV: usize>(
     }
 }
 
+/// [`scores_tile8`] with 16 keys a vector.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+#[inline]
+#[allow(clippy::needless_range_loop)]
+unsafe fn scores_tile16<const R: usize, const NV: usize>(
+    q: [*const f32; R],
+    kt: [*const f32; NV],
+    d: usize,
+    stride: usize,
+    scale: f32,
+    out: [*mut f32; R],
+) {
+    use std::arch::x86_64::*;
+    let mut acc = [[_mm512_setzero_ps(); NV]; R];
+    for i in 0..d {
+        let mut kv = [_mm512_setzero_ps(); NV];
+        for v in 0..NV {
+            kv[v] = _mm512_loadu_ps(kt[v].add(i * stride));
+        }
+        for r in 0..R {
+            let qb = _mm512_set1_ps(*q[r].add(i));
+            for v in 0..NV {
+                acc[r][v] = _mm512_fmadd_ps(qb, kv[v], acc[r][v]);
+            }
+        }
+    }
+    let sv = _mm512_set1_ps(scale);
+    for r in 0..R {
+        for v in 0..NV {
+            _mm512_storeu_ps(out[r].add(16 * v), _mm512_mul_ps(acc[r][v], sv));
+        }
+    }
+}
+
 /// `o[r][0..8·DV] += Σ_k p[r][k] · V[k][0..8·DV]` over keys `k0..k1` (`vrow[k]`: the
 /// offset of key `k`'s V row in `v`), one FMA per key in key order.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 #[inline]
 #[allow(clippy::needless_range_loop)]
-unsafe fn pv_tile<const R: usize, const DV: usize>(
+unsafe fn pv_tile8<const R: usize, const DV: usize>(
     p: [*const f32; R],
     o: [*mut f32; R],
     v: *const f32,
@@ -302,6 +646,46 @@ unsafe fn pv_tile<const R: usize, const DV: usize>(
     }
 }
 
+/// [`pv_tile8`] with 16 dimensions a vector.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+#[inline]
+#[allow(clippy::needless_range_loop)]
+unsafe fn pv_tile16<const R: usize, const DV: usize>(
+    p: [*const f32; R],
+    o: [*mut f32; R],
+    v: *const f32,
+    vrow: &[usize],
+    k0: usize,
+    k1: usize,
+) {
+    use std::arch::x86_64::*;
+    let mut acc = [[_mm512_setzero_ps(); DV]; R];
+    for r in 0..R {
+        for j in 0..DV {
+            acc[r][j] = _mm512_loadu_ps(o[r].add(16 * j));
+        }
+    }
+    for k in k0..k1 {
+        let vp = v.add(*vrow.get_unchecked(k));
+        let mut pb = [_mm512_setzero_ps(); R];
+        for r in 0..R {
+            pb[r] = _mm512_set1_ps(*p[r].add(k));
+        }
+        for j in 0..DV {
+            let vv = _mm512_loadu_ps(vp.add(16 * j));
+            for r in 0..R {
+                acc[r][j] = _mm512_fmadd_ps(pb[r], vv, acc[r][j]);
+            }
+        }
+    }
+    for r in 0..R {
+        for j in 0..DV {
+            _mm512_storeu_ps(o[r].add(16 * j), acc[r][j]);
+        }
+    }
+}
+
 /// [`exp_scalar`] on 8 lanes, the same operations per lane.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
@@ -331,40 +715,81 @@ pub(crate) unsafe fn exp8(x: std::arch::x86_64::__m256) -> std::arch::x86_64::__
     _mm256_andnot_ps(tiny, v)
 }
 
-/// Calls `$run!(R, NV)` for a scores tile of `$r` rows (1..=4) and `$nv` key vectors
-/// (up to 8, 4, 4, 3 by row count).
+/// [`exp_scalar`] on 16 lanes, the same operations per lane.
 #[cfg(target_arch = "x86_64")]
-macro_rules! scores_dispatch {
-    ($r:expr, $nv:expr, $run:ident) => {
-        match ($r, $nv) {
-            (1, 1) => $run!(1, 1),
-            (1, 2) => $run!(1, 2),
-            (1, 3) => $run!(1, 3),
-            (1, 4) => $run!(1, 4),
-            (1, 5) => $run!(1, 5),
-            (1, 6) => $run!(1, 6),
-            (1, 7) => $run!(1, 7),
-            (1, 8) => $run!(1, 8),
-            (2, 1) => $run!(2, 1),
-            (2, 2) => $run!(2, 2),
-            (2, 3) => $run!(2, 3),
-            (2, 4) => $run!(2, 4),
-            (3, 1) => $run!(3, 1),
-            (3, 2) => $run!(3, 2),
-            (3, 3) => $run!(3, 3),
-            (3, 4) => $run!(3, 4),
-            (4, 1) => $run!(4, 1),
-            (4, 2) => $run!(4, 2),
-            (4, 3) => $run!(4, 3),
-            (r, nv) => unreachable!("no {r}x{nv} scores tile"),
-        }
-    };
+#[target_feature(enable = "avx512f")]
+#[inline]
+unsafe fn exp16(x: std::arch::x86_64::__m512) -> std::arch::x86_64::__m512 {
+    use std::arch::x86_64::*;
+    let n = _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(
+        _mm512_mul_ps(x, _mm512_set1_ps(LOG2E)),
+    );
+    let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(LN2_HI), x);
+    let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(LN2_LO), r);
+    let mut p = _mm512_set1_ps(EXP_POLY[0]);
+    for &c in &EXP_POLY[1..] {
+        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(c));
+    }
+    let y = _mm512_add_ps(
+        _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r),
+        _mm512_set1_ps(1.0),
+    );
+    let e = _mm512_slli_epi32::<23>(_mm512_add_epi32(
+        _mm512_cvtps_epi32(n),
+        _mm512_set1_epi32(127),
+    ));
+    let v = _mm512_mul_ps(y, _mm512_castsi512_ps(e));
+    let tiny = _mm512_cmp_ps_mask::<_CMP_LT_OQ>(x, _mm512_set1_ps(EXP_MIN));
+    _mm512_maskz_mov_ps(!tiny, v)
 }
 
-/// Key vectors per scores tile of `r` rows (index `r`, 1..=4): 8 to 12 accumulators
-/// (4 × 3: seven loads per twelve FMAs).
+/// Softmax of one padded row at 8 lanes: max, `exp(s − max)` in place, lane sums in key
+/// order, the fixed tree; returns `1 / Σ`.
 #[cfg(target_arch = "x86_64")]
-const SCORE_VECS: [usize; 5] = [0, 8, 4, 4, 3];
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+unsafe fn softmax8(row: &mut [f32]) -> f32 {
+    use std::arch::x86_64::*;
+    let mut mv = _mm256_set1_ps(f32::NEG_INFINITY);
+    for c in row.chunks_exact(8) {
+        mv = _mm256_max_ps(mv, _mm256_loadu_ps(c.as_ptr()));
+    }
+    let mut m = [0.0f32; 8];
+    _mm256_storeu_ps(m.as_mut_ptr(), mv);
+    let maxv = _mm256_set1_ps(m.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b)));
+    let mut lanes = _mm256_setzero_ps();
+    for c in row.chunks_exact_mut(8) {
+        let e = exp8(_mm256_sub_ps(_mm256_loadu_ps(c.as_ptr()), maxv));
+        _mm256_storeu_ps(c.as_mut_ptr(), e);
+        lanes = _mm256_add_ps(lanes, e);
+    }
+    1.0 / hsum(lanes)
+}
+
+/// [`softmax8`] with the exponentials 16 at a time; the sum still runs in eight lanes
+/// (each vector's low half, then its high half), so the bits are `softmax8`'s.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx2,fma")]
+#[inline]
+unsafe fn softmax16(row: &mut [f32]) -> f32 {
+    use std::arch::x86_64::*;
+    let mut mv = _mm512_set1_ps(f32::NEG_INFINITY);
+    for c in row.chunks_exact(16) {
+        mv = _mm512_max_ps(mv, _mm512_loadu_ps(c.as_ptr()));
+    }
+    let maxv = _mm512_set1_ps(_mm512_reduce_max_ps(mv));
+    let mut lanes = _mm256_setzero_ps();
+    for c in row.chunks_exact_mut(16) {
+        let e = exp16(_mm512_sub_ps(_mm512_loadu_ps(c.as_ptr()), maxv));
+        _mm512_storeu_ps(c.as_mut_ptr(), e);
+        lanes = _mm256_add_ps(lanes, _mm512_castps512_ps256(e));
+        lanes = _mm256_add_ps(
+            lanes,
+            _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(e))),
+        );
+    }
+    1.0 / hsum(lanes)
+}
 
 /// [`attend_reference`] with SIMD tiles and cache blocking; the same bits.
 ///
@@ -382,7 +807,42 @@ unsafe fn attend_avx2(
     shape: AttnShape,
     lay: KvLayout,
 ) -> Vec<f32> {
-    use std::arch::x86_64::*;
+    attend_simd::<Avx2>(seq, h, q, k_pool, v_pool, shape, lay)
+}
+
+/// [`attend_avx2`] at 16 lanes; the same bits.
+///
+/// # Safety
+/// AVX-512F, AVX2 and FMA available; `lay.block_size` and `head_dim` multiples of 16;
+/// every block of the context inside both pools; `q` holds the sequence's rows.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx2,fma")]
+unsafe fn attend_avx512(
+    seq: &SeqInput,
+    h: usize,
+    q: &[f32],
+    k_pool: &[f32],
+    v_pool: &[f32],
+    shape: AttnShape,
+    lay: KvLayout,
+) -> Vec<f32> {
+    attend_simd::<Avx512>(seq, h, q, k_pool, v_pool, shape, lay)
+}
+
+/// The cache-blocked loops of the SIMD kernels, at `L::W` lanes (inlined into each
+/// width's entry point, which enables its features).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn attend_simd<L: Lanes>(
+    seq: &SeqInput,
+    h: usize,
+    q: &[f32],
+    k_pool: &[f32],
+    v_pool: &[f32],
+    shape: AttnShape,
+    lay: KvLayout,
+) -> Vec<f32> {
+    let w = L::W;
     let d = shape.head_dim;
     let bs = lay.block_size;
     let kvh = h / (shape.n_heads / shape.n_kv_heads);
@@ -392,98 +852,63 @@ unsafe fn attend_avx2(
     let ctx = seq.context_len;
     let first_len = ctx - rows + 1; // row j sees keys 0..first_len + j
     let len = |j: usize| first_len + j;
-    let nvec = ctx.div_ceil(8);
-    let stride = nvec * 8;
+    let nvec = ctx.div_ceil(w);
+    let stride = nvec * w;
     let mut out = vec![0.0f32; rows * d];
     SCRATCH.with(|s| {
         let (sbuf, obuf, vrow) = &mut *s.borrow_mut();
-        sbuf.clear();
-        sbuf.resize(rows * stride, 0.0);
+        // Not cleared: every score a row reads is written first (below).
+        if sbuf.len() < rows * stride {
+            sbuf.resize(rows * stride, 0.0);
+        }
         obuf.clear();
         obuf.resize(rows * d, 0.0);
         vrow.clear();
-        vrow.extend((0..ctx).map(|k| lay.v_at(seq.block_table[k / bs] as usize, k % bs, kvh)));
+        let slot_step = lay.n_kv_heads * d;
+        for (i, &b) in seq.block_table[..ctx.div_ceil(bs)].iter().enumerate() {
+            let base = lay.v_at(b as usize, 0, kvh);
+            vrow.extend((0..bs.min(ctx - i * bs)).map(|slot| base + slot * slot_step));
+        }
         let kp = k_pool.as_ptr();
         let kvec = |v: usize| {
-            let pos = 8 * v;
+            let pos = w * v;
             kp.add(lay.k_at(seq.block_table[pos / bs] as usize, pos % bs, kvh))
         };
         let qrow = |j: usize| q.as_ptr().add((seq.query_start + j) * q_width + h * d);
         let sp = sbuf.as_mut_ptr();
 
         // Scores, chunk by chunk of keys; each row tile stops at its last row's length.
-        for c0 in (0..nvec).step_by(KEY_CHUNK / 8) {
-            let c1 = (c0 + KEY_CHUNK / 8).min(nvec);
+        for c0 in (0..nvec).step_by(KEY_CHUNK / w) {
+            let c1 = (c0 + KEY_CHUNK / w).min(nvec);
             for r0 in (0..rows).step_by(4) {
                 let rt = (rows - r0).min(4);
-                let vend = c1.min(len(r0 + rt - 1).div_ceil(8));
+                let vend = c1.min(len(r0 + rt - 1).div_ceil(w));
+                let qs: [*const f32; 4] = std::array::from_fn(|i| qrow((r0 + i).min(rows - 1)));
                 let mut v = c0;
                 while v < vend {
-                    let nv = (vend - v).min(SCORE_VECS[rt]);
-                    macro_rules! run {
-                        ($R:literal, $NV:literal) => {{
-                            let qs: [*const f32; $R] = std::array::from_fn(|i| qrow(r0 + i));
-                            let ks: [*const f32; $NV] = std::array::from_fn(|i| kvec(v + i));
-                            let os: [*mut f32; $R] =
-                                std::array::from_fn(|i| sp.add((r0 + i) * stride + 8 * v));
-                            scores_tile::<$R, $NV>(qs, ks, d, bs, scale, os);
-                        }};
-                    }
-                    scores_dispatch!(rt, nv, run);
+                    let nv = (vend - v).min(L::SCORE_VECS[rt]);
+                    let ks: [*const f32; 8] = std::array::from_fn(|i| kvec(v + i.min(nv - 1)));
+                    let os: [*mut f32; 4] =
+                        std::array::from_fn(|i| sp.add((r0 + i).min(rows - 1) * stride + w * v));
+                    L::scores(&qs[..rt], &ks[..nv], d, bs, scale, &os[..rt]);
                     v += nv;
                 }
             }
         }
 
-        // Softmax per row over its own keys: max, exp, lane sums in key order.
+        // Softmax per row over its own keys.
         let mut inv = vec![0.0f32; rows];
         for (j, inv) in inv.iter_mut().enumerate() {
             let n = len(j);
-            let row = &mut sbuf[j * stride..j * stride + n.div_ceil(8) * 8];
+            let row = &mut sbuf[j * stride..j * stride + n.div_ceil(w) * w];
             row[n..].fill(f32::NEG_INFINITY);
-            let mut mv = _mm256_set1_ps(f32::NEG_INFINITY);
-            for c in row.chunks_exact(8) {
-                mv = _mm256_max_ps(mv, _mm256_loadu_ps(c.as_ptr()));
-            }
-            let mut m = [0.0f32; 8];
-            _mm256_storeu_ps(m.as_mut_ptr(), mv);
-            let max = m.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
-            let maxv = _mm256_set1_ps(max);
-            let mut lanes = _mm256_setzero_ps();
-            for c in row.chunks_exact_mut(8) {
-                let e = exp8(_mm256_sub_ps(_mm256_loadu_ps(c.as_ptr()), maxv));
-                _mm256_storeu_ps(c.as_mut_ptr(), e);
-                lanes = _mm256_add_ps(lanes, e);
-            }
-            *inv = 1.0 / hsum(lanes);
+            *inv = L::softmax(row);
         }
 
-        // Output: chunks of keys, rows in pairs over their common keys, then each row's
+        // Output: chunks of keys, rows in threes over their common keys, then each row's
         // own remainder, so every row sums exactly its keys in key order.
         let (op, vp) = (obuf.as_mut_ptr(), v_pool.as_ptr());
         let sp = sbuf.as_ptr();
-        let dv_full = d / 32;
-        let dv_tail = (d % 32) / 8;
-        macro_rules! pv {
-            ($R:literal, $rs:expr, $k0:expr, $k1:expr) => {{
-                let rs: [usize; $R] = $rs;
-                for c in 0..dv_full {
-                    let ps: [*const f32; $R] = std::array::from_fn(|i| sp.add(rs[i] * stride));
-                    let os: [*mut f32; $R] = std::array::from_fn(|i| op.add(rs[i] * d + 32 * c));
-                    pv_tile::<$R, 4>(ps, os, vp.add(32 * c), vrow, $k0, $k1);
-                }
-                if dv_tail > 0 {
-                    let off = 32 * dv_full;
-                    let ps: [*const f32; $R] = std::array::from_fn(|i| sp.add(rs[i] * stride));
-                    let os: [*mut f32; $R] = std::array::from_fn(|i| op.add(rs[i] * d + off));
-                    match dv_tail {
-                        1 => pv_tile::<$R, 1>(ps, os, vp.add(off), vrow, $k0, $k1),
-                        2 => pv_tile::<$R, 2>(ps, os, vp.add(off), vrow, $k0, $k1),
-                        _ => pv_tile::<$R, 3>(ps, os, vp.add(off), vrow, $k0, $k1),
-                    }
-                }
-            }};
-        }
         for k0 in (0..ctx).step_by(KEY_CHUNK) {
             let k1 = (k0 + KEY_CHUNK).min(ctx);
             // Rows in threes (lengths grow by one per row): segment `s` of the keys is
@@ -500,25 +925,17 @@ unsafe fn attend_avx2(
                     if to <= from {
                         continue;
                     }
-                    match n - s {
-                        3 => pv!(3, [r0, r0 + 1, r0 + 2], from, to),
-                        2 => pv!(2, [r0 + s, r0 + s + 1], from, to),
-                        _ => pv!(1, [r0 + s], from, to),
-                    }
+                    let rs = r0 + s..r0 + n;
+                    let ps: [*const f32; 3] =
+                        std::array::from_fn(|i| sp.add((r0 + s + i).min(rows - 1) * stride));
+                    let os: [*mut f32; 3] =
+                        std::array::from_fn(|i| op.add((r0 + s + i).min(rows - 1) * d));
+                    L::pv(&ps[..rs.len()], &os[..rs.len()], vp, vrow, from, to, d);
                 }
             }
         }
         for (j, o) in out.chunks_exact_mut(d).enumerate() {
-            let iv = _mm256_set1_ps(inv[j]);
-            for (oc, ac) in o
-                .chunks_exact_mut(8)
-                .zip(obuf[j * d..(j + 1) * d].chunks_exact(8))
-            {
-                _mm256_storeu_ps(
-                    oc.as_mut_ptr(),
-                    _mm256_mul_ps(_mm256_loadu_ps(ac.as_ptr()), iv),
-                );
-            }
+            L::scale_row(o, &obuf[j * d..(j + 1) * d], inv[j]);
         }
     });
     out
@@ -573,7 +990,15 @@ mod tests {
     /// that position); and it is attention (close to an f64 softmax).
     #[test]
     fn attention_kernel_matches_the_portable_order_and_is_row_independent() {
-        for (d, bs) in [(64, 16), (128, 16), (64, 8), (40, 24), (64, 5)] {
+        for (d, bs) in [
+            (64, 16),
+            (128, 16),
+            (64, 8),
+            (40, 24),
+            (64, 5),
+            (80, 32),
+            (48, 16),
+        ] {
             let shape = AttnShape {
                 n_heads: 6,
                 n_kv_heads: 2,
@@ -604,15 +1029,24 @@ mod tests {
                     block_table: table.clone(),
                 };
                 let q = data((2 + query_len) * shape.n_heads * d, query_len);
+                let bits = |x: &[f32]| x.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
                 for h in 0..shape.n_heads {
-                    let got = attend(&seq, h, &q, &k, &v, shape, bs);
                     let want = attend_reference(&seq, h, &q, &k, &v, shape, bs);
-                    let bits = |x: &[f32]| x.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
-                    assert_eq!(
-                        bits(&got),
-                        bits(&want),
-                        "d {d} bs {bs} q {query_len} ctx {context_len} head {h}"
-                    );
+                    // Every width this CPU has (a width that cannot take the shape falls
+                    // back to the next narrower one).
+                    for kernel in [Kernel::Avx512, Kernel::Avx2] {
+                        if !kernel.available() {
+                            continue;
+                        }
+                        let got = attend_with(kernel, &seq, h, &q, &k, &v, shape, lay);
+                        assert_eq!(
+                            bits(&got),
+                            bits(&want),
+                            "{kernel:?} d {d} bs {bs} q {query_len} ctx {context_len} head {h}"
+                        );
+                    }
+                    let got = attend(&seq, h, &q, &k, &v, shape, bs);
+                    assert_eq!(bits(&got), bits(&want));
                     // The last row alone (a decode step at that position).
                     let last = SeqInput {
                         query_start: 1 + query_len,

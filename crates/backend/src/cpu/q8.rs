@@ -154,6 +154,38 @@ unsafe fn group_tile<const TT: usize>(
     xs: [*const f32; TT],
     out: &mut [[f32; GROUP]; 4],
 ) {
+    group_tile_body::<TT, false>(g, nb, xq, xs, out)
+}
+
+/// [`group_tile`] with each block's four-byte products summed by one AVX-VNNI
+/// `vpdpbusd` instead of `vpmaddubsw` + `vpmaddwd` + `vpaddd`: the same exact integer
+/// sums (no pair of products saturates either way), so the same bits.
+///
+/// # Safety
+/// As [`group_tile`], and AVX-VNNI available.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,avxvnni")]
+#[inline]
+unsafe fn group_tile_vnni<const TT: usize>(
+    g: *const u8,
+    nb: usize,
+    xq: [*const i8; TT],
+    xs: [*const f32; TT],
+    out: &mut [[f32; GROUP]; 4],
+) {
+    group_tile_body::<TT, true>(g, nb, xq, xs, out)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+#[allow(clippy::needless_range_loop)]
+unsafe fn group_tile_body<const TT: usize, const VNNI: bool>(
+    g: *const u8,
+    nb: usize,
+    xq: [*const i8; TT],
+    xs: [*const f32; TT],
+    out: &mut [[f32; GROUP]; 4],
+) {
     use std::arch::x86_64::*;
     let ones = _mm256_set1_epi16(1);
     let mut acc = [_mm256_setzero_ps(); TT];
@@ -168,8 +200,15 @@ unsafe fn group_tile<const TT: usize>(
             for t in 0..TT {
                 let a =
                     _mm256_set1_epi32((xq[t].add(b * QK + 4 * k) as *const i32).read_unaligned());
-                let p16 = _mm256_maddubs_epi16(wabs, _mm256_sign_epi8(a, w));
-                s32[t] = _mm256_add_epi32(s32[t], _mm256_madd_epi16(p16, ones));
+                let a = _mm256_sign_epi8(a, w);
+                s32[t] = if VNNI {
+                    _mm256_dpbusd_avx_epi32(s32[t], wabs, a)
+                } else {
+                    _mm256_add_epi32(
+                        s32[t],
+                        _mm256_madd_epi16(_mm256_maddubs_epi16(wabs, a), ones),
+                    )
+                };
             }
         }
         let sw = _mm256_loadu_ps(blk.add(S_AT) as *const f32);
@@ -186,6 +225,15 @@ unsafe fn group_tile<const TT: usize>(
 /// `out[t][r]` = [`dot_q8`] of activation row `t` of `x` (quantised per row,
 /// [`quantize_row`]) and weight row `r`; `[t_rows][w.rows]`.
 pub fn matmul_q8(x: &[f32], t_rows: usize, w: &Q8Matrix) -> Vec<f32> {
+    #[cfg(target_arch = "x86_64")]
+    let vnni = super::simd::has_avx_vnni();
+    #[cfg(not(target_arch = "x86_64"))]
+    let vnni = false;
+    matmul_q8_on(x, t_rows, w, vnni)
+}
+
+/// [`matmul_q8`], summing blocks with AVX-VNNI when `vnni` (the caller checked it).
+fn matmul_q8_on(x: &[f32], t_rows: usize, w: &Q8Matrix, vnni: bool) -> Vec<f32> {
     let cols = w.cols;
     let nb = cols / QK;
     assert!(x.len() >= t_rows * cols, "matmul_q8: short input");
@@ -205,14 +253,14 @@ pub fn matmul_q8(x: &[f32], t_rows: usize, w: &Q8Matrix) -> Vec<f32> {
                     ($TT:literal) => {{
                         // SAFETY: features detected; group g holds nb blocks; activation
                         // rows t..t+TT exist (asserted above).
+                        let xqs = std::array::from_fn(|i| xq[(t + i) * cols..].as_ptr());
+                        let xss = std::array::from_fn(|i| xs[(t + i) * nb..].as_ptr());
                         unsafe {
-                            group_tile::<$TT>(
-                                gp,
-                                nb,
-                                std::array::from_fn(|i| xq[(t + i) * cols..].as_ptr()),
-                                std::array::from_fn(|i| xs[(t + i) * nb..].as_ptr()),
-                                vals,
-                            )
+                            if vnni {
+                                group_tile_vnni::<$TT>(gp, nb, xqs, xss, vals)
+                            } else {
+                                group_tile::<$TT>(gp, nb, xqs, xss, vals)
+                            }
                         };
                     }};
                 }
@@ -306,19 +354,26 @@ mod tests {
                     .to_bits()
                 })
                 .collect();
+            #[cfg(target_arch = "x86_64")]
+            let vnni = super::super::simd::has_avx_vnni();
+            #[cfg(not(target_arch = "x86_64"))]
+            let vnni = false;
             for threads in [1, 2] {
                 let pool = rayon::ThreadPoolBuilder::new()
                     .num_threads(threads)
                     .build()
                     .unwrap();
                 for t in (1..=21).chain([64, 65, 70]) {
-                    let got = pool.install(|| matmul_q8(&x[..t * cols], t, &w));
-                    let got: Vec<u32> = got.iter().map(|v| v.to_bits()).collect();
-                    assert_eq!(
-                        got,
-                        want[..t * rows],
-                        "cols {cols}, {t} tokens, {threads} threads"
-                    );
+                    // Both block sums where this CPU has AVX-VNNI.
+                    for with_vnni in [false, vnni] {
+                        let got = pool.install(|| matmul_q8_on(&x[..t * cols], t, &w, with_vnni));
+                        let got: Vec<u32> = got.iter().map(|v| v.to_bits()).collect();
+                        assert_eq!(
+                            got,
+                            want[..t * rows],
+                            "cols {cols}, {t} tokens, {threads} threads, vnni {with_vnni}"
+                        );
+                    }
                 }
             }
             let exact: f32 = x[4 * cols..5 * cols]

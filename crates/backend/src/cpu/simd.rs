@@ -9,6 +9,31 @@ pub(crate) fn has_avx2() -> bool {
     std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma")
 }
 
+/// AVX-512F besides AVX2 and FMA, unless `WRING_CPU_AVX512=0` (read once): kernels with
+/// a 16-lane version (attention) use it; their bits are those of the 8-lane one.
+#[cfg(target_arch = "x86_64")]
+pub(crate) fn has_avx512() -> bool {
+    static AVX512: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *AVX512.get_or_init(|| {
+        has_avx2()
+            && std::is_x86_feature_detected!("avx512f")
+            && std::env::var("WRING_CPU_AVX512").map_or(true, |v| v != "0")
+    })
+}
+
+/// AVX-VNNI (`vpdpbusd` on 256-bit vectors) besides AVX2 and FMA, unless
+/// `WRING_CPU_VNNI=0` (read once): the 8-bit matmul sums each block's products with it,
+/// the same exact integers as without.
+#[cfg(target_arch = "x86_64")]
+pub(crate) fn has_avx_vnni() -> bool {
+    static VNNI: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *VNNI.get_or_init(|| {
+        has_avx2()
+            && std::is_x86_feature_detected!("avxvnni")
+            && std::env::var("WRING_CPU_VNNI").map_or(true, |v| v != "0")
+    })
+}
+
 /// Lanes (0+4, 1+5, 2+6, 3+7), then (0+2, 1+3), then (0+1): the tree of [`hsum`].
 pub(crate) fn tree8(l: [f32; 8]) -> f32 {
     ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]))
