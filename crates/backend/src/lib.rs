@@ -94,6 +94,14 @@ pub trait Backend: Send {
     fn upload_vector(&mut self, v: &[f32]) -> anyhow::Result<Self::Vector>;
     /// Allocates the paged KV pool once.
     fn alloc_kv(&mut self, spec: KvSpec) -> anyhow::Result<()>;
+    /// Gives the KV pool's memory back and continues on new, zeroed memory of the same
+    /// size. Called while no sequence holds a block, after start-up probes (the adaptive
+    /// policy's calibration, warm-up). The CPU needs it: decode steps of 30+ sequences
+    /// whose K/V lay in pages the probes had written ran 8–10 % slower than on new pages
+    /// (BENCHMARKS, session 20). Elsewhere a no-op.
+    fn renew_kv(&mut self) -> anyhow::Result<()> {
+        Ok(())
+    }
     /// Validates and stages the step's metadata; every op below refers to it.
     fn begin_step(&mut self, step: &StepInput) -> anyhow::Result<()>;
 

@@ -158,6 +158,8 @@ impl EngineCore {
                 tracing::debug!("{line}");
             }
         }
+        // Serving starts on KV memory no probe has written (`Backend::renew_kv`).
+        core.runner.renew_kv()?;
         Ok((core, max_model_len))
     }
 

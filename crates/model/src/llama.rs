@@ -470,6 +470,10 @@ impl<B: Backend> ModelRunner for LlamaRunner<B> {
         LlamaRunner::forward_greedy(self, step).map(Some)
     }
 
+    fn renew_kv(&mut self) -> Result<()> {
+        self.backend.renew_kv()
+    }
+
     fn block_size(&self) -> usize {
         self.kv.block_size
     }

@@ -31,6 +31,11 @@ pub trait ModelRunner: Send {
     fn last_step_graph(&self) -> Option<StepGraph> {
         None
     }
+    /// New KV pool memory after start-up probes (`Backend::renew_kv`); no block may be
+    /// held.
+    fn renew_kv(&mut self) -> anyhow::Result<()> {
+        Ok(())
+    }
     /// The step shapes worth running before serving (`Backend::warm_up_steps`).
     fn warm_up_steps(
         &self,

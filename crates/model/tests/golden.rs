@@ -113,3 +113,43 @@ fn cpu_backend_is_batch_invariant() {
         );
     }
 }
+
+/// `renew_kv` puts the runner on new, zeroed KV memory of the same size: a decode step
+/// no longer sees the K/V an earlier prefill wrote (the test fails if it is a no-op),
+/// and the same prefill and decode on the new pool give the logits they gave before.
+#[test]
+fn a_renewed_kv_pool_is_new_memory_of_the_same_size() {
+    let (mut r, tok) = runner();
+    let prompt = tok.encode("The capital of France is").unwrap();
+    let bs = r.block_size();
+    let decode = |r: &mut dyn ModelRunner, next: u32| {
+        let n = prompt.len();
+        let step = StepInput {
+            seqs: vec![SeqInput {
+                query_start: 0,
+                query_len: 1,
+                context_len: n + 1,
+                block_table: (0..(n + 1).div_ceil(bs) as u32).collect(),
+            }],
+            tokens: vec![next],
+            positions: vec![n as u32],
+            logit_rows: vec![0],
+        };
+        let l = r.forward(&step).unwrap();
+        l.row(0).to_vec()
+    };
+    let first = prefill_batch(r.as_mut(), std::slice::from_ref(&prompt), 0).remove(0);
+    let next = argmax(&first);
+    let before = decode(r.as_mut(), next);
+    r.renew_kv().unwrap();
+    let blind = decode(r.as_mut(), next);
+    assert!(
+        blind != before,
+        "the decode step still saw the old pool's K/V"
+    );
+    assert_eq!(
+        prefill_batch(r.as_mut(), std::slice::from_ref(&prompt), 0).remove(0),
+        first
+    );
+    assert_eq!(decode(r.as_mut(), next), before);
+}

@@ -214,6 +214,18 @@ impl Backend for CpuBackend {
         Ok(CpuVector(v.to_vec()))
     }
 
+    fn renew_kv(&mut self) -> Result<()> {
+        match self.kv.take() {
+            Some(pool) => {
+                // Drop the old pages first so the two pools never coexist.
+                let spec = pool.spec;
+                drop(pool);
+                self.alloc_kv(spec)
+            }
+            None => Ok(()),
+        }
+    }
+
     fn alloc_kv(&mut self, spec: KvSpec) -> Result<()> {
         let per_layer = spec.num_blocks * spec.block_size * spec.n_kv_heads * spec.head_dim;
         self.kv = Some(KvPool {
