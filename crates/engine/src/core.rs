@@ -128,7 +128,10 @@ impl EngineCore {
             vocab,
             drain_deadline: None,
         };
+        // Start-up steps on synthetic sequences (calibration probes, warm-up) ran.
+        let mut probed = false;
         if core.cfg.spec.enabled() && core.cfg.spec.k_policy == KPolicy::Adaptive {
+            probed = true;
             core.spec.calibrate(
                 core.runner.as_mut(),
                 &mut core.sched.blocks,
@@ -151,6 +154,7 @@ impl EngineCore {
                 r.steps,
                 r.seconds
             );
+            probed |= r.steps > 0;
             // The CPU names no shapes: nothing worth a line at start-up there.
             if r.shapes > 0 {
                 tracing::info!("{line}");
@@ -159,7 +163,9 @@ impl EngineCore {
             }
         }
         // Serving starts on KV memory no probe has written (`Backend::renew_kv`).
-        core.runner.renew_kv()?;
+        if probed {
+            core.runner.renew_kv()?;
+        }
         Ok((core, max_model_len))
     }
 
