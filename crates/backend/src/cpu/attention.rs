@@ -887,7 +887,14 @@ unsafe fn attend_simd<L: Lanes>(
                 let mut v = c0;
                 while v < vend {
                     let nv = (vend - v).min(L::SCORE_VECS[rt]);
-                    let ks: [*const f32; 8] = std::array::from_fn(|i| kvec(v + i.min(nv - 1)));
+                    // Only the tile's `nv` vectors are located (the rest are never read).
+                    let ks: [*const f32; 8] = std::array::from_fn(|i| {
+                        if i < nv {
+                            kvec(v + i)
+                        } else {
+                            std::ptr::null()
+                        }
+                    });
                     let os: [*mut f32; 4] =
                         std::array::from_fn(|i| sp.add((r0 + i).min(rows - 1) * stride + w * v));
                     L::scores(&qs[..rt], &ks[..nv], d, bs, scale, &os[..rt]);

@@ -15,9 +15,7 @@ pub(crate) fn has_avx2() -> bool {
 pub(crate) fn has_avx512() -> bool {
     static AVX512: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *AVX512.get_or_init(|| {
-        has_avx2()
-            && std::is_x86_feature_detected!("avx512f")
-            && std::env::var("WRING_CPU_AVX512").map_or(true, |v| v != "0")
+        has_avx2() && std::is_x86_feature_detected!("avx512f") && allowed("WRING_CPU_AVX512")
     })
 }
 
@@ -28,10 +26,14 @@ pub(crate) fn has_avx512() -> bool {
 pub(crate) fn has_avx_vnni() -> bool {
     static VNNI: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *VNNI.get_or_init(|| {
-        has_avx2()
-            && std::is_x86_feature_detected!("avxvnni")
-            && std::env::var("WRING_CPU_VNNI").map_or(true, |v| v != "0")
+        has_avx2() && std::is_x86_feature_detected!("avxvnni") && allowed("WRING_CPU_VNNI")
     })
+}
+
+/// False only when the environment sets `var` to `0` (a path switched off for A/B runs).
+#[cfg(target_arch = "x86_64")]
+fn allowed(var: &str) -> bool {
+    std::env::var(var).map_or(true, |v| v != "0")
 }
 
 /// Lanes (0+4, 1+5, 2+6, 3+7), then (0+2, 1+3), then (0+1): the tree of [`hsum`].
