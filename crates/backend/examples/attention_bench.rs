@@ -1,12 +1,14 @@
 //! Times the CPU attention kernels on a prefill chunk: 32 query rows of one head at
 //! the end of a context of N keys (SmolLM2-135M's shape: 9 query heads over 3 KV heads,
 //! head_dim 64, 16-token blocks), one thread, every kernel this CPU has, and prints the
-//! rate in attended (query, key) pairs and in FMA lanes (4 · head_dim a pair).
+//! rate in attended (query, key) pairs and in FMA lanes (4 · head_dim a pair); then the
+//! bf16 AMX-tile kernel for prompt rows where the CPU has it (`Bf16Amx`).
 //!
 //!   cargo run --release -p wring-backend --example attention_bench [-- 512 2048 4096]
 //!   ATTN_ROWS=64 cargo run ...   # query rows a call (default 32, the backend's chunk)
+//!   ATTN_KERNELS=Bf16Amx cargo run ...   # only these kernels (comma-separated names)
 use std::time::Instant;
-use wring_backend::cpu::attention::{attend_on, Kernel};
+use wring_backend::cpu::attention::{attend_on, attend_prompt_bf16, Kernel};
 use wring_backend::{AttnShape, SeqInput};
 
 fn main() {
@@ -47,17 +49,51 @@ fn main() {
             query_len: rows,
             context_len: ctx,
             block_table: (0..blocks as u32).rev().collect(),
+            prompt_len: 0,
         };
         let pairs: usize = (0..rows).map(|j| ctx - rows + 1 + j).sum::<usize>() * shape.n_heads;
-        for kernel in [Kernel::Reference, Kernel::Avx2, Kernel::Avx512] {
-            if !kernel.available() {
+        let amx = wring_backend::cpu::attention_amx::available();
+        for (kernel, bf16) in [
+            (Kernel::Reference, false),
+            (Kernel::Avx2, false),
+            (Kernel::Avx512, false),
+            (Kernel::Avx512, true),
+        ] {
+            if !kernel.available() || (bf16 && !amx) {
                 continue;
             }
+            // bf16: one call per KV head (its query heads share the K/V tiles), as the
+            // backend's tasks do.
+            let group = shape.n_heads / shape.n_kv_heads;
             let run = || {
-                for h in 0..shape.n_heads {
-                    std::hint::black_box(attend_on(kernel, &seq, h, &q, &k, &v, shape, bs));
+                if bf16 {
+                    for h in (0..shape.n_heads).step_by(group) {
+                        std::hint::black_box(attend_prompt_bf16(
+                            &seq,
+                            h..h + group,
+                            &q,
+                            &k,
+                            &v,
+                            shape,
+                            bs,
+                        ));
+                    }
+                } else {
+                    for h in 0..shape.n_heads {
+                        std::hint::black_box(attend_on(kernel, &seq, h, &q, &k, &v, shape, bs));
+                    }
                 }
             };
+            let name = if bf16 {
+                "Bf16Amx".to_string()
+            } else {
+                format!("{kernel:?}")
+            };
+            if let Ok(only) = std::env::var("ATTN_KERNELS") {
+                if !only.split(',').any(|k| k == name) {
+                    continue;
+                }
+            }
             run();
             let reps = (2e8 / pairs as f64).ceil() as usize;
             let reps = if kernel == Kernel::Reference {
@@ -73,7 +109,7 @@ fn main() {
             let per_pair_ns = secs * 1e9 / pairs as f64;
             let lanes = (4 * shape.head_dim * pairs) as f64 / secs / 1e9;
             println!(
-                "ctx {ctx:5} {kernel:?}: {:8.3} ms for {pairs} pairs, {per_pair_ns:.3} ns a pair, {lanes:.1} G FMA lanes/s",
+                "ctx {ctx:5} {name}: {:8.3} ms for {pairs} pairs, {per_pair_ns:.3} ns a pair, {lanes:.1} G FMA lanes/s",
                 secs * 1e3
             );
         }

@@ -12,6 +12,10 @@ pub struct SeqInput {
     /// KV block ids covering positions `0..context_len` (block `i` holds positions
     /// `i*block_size .. (i+1)*block_size`).
     pub block_table: Vec<u32>,
+    /// Positions below this are prompt tokens: their attention may run at the backend's
+    /// prefill precision (the CPU's `--cpu-prefill-attention`). 0: none is (every row at
+    /// the precision decode uses).
+    pub prompt_len: usize,
 }
 
 /// A whole step: the flattened new tokens of every sequence, their positions, and

@@ -266,6 +266,7 @@ mod tests {
                 query_len: 1,
                 context_len: 20 + i,
                 block_table: vec![10 + 2 * i as u32, 11 + 2 * i as u32, 99],
+                prompt_len: 0,
             });
             s.tokens.push(7 + i as u32);
             s.positions.push(19 + i as u32);
@@ -330,6 +331,7 @@ mod tests {
             query_len: chunk,
             context_len: chunk,
             block_table: (0..chunk.div_ceil(16) as u32).map(|b| 200 + b).collect(),
+            prompt_len: 0,
         });
         s.tokens.extend((0..chunk as u32).map(|i| 1000 + i));
         s.positions.extend(0..chunk as u32);
@@ -425,6 +427,7 @@ mod tests {
             query_len: 20,
             context_len: 20,
             block_table: vec![300, 301],
+            prompt_len: 0,
         });
         two.tokens.extend(0..20);
         two.positions.extend(0..20);

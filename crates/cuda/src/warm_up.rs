@@ -101,6 +101,7 @@ mod tests {
                 block_table: (0..q.div_ceil(16) as u32)
                     .map(|b| 100 * i as u32 + b)
                     .collect(),
+                prompt_len: 0,
             });
             s.tokens.extend(std::iter::repeat_n(7, q));
             s.positions.extend(0..q as u32);

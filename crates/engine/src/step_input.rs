@@ -57,6 +57,7 @@ pub fn build(plan: &StepPlan, sched: &Scheduler, drafts: &StepDrafts) -> (StepIn
             query_len,
             context_len: nc + query_len,
             block_table: seq.blocks.clone(),
+            prompt_len: seq.prompt_len,
         });
         rows.push(StepRow {
             id: sc.id,

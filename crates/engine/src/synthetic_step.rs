@@ -58,6 +58,7 @@ pub fn step(seqs: &[SyntheticSeq], context: usize, tables: &[Vec<u32>], vocab: u
             query_len: q,
             context_len: context + q,
             block_table: t.clone(),
+            prompt_len: 0,
         });
     }
     step

@@ -46,6 +46,7 @@ fn real_rows(x1_rank: usize) -> (Vec<f32>, Vec<f32>, u32) {
                 query_len: n,
                 context_len: n,
                 block_table: (0..n.div_ceil(16) as u32).collect(),
+                prompt_len: 0,
             }],
             logit_rows: vec![n - 1],
         };

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use crate::metrics::argmax;
 use wring_model::{
     load_model, ChatTemplate, CpuWeights, Device, LoadedModel, Logits, ModelRunner, ModelSpec,
-    RunnerOptions, SeqInput, StepInput, Tokenizer,
+    PrefillAttention, RunnerOptions, SeqInput, StepInput, Tokenizer,
 };
 
 /// Which model and how it runs.
@@ -16,6 +16,8 @@ pub struct ModelChoice {
     pub spec: ModelSpec,
     pub device: Device,
     pub cpu_weights: CpuWeights,
+    /// Prompt rows' attention precision on the CPU (f32 or bf16).
+    pub prefill_attention: PrefillAttention,
 }
 
 impl ModelChoice {
@@ -81,6 +83,7 @@ impl GateModel {
             max_num_seqs: max_streams,
             max_model_len: max_stream_tokens,
             cpu_weights: choice.cpu_weights,
+            cpu_prefill_attention: choice.prefill_attention,
             tensor_parallel_size: 1,
         };
         let (name, tokenizer, chat_template, eos_token_ids, vocab_size) = (
@@ -162,6 +165,8 @@ impl GateModel {
                 query_len: s.len(),
                 context_len: s.len(),
                 block_table: self.block_table(slot),
+                // Up to the first scored position: the prompt, as a server prefills it.
+                prompt_len: r.start + 1,
             });
             step.tokens.extend_from_slice(s);
             step.positions.extend(0..s.len() as u32);
@@ -201,6 +206,7 @@ impl GateModel {
                 query_len: p.len(),
                 context_len: p.len(),
                 block_table: self.block_table(slot),
+                prompt_len: p.len(),
             });
             step.tokens.extend_from_slice(p);
             step.positions.extend(0..p.len() as u32);
@@ -228,6 +234,7 @@ impl GateModel {
                     query_len: 1,
                     context_len: len,
                     block_table: self.block_table(i),
+                    prompt_len: prompts[i].len(),
                 });
                 step.tokens.push(*out[i].last().expect("one token"));
                 step.positions.push(len as u32 - 1);

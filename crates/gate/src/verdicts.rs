@@ -1,6 +1,7 @@
 //! Gate verdicts per CPU weight format, kept beside a model, and the choice
 //! `--cpu-weights auto` makes from them: the fastest format whose verdict against the f32
-//! reference is PASS.
+//! reference is PASS; and the one `--cpu-prefill-attention auto` makes (bf16 tiles for prompt
+//! attention where a verdict for that weight format with them passed).
 //!
 //! A verdict file is JSON, `<model file>.wring-gate.json` beside a GGUF (or
 //! `wring-gate.json` inside a model directory), written by `wring gate --save-verdict`. The
@@ -12,7 +13,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
-use wring_model::CpuWeights;
+use wring_model::{CpuWeights, PrefillAttention};
 
 /// The CPU formats, fastest first (decode tokens/s on the CPU: BENCHMARKS.md, "4-bit CPU
 /// weights"). f32 is the reference and needs no verdict.
@@ -137,6 +138,44 @@ pub fn save_named(path: &Path, format: &str, verdict: FormatVerdict) -> Result<P
     Ok(cache)
 }
 
+/// The verdict key of CPU weights `w` with prompt attention in bf16 tiles
+/// (`wring gate --candidate-cpu-prefill-attention bf16`), e.g. `q8+bf16-prefill-attention`.
+pub fn prefill_bf16_key(w: CpuWeights) -> String {
+    format!("{}+bf16-prefill-attention", format_name(w))
+}
+
+/// What `--cpu-prefill-attention auto` runs with CPU weights `w`: bf16 tiles when this CPU
+/// has them (`amx`) and the gate's verdict for `w` with them is PASS, else f32; and a
+/// sentence saying why.
+pub fn choose_prefill_attention(
+    verdicts: Option<&(ModelVerdicts, String)>,
+    w: CpuWeights,
+    amx: bool,
+) -> (PrefillAttention, String) {
+    let key = prefill_bf16_key(w);
+    if !amx {
+        return (
+            PrefillAttention::F32,
+            "CPU prefill attention: f32 (this CPU has no AMX-BF16 tiles, or WRING_CPU_AMX=0)"
+                .into(),
+        );
+    }
+    match verdicts.and_then(|(v, from)| v.formats.get(&key).map(|f| (f, from))) {
+        Some((f, from)) if f.verdict == "PASS" => (
+            PrefillAttention::Bf16,
+            format!("CPU prefill attention: bf16 on AMX tiles (gate verdict of {key} against f32 is PASS: {}; {from})", f.summary),
+        ),
+        Some((f, _)) => (
+            PrefillAttention::F32,
+            format!("CPU prefill attention: f32 ({key}: {}: {})", f.verdict, f.summary),
+        ),
+        None => (
+            PrefillAttention::F32,
+            format!("CPU prefill attention: f32 (no gate verdict for {key}; `wring gate --candidate-cpu-weights {} --candidate-cpu-prefill-attention bf16 --save-verdict` makes one)", format_name(w)),
+        ),
+    }
+}
+
 /// What `--cpu-weights auto` runs: the fastest format whose verdict is PASS (f32, the
 /// reference, when none is), and a sentence saying why.
 pub fn choose(
@@ -224,12 +263,40 @@ mod tests {
     }
 
     #[test]
+    fn bf16_prompt_attention_needs_the_tiles_and_a_passing_verdict_for_its_weights() {
+        let dir = tempfile::tempdir().unwrap();
+        let model = dir.path().join("m.gguf");
+        std::fs::write(&model, b"12345").unwrap();
+        let choose = |w, amx| choose_prefill_attention(load(&model).as_ref(), w, amx);
+        let (p, why) = choose(CpuWeights::Q8, true);
+        assert_eq!(p, PrefillAttention::F32);
+        assert!(
+            why.contains("no gate verdict for q8+bf16-prefill-attention"),
+            "{why}"
+        );
+        save_named(&model, &prefill_bf16_key(CpuWeights::Q8), verdict("FAIL")).unwrap();
+        save_named(&model, &prefill_bf16_key(CpuWeights::F32), verdict("PASS")).unwrap();
+        let (p, why) = choose(CpuWeights::Q8, true);
+        assert_eq!(p, PrefillAttention::F32);
+        assert!(why.contains("FAIL"), "{why}");
+        // The verdict is per weight format: f32 weights with the tiles passed.
+        assert_eq!(choose(CpuWeights::F32, true).0, PrefillAttention::Bf16);
+        // No tiles on this CPU: f32 whatever the verdict.
+        let (p, why) = choose(CpuWeights::F32, false);
+        assert_eq!(p, PrefillAttention::F32);
+        assert!(why.contains("no AMX-BF16"), "{why}");
+    }
+
+    #[test]
     fn shipped_verdicts_parse_and_name_their_command() {
         for (file, bytes, json) in SHIPPED {
             let v: ModelVerdicts = serde_json::from_str(json).unwrap();
             assert_eq!((&v.model_file[..], v.model_bytes), (*file, *bytes));
-            for f in v.formats.values() {
+            for (name, f) in &v.formats {
                 assert!(f.command.starts_with("wring gate "), "{}", f.command);
+                if name.ends_with("+bf16-prefill-attention") {
+                    assert!(f.command.contains("--candidate-cpu-prefill-attention bf16"));
+                }
                 assert!(f.verdict == "PASS" || f.verdict == "FAIL");
             }
         }

@@ -16,6 +16,7 @@ fn default_model(w: CpuWeights) -> ModelChoice {
         spec: ModelSpec::default(),
         device: Device::Cpu,
         cpu_weights: w,
+        prefill_attention: Default::default(),
     }
 }
 
@@ -142,6 +143,7 @@ fn candidate_with_a_zeroed_layer_fails() {
         },
         device: Device::Cpu,
         cpu_weights: CpuWeights::F32,
+        prefill_attention: Default::default(),
     };
     let r = run_gate(&small(default_model(CpuWeights::F32), broken)).unwrap();
     print(&r);
@@ -174,6 +176,7 @@ fn bad_input_is_a_clear_error() {
             },
             device: Device::Cpu,
             cpu_weights: CpuWeights::F32,
+            prefill_attention: Default::default(),
         },
     );
     let e = format!("{:#}", run_gate(&cfg).unwrap_err());

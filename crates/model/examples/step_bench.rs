@@ -38,6 +38,7 @@ fn main() -> anyhow::Result<()> {
                     query_len: ctx,
                     context_len: ctx,
                     block_table: t.clone(),
+                    prompt_len: 0,
                 }],
                 logit_rows: vec![ctx - 1],
             };
@@ -54,6 +55,7 @@ fn main() -> anyhow::Result<()> {
                     query_len: 1,
                     context_len: ctx + s + 1,
                     block_table: t.clone(),
+                    prompt_len: 0,
                 });
                 step.tokens.push(500);
                 step.positions.push((ctx + s) as u32);

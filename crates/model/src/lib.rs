@@ -22,7 +22,7 @@ pub use chat::{ChatMessage, ChatTemplate};
 pub use config::{GenerationDefaults, ModelConfig, RopeScaling};
 pub use runner::{greedy_continuation, Logits, ModelRunner, SeqInput, ShardRunner, StepInput};
 pub use tokenizer::{IncrementalDecoder, Tokenizer};
-pub use wring_backend::cpu::CpuWeights;
+pub use wring_backend::cpu::{CpuWeights, PrefillAttention};
 
 use anyhow::{anyhow, bail, Context, Result};
 use serde_json::Value;
@@ -104,6 +104,9 @@ pub struct RunnerOptions {
     pub max_model_len: usize,
     /// Weight storage of the CPU backend (f32 reference, 8- or 4-bit, or the checkpoint's own).
     pub cpu_weights: CpuWeights,
+    /// Attention precision of prompt rows on the CPU (bf16 AMX tiles only where the CPU has
+    /// them); decode and verify rows always run f32.
+    pub cpu_prefill_attention: PrefillAttention,
     /// Ranks the model is split over (tensor parallelism, [`shard`]); 1: one device.
     /// `kv_cache_bytes` is then each rank's budget for its own KV heads.
     pub tensor_parallel_size: usize,
@@ -118,6 +121,7 @@ impl Default for RunnerOptions {
             max_num_seqs: 64,
             max_model_len: 8192,
             cpu_weights: CpuWeights::F32,
+            cpu_prefill_attention: PrefillAttention::F32,
             tensor_parallel_size: 1,
         }
     }
@@ -208,7 +212,9 @@ impl LoadedModel {
             bail!("wring_model::LoadedModel::into_runner runs one rank; split a model with wring_runtime::open_runner");
         }
         let weights = self.cpu_weights(opts.cpu_weights);
-        self.runner_on(wring_backend::cpu::CpuBackend::new(weights), opts)
+        let backend = wring_backend::cpu::CpuBackend::new(weights)
+            .with_prefill_attention(opts.cpu_prefill_attention);
+        self.runner_on(backend, opts)
     }
 
     /// The CPU weight format `asked` resolves to for this checkpoint (`Auto`: its own).

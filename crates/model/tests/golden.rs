@@ -74,6 +74,7 @@ fn golden_prompt_ids_greedy_ids_and_logits() {
                     query_len: 1,
                     context_len: seq.len(),
                     block_table: blocks.clone(),
+                    prompt_len: 0,
                 }],
                 logit_rows: vec![0],
             };
@@ -130,6 +131,7 @@ fn a_renewed_kv_pool_is_new_memory_of_the_same_size() {
                 query_len: 1,
                 context_len: n + 1,
                 block_table: (0..(n + 1).div_ceil(bs) as u32).collect(),
+                prompt_len: 0,
             }],
             tokens: vec![next],
             positions: vec![n as u32],

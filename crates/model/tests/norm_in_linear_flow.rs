@@ -166,6 +166,7 @@ fn run_steps(r: &mut dyn ModelRunner) -> Vec<Vec<f32>> {
                 query_len: new.len(),
                 context_len: lens[i],
                 block_table: tables[i].clone(),
+                prompt_len: 0,
             });
             s.positions.extend(start as u32..lens[i] as u32);
             s.tokens.extend_from_slice(new);
@@ -266,6 +267,7 @@ fn a_step_captured_as_two_variants_runs_both_and_returns_the_kept_ones_replay() 
             query_len: 4,
             context_len: 4,
             block_table: vec![0],
+            prompt_len: 0,
         });
         s.tokens = vec![5, 6, 7, 8];
         s.positions = vec![0, 1, 2, 3];

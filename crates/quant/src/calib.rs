@@ -349,6 +349,7 @@ pub fn calibrate(model: &LoadedModel, opts: &CalibOptions) -> Result<Calibration
                 query_len: n,
                 context_len: n,
                 block_table: (0..n.div_ceil(block_size) as u32).collect(),
+                prompt_len: 0,
             }],
             logit_rows: vec![n - 1],
         };

@@ -102,6 +102,7 @@ fn logits(m: LoadedModel, prompts: &[Vec<u32>]) -> Vec<Vec<f32>> {
                     query_len: p.len(),
                     context_len: p.len(),
                     block_table: (0..p.len().div_ceil(bs) as u32).collect(),
+                    prompt_len: 0,
                 }],
                 logit_rows: vec![p.len() - 1],
             };

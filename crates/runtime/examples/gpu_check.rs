@@ -272,6 +272,7 @@ fn step(new: &[Vec<u32>], ctx: &[usize], tables: &[Vec<u32>]) -> StepInput {
             query_len: toks.len(),
             context_len: ctx[i] + toks.len(),
             block_table: tables[i].clone(),
+            prompt_len: 0,
         });
         s.tokens.extend_from_slice(toks);
         s.positions

@@ -60,6 +60,7 @@ fn steps() -> Vec<StepInput> {
                 query_len: toks.len(),
                 context_len: ctx[i] + toks.len(),
                 block_table: tables[i].clone(),
+                prompt_len: 0,
             });
             s.tokens.extend_from_slice(toks);
             s.positions

@@ -160,10 +160,21 @@ pub fn attend_on(
         n_kv_heads: shape.n_kv_heads,
         head_dim: shape.head_dim,
     };
-    let d = shape.head_dim;
-    // Every block the context touches lies inside both pools (checked once, so the
-    // kernels read unchecked).
-    let blocks = seq.context_len.div_ceil(block_size);
+    check(seq, q, k_pool, v_pool, shape, lay);
+    attend_with(kernel, seq, h, q, k_pool, v_pool, shape, lay)
+}
+
+/// Every block the context touches lies inside both pools and `q` holds the sequence's
+/// rows (checked once, so the kernels read unchecked).
+fn check(
+    seq: &SeqInput,
+    q: &[f32],
+    k_pool: &[f32],
+    v_pool: &[f32],
+    shape: AttnShape,
+    lay: KvLayout,
+) {
+    let blocks = seq.context_len.div_ceil(lay.block_size);
     assert!(
         seq.block_table.len() >= blocks,
         "attention: block table too short"
@@ -175,12 +186,50 @@ pub fn attend_on(
             "attention: block {b} beyond the pool ({pool} values)"
         );
     }
-    let q_width = shape.n_heads * d;
+    let q_width = shape.n_heads * shape.head_dim;
     assert!(
         q.len() >= (seq.query_start + seq.query_len) * q_width,
         "attention: short query tensor"
     );
-    attend_with(kernel, seq, h, q, k_pool, v_pool, shape, lay)
+}
+
+/// [`attend`] of the query heads `heads` (all of one KV head) for prompt rows in bf16 AMX
+/// tiles ([`super::attention_amx`]: not the f32 reference's bits; used only where the gate
+/// admitted it), or [`attend`] head by head where this CPU has no AMX-BF16 or the shape
+/// does not fit the tiles. Returns `[head][query_len][head_dim]`.
+#[allow(clippy::too_many_arguments)]
+pub fn attend_prompt_bf16(
+    seq: &SeqInput,
+    heads: std::ops::Range<usize>,
+    q: &[f32],
+    k_pool: &[f32],
+    v_pool: &[f32],
+    shape: AttnShape,
+    block_size: usize,
+) -> Vec<f32> {
+    #[cfg(target_arch = "x86_64")]
+    if super::attention_amx::available() && super::attention_amx::fits(shape, block_size) {
+        let lay = KvLayout {
+            block_size,
+            n_kv_heads: shape.n_kv_heads,
+            head_dim: shape.head_dim,
+        };
+        check(seq, q, k_pool, v_pool, shape, lay);
+        let group = shape.n_heads / shape.n_kv_heads;
+        assert!(
+            !heads.is_empty()
+                && heads.end <= shape.n_heads
+                && (heads.end - 1) / group == heads.start / group,
+            "attention: heads {heads:?} do not share one KV head"
+        );
+        // SAFETY: AMX-BF16 and AVX-512 available, the shape fits, ranges checked above.
+        return unsafe {
+            super::attention_amx::attend_bf16(seq, heads, q, k_pool, v_pool, shape, lay)
+        };
+    }
+    heads
+        .flat_map(|h| attend(seq, h, q, k_pool, v_pool, shape, block_size))
+        .collect()
 }
 
 /// Which implementation computes attention (all give the same bits).
@@ -771,7 +820,7 @@ unsafe fn softmax8(row: &mut [f32]) -> f32 {
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx2,fma")]
 #[inline]
-unsafe fn softmax16(row: &mut [f32]) -> f32 {
+pub(super) unsafe fn softmax16(row: &mut [f32]) -> f32 {
     use std::arch::x86_64::*;
     let mut mv = _mm512_set1_ps(f32::NEG_INFINITY);
     for c in row.chunks_exact(16) {
@@ -1034,6 +1083,7 @@ mod tests {
                     query_len,
                     context_len,
                     block_table: table.clone(),
+                    prompt_len: 0,
                 };
                 let q = data((2 + query_len) * shape.n_heads * d, query_len);
                 let bits = |x: &[f32]| x.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
@@ -1060,6 +1110,7 @@ mod tests {
                         query_len: 1,
                         context_len,
                         block_table: table.clone(),
+                        prompt_len: 0,
                     };
                     let one = attend(&last, h, &q, &k, &v, shape, bs);
                     assert_eq!(

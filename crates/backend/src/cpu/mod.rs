@@ -7,6 +7,7 @@
 //! only splits *which* values a thread computes, never how one value is summed.
 
 pub mod attention;
+pub mod attention_amx;
 pub mod host_comm;
 mod kernels;
 pub mod q4;
@@ -85,6 +86,43 @@ pub enum CpuWeights {
     Auto,
 }
 
+/// The precision of attention over prompt rows (prefill) on the CPU. Decode and verify
+/// rows always run the f32 kernels, so speculation stays lossless.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PrefillAttention {
+    /// The f32 kernels: the bits of the portable reference.
+    #[default]
+    F32,
+    /// bf16 AMX tiles ([`attention_amx`]) where the CPU has AMX-BF16; f32 elsewhere.
+    Bf16,
+    /// bf16 where the gate's verdict for this model and weight format passed; resolved by
+    /// the caller before the backend is built (a backend given `Auto` runs f32).
+    Auto,
+}
+
+impl std::str::FromStr for PrefillAttention {
+    type Err = anyhow::Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "f32" => Ok(Self::F32),
+            "bf16" => Ok(Self::Bf16),
+            "auto" => Ok(Self::Auto),
+            _ => anyhow::bail!("unknown CPU prefill attention {s:?} (auto, f32, bf16)"),
+        }
+    }
+}
+
+impl PrefillAttention {
+    /// The name on the command line and in gate verdicts.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::F32 => "f32",
+            Self::Bf16 => "bf16",
+            Self::Auto => "auto",
+        }
+    }
+}
+
 impl std::str::FromStr for CpuWeights {
     type Err = anyhow::Error;
     fn from_str(s: &str) -> Result<Self> {
@@ -124,6 +162,8 @@ pub struct CpuBackend {
     /// collective this step (reported by `finish_step`).
     comm: Option<host_comm::HostComm>,
     comm_error: Option<anyhow::Error>,
+    /// Prompt rows' attention in bf16 tiles (set, and this CPU has AMX-BF16).
+    prefill_bf16: bool,
 }
 
 impl CpuBackend {
@@ -132,6 +172,17 @@ impl CpuBackend {
             weights,
             ..Self::default()
         }
+    }
+
+    /// Runs prompt rows' attention at `p` (bf16 only where [`attention_amx::available`]).
+    pub fn with_prefill_attention(mut self, p: PrefillAttention) -> Self {
+        self.prefill_bf16 = p == PrefillAttention::Bf16 && attention_amx::available();
+        self
+    }
+
+    /// Whether prompt rows' attention runs in bf16 tiles.
+    pub fn prefill_bf16(&self) -> bool {
+        self.prefill_bf16
     }
 
     /// A rank of a tensor-parallel group whose collectives run over `comm`.
@@ -381,28 +432,46 @@ impl Backend for CpuBackend {
         // 64: each task reads its head's K/V once for 64 rows; at a 4,096-token context
         // that is 2 MB a task, and with 32 rows the kernel waited on it (attention_bench:
         // 2.90 → 2.56 ns a pair at 4,096 keys; prefill of 4,096 tokens −3 %).
+        // Prompt rows (positions below `prompt_len`) and the others never share a chunk:
+        // with bf16 prefill attention on, prompt chunks run the AMX kernel, the rest f32.
         const Q_CHUNK: usize = 64;
-        let chunks: Vec<Cow<SeqInput>> = self
+        let bf16 = self.prefill_bf16 && attention_amx::fits(shape, bs);
+        let chunks: Vec<(Cow<SeqInput>, bool)> = self
             .step
             .seqs
             .iter()
             .flat_map(|seq| {
-                (0..seq.query_len).step_by(Q_CHUNK).map(move |j0| {
-                    let j1 = (j0 + Q_CHUNK).min(seq.query_len);
-                    if j0 == 0 && j1 == seq.query_len {
-                        return Cow::Borrowed(seq);
-                    }
-                    Cow::Owned(SeqInput {
-                        query_start: seq.query_start + j0,
-                        query_len: j1 - j0,
-                        context_len: seq.context_len - seq.query_len + j1,
-                        block_table: seq.block_table.clone(),
+                let first_pos = seq.context_len - seq.query_len;
+                let prompt_rows = seq.prompt_len.saturating_sub(first_pos).min(seq.query_len);
+                let pieces = [(0, prompt_rows, bf16), (prompt_rows, seq.query_len, false)];
+                pieces.into_iter().flat_map(move |(a, b, amx)| {
+                    (a..b).step_by(Q_CHUNK).map(move |j0| {
+                        let j1 = (j0 + Q_CHUNK).min(b);
+                        if j0 == 0 && j1 == seq.query_len {
+                            return (Cow::Borrowed(seq), amx);
+                        }
+                        let part = SeqInput {
+                            query_start: seq.query_start + j0,
+                            query_len: j1 - j0,
+                            context_len: first_pos + j1,
+                            block_table: seq.block_table.clone(),
+                            prompt_len: seq.prompt_len,
+                        };
+                        (Cow::Owned(part), amx)
                     })
                 })
             })
             .collect();
-        let tasks: Vec<(usize, usize)> = (0..chunks.len())
-            .flat_map(|c| (0..shape.n_heads).map(move |h| (c, h)))
+        // A task: one query head of a chunk, or for a bf16 chunk all the query heads of one
+        // KV head (the kernel converts that head's K/V to tiles once for them).
+        let group = shape.n_heads / shape.n_kv_heads;
+        let tasks: Vec<(usize, std::ops::Range<usize>)> = (0..chunks.len())
+            .flat_map(|c| {
+                let per_task = if chunks[c].1 { group } else { 1 };
+                (0..shape.n_heads)
+                    .step_by(per_task)
+                    .map(move |h| (c, h..h + per_task))
+            })
             .collect();
         let mut results: Vec<Vec<f32>> = vec![Vec::new(); tasks.len()];
         tiling::for_rows(
@@ -413,16 +482,25 @@ impl Backend for CpuBackend {
             &mut [(); 0],
             0,
             |i, res, _| {
-                let (c, h) = tasks[i];
-                res[0] = attention::attend(&chunks[c], h, &q.data, kl, vl, shape, bs);
+                let (c, heads) = &tasks[i];
+                let (part, amx) = &chunks[*c];
+                res[0] = if *amx {
+                    attention::attend_prompt_bf16(part, heads.clone(), &q.data, kl, vl, shape, bs)
+                } else {
+                    attention::attend(part, heads.start, &q.data, kl, vl, shape, bs)
+                };
             },
         );
-        for (&(c, h), res) in tasks.iter().zip(results) {
-            let part = &chunks[c];
-            for j in 0..part.query_len {
-                let t = part.query_start + j;
-                out[t * width + h * shape.head_dim..t * width + (h + 1) * shape.head_dim]
-                    .copy_from_slice(&res[j * shape.head_dim..(j + 1) * shape.head_dim]);
+        let d = shape.head_dim;
+        for ((c, heads), res) in tasks.iter().zip(results) {
+            let part = &chunks[*c].0;
+            let n = part.query_len * d;
+            for (h, res) in heads.clone().zip(res.chunks_exact(n)) {
+                for j in 0..part.query_len {
+                    let t = part.query_start + j;
+                    out[t * width + h * d..t * width + (h + 1) * d]
+                        .copy_from_slice(&res[j * d..(j + 1) * d]);
+                }
             }
         }
         CpuTensor {
@@ -563,6 +641,118 @@ impl Backend for CpuBackend {
             rows: fused.rows,
             cols: i,
             data,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn data(n: usize, seed: usize) -> Vec<f32> {
+        (0..n)
+            .map(|i| ((i * 7919 + seed * 104729) % 997) as f32 / 997.0 - 0.5)
+            .collect()
+    }
+
+    fn tensor(rows: usize, cols: usize, seed: usize) -> CpuTensor {
+        CpuTensor {
+            rows,
+            cols,
+            data: data(rows * cols, seed),
+        }
+    }
+
+    /// With bf16 prompt attention on, the rows of a sequence below `prompt_len` take the
+    /// AMX kernel and the rest (generated tokens: decode, verify, a recompute's tail) the
+    /// f32 one, bit for bit, whatever chunks they fall in. On a CPU without AMX every row
+    /// is f32.
+    #[test]
+    fn prompt_rows_and_generated_rows_take_their_own_attention() {
+        let shape = AttnShape {
+            n_heads: 6,
+            n_kv_heads: 2,
+            head_dim: 64,
+        };
+        let bs = 16;
+        let spec = KvSpec {
+            layers: 1,
+            num_blocks: 12,
+            block_size: bs,
+            n_kv_heads: 2,
+            head_dim: 64,
+        };
+        let table: Vec<u32> = (0..12).rev().collect();
+        // 30 positions cached, then 100 new rows: positions 30..100 are prompt (70 rows:
+        // chunks of 64 and 6), 100..130 generated (30 rows).
+        let (cached, new, prompt_len) = (30, 100, 100);
+        let mut be =
+            CpuBackend::new(CpuWeights::F32).with_prefill_attention(PrefillAttention::Bf16);
+        be.alloc_kv(spec).unwrap();
+        let step = |start: usize, rows: usize| StepInput {
+            tokens: vec![1; rows],
+            positions: (start as u32..(start + rows) as u32).collect(),
+            seqs: vec![SeqInput {
+                query_start: 0,
+                query_len: rows,
+                context_len: start + rows,
+                block_table: table.clone(),
+                prompt_len,
+            }],
+            logit_rows: vec![rows - 1],
+        };
+        let (kw, qw) = (2 * 64, 6 * 64);
+        be.begin_step(&step(0, cached)).unwrap();
+        be.attention(
+            0,
+            &tensor(cached, qw, 1),
+            &tensor(cached, kw, 2),
+            &tensor(cached, kw, 3),
+            shape,
+        );
+        be.begin_step(&step(cached, new)).unwrap();
+        let q = tensor(new, qw, 4);
+        let out = be.attention(0, &q, &tensor(new, kw, 5), &tensor(new, kw, 6), shape);
+        let kv = be.kv.as_ref().unwrap();
+        let (kp, vp) = (&kv.k[0], &kv.v[0]);
+        let part = |from: usize, to: usize| SeqInput {
+            query_start: from,
+            query_len: to - from,
+            context_len: cached + to,
+            block_table: table.clone(),
+            prompt_len,
+        };
+        let (prompt, generated) = (part(0, 70), part(70, 100));
+        let amx = attention_amx::available();
+        let bits = |x: &[f32]| x.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+        let rows_of = |h: usize, from: usize, to: usize| -> Vec<f32> {
+            (from..to)
+                .flat_map(|j| out.data[j * qw + h * 64..j * qw + (h + 1) * 64].to_vec())
+                .collect()
+        };
+        for h in 0..shape.n_heads {
+            let tiles =
+                attention::attend_prompt_bf16(&prompt, h..h + 1, &q.data, kp, vp, shape, bs);
+            let f32_prompt = attention::attend(&prompt, h, &q.data, kp, vp, shape, bs);
+            let f32_generated = attention::attend(&generated, h, &q.data, kp, vp, shape, bs);
+            let want_prompt = if amx { &tiles } else { &f32_prompt };
+            assert_eq!(
+                bits(&rows_of(h, 0, 70)),
+                bits(want_prompt),
+                "prompt rows, head {h}"
+            );
+            assert_eq!(
+                bits(&rows_of(h, 70, 100)),
+                bits(&f32_generated),
+                "generated rows, head {h}"
+            );
+            if amx {
+                // The two kernels differ, so the checks above tell the routes apart.
+                assert_ne!(bits(&tiles), bits(&f32_prompt));
+                let tiles_gen =
+                    attention::attend_prompt_bf16(&generated, h..h + 1, &q.data, kp, vp, shape, bs);
+                assert_ne!(bits(&tiles_gen), bits(&f32_generated));
+            }
         }
     }
 }

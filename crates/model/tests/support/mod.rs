@@ -44,6 +44,7 @@ pub fn prefill_batch(
             query_len: s.len(),
             context_len: s.len(),
             block_table: (next_block..next_block + nb).collect(),
+            prompt_len: 0,
         });
         next_block += nb;
         step.positions.extend(0..s.len() as u32);

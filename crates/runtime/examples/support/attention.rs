@@ -48,6 +48,7 @@ fn step_of(seqs: &Seqs, q: &[usize]) -> StepInput {
             query_len: ql,
             context_len: c,
             block_table: seqs.tables[i].clone(),
+            prompt_len: 0,
         });
         s.tokens.extend(std::iter::repeat_n(0, ql));
         s.positions.extend((c - ql..c).map(|p| p as u32));

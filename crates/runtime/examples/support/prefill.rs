@@ -35,6 +35,7 @@ fn step_of(seqs: &[(usize, usize, Vec<u32>)]) -> StepInput {
             query_len: *new,
             context_len: ctx + new,
             block_table: table.clone(),
+            prompt_len: 0,
         });
         s.tokens
             .extend((0..*new).map(|j| (100 + 13 * i + 7 * j) as u32 % 30000));

@@ -49,6 +49,13 @@ pub struct ModelArgs {
     /// embedding/lm head stay q8). q8 and q4 quantise each activation row to 8 bits, as llama.cpp does.
     #[arg(long, default_value = "auto")]
     pub cpu_weights: wring_model::CpuWeights,
+    /// Attention precision of prompt rows (prefill) on the CPU: auto (bf16 where this CPU has
+    /// AMX-BF16 tiles and the `wring gate` verdict of the chosen weight format with them is PASS
+    /// for this model, else f32; start-up says which and why), f32 (the reference's bits), or
+    /// bf16 (AMX tiles; f32 on a CPU without them). Decode and verify rows always run f32, so
+    /// speculation stays lossless. `WRING_CPU_AMX=0` turns the tiles off.
+    #[arg(long, default_value = "auto")]
+    pub cpu_prefill_attention: wring_model::PrefillAttention,
     /// CUDA weight format, quantised at load by round-to-nearest (the embedding and a separate
     /// lm head stay bf16): bf16, fp8 (W8A8 through cuBLASLt), int4 (W4A16, group 128) or nvfp4
     /// (weight-only on Hopper: no FP4 tensor cores before Blackwell). Sets WRING_CUDA_WEIGHTS.
@@ -516,6 +523,25 @@ pub fn start_engine(args: &CommonArgs) -> anyhow::Result<(EngineHandle, EngineIn
         }
         (_, w, _) => w,
     };
+    let cpu_prefill_attention = match (device, args.model.cpu_prefill_attention) {
+        (Device::Cpu, wring_model::PrefillAttention::Auto) => {
+            let (p, why) = match wring_model::resolve_model_path(args.model.model.as_deref()) {
+                Ok(path) => wring_gate::verdicts::choose_prefill_attention(
+                    wring_gate::verdicts::load(&path).as_ref(),
+                    cpu_weights,
+                    wring_backend::cpu::attention_amx::available(),
+                ),
+                Err(_) => (
+                    wring_model::PrefillAttention::F32,
+                    "CPU prefill attention: f32 (no model file to look up gate verdicts for)"
+                        .to_string(),
+                ),
+            };
+            tracing::info!("{why}");
+            p
+        }
+        (_, p) => p,
+    };
     let runner_opts = RunnerOptions {
         device,
         kv_cache_bytes: args
@@ -526,6 +552,7 @@ pub fn start_engine(args: &CommonArgs) -> anyhow::Result<(EngineHandle, EngineIn
         max_num_seqs: cfg.max_num_seqs,
         max_model_len,
         cpu_weights,
+        cpu_prefill_attention,
         tensor_parallel_size: args.model.tensor_parallel_size,
     };
     let (handle, info) = Engine::start(model, runner_opts, cfg)?;

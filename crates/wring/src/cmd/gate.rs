@@ -4,7 +4,7 @@
 use anyhow::Context;
 use std::path::PathBuf;
 use wring_gate::{GateConfig, ModelChoice, NoiseFloorKind, Thresholds};
-use wring_model::{CpuWeights, LoadFormat, ModelSpec};
+use wring_model::{CpuWeights, LoadFormat, ModelSpec, PrefillAttention};
 
 #[derive(clap::Args, Debug)]
 #[command(
@@ -84,6 +84,11 @@ pub struct Args {
     /// CPU weight format of the candidate (f32 | q8 | q4).
     #[arg(long, default_value = "f32")]
     pub candidate_cpu_weights: CpuWeights,
+    /// Attention precision of the candidate's prompt rows on the CPU: f32 or bf16 (AMX tiles;
+    /// needs a CPU with AMX-BF16). With --save-verdict the verdict is recorded as
+    /// `<weights>+bf16-prefill-attention`, where `--cpu-prefill-attention auto` reads it.
+    #[arg(long, default_value = "f32", value_parser = ["f32", "bf16"])]
+    pub candidate_cpu_prefill_attention: String,
     /// CUDA weight format of the candidate (quantised at load, as `wring serve --gpu-weights`):
     /// the candidate must run on cuda and the reference on the CPU. With --save-verdict the
     /// verdict is recorded under this format, where `wring tune` reads it.
@@ -99,7 +104,12 @@ pub struct Args {
     pub save_verdict: bool,
 }
 
-fn choice(model: &str, device: wring_model::Device, w: CpuWeights) -> ModelChoice {
+fn choice(
+    model: &str,
+    device: wring_model::Device,
+    w: CpuWeights,
+    prefill_attention: PrefillAttention,
+) -> ModelChoice {
     ModelChoice {
         spec: ModelSpec {
             model: Some(model.to_string()),
@@ -108,6 +118,7 @@ fn choice(model: &str, device: wring_model::Device, w: CpuWeights) -> ModelChoic
         },
         device,
         cpu_weights: w,
+        prefill_attention,
     }
 }
 
@@ -137,9 +148,25 @@ fn gate(a: Args) -> anyhow::Result<bool> {
         );
         std::env::set_var("WRING_CUDA_WEIGHTS", w);
     }
+    let prefill: PrefillAttention = a.candidate_cpu_prefill_attention.parse()?;
+    if prefill == PrefillAttention::Bf16 {
+        anyhow::ensure!(
+            cand_device == wring_model::Device::Cpu,
+            "--candidate-cpu-prefill-attention bf16 is a CPU precision; the candidate runs on {cand_device}"
+        );
+        anyhow::ensure!(
+            wring_backend::cpu::attention_amx::available(),
+            "--candidate-cpu-prefill-attention bf16 needs a CPU with AMX-BF16 tiles (this one has none, or WRING_CPU_AMX=0): the candidate would run f32"
+        );
+    }
     let mut cfg = GateConfig::new(
-        choice(&a.reference, ref_device, a.reference_cpu_weights),
-        choice(&a.candidate, cand_device, a.candidate_cpu_weights),
+        choice(
+            &a.reference,
+            ref_device,
+            a.reference_cpu_weights,
+            PrefillAttention::F32,
+        ),
+        choice(&a.candidate, cand_device, a.candidate_cpu_weights, prefill),
     );
     cfg.corpus = a.corpus;
     cfg.corpus_dir = a.corpus_dir;
@@ -173,6 +200,9 @@ fn gate(a: Args) -> anyhow::Result<bool> {
         };
         let format = match &a.candidate_gpu_weights {
             Some(w) => w.clone(),
+            None if prefill == PrefillAttention::Bf16 => {
+                wring_gate::verdicts::prefill_bf16_key(cfg.candidate.cpu_weights)
+            }
             None => wring_gate::verdicts::format_name(cfg.candidate.cpu_weights).to_string(),
         };
         let file = wring_gate::verdicts::save_named(&path, &format, verdict)?;
@@ -207,8 +237,9 @@ fn verdict_target(cfg: &GateConfig, gpu_weights: Option<&str>) -> anyhow::Result
                 "--save-verdict records CPU weight formats, or CUDA ones with --candidate-gpu-weights"
             );
             anyhow::ensure!(
-                matches!(c.cpu_weights, CpuWeights::Q8 | CpuWeights::Q4),
-                "--save-verdict records q8 or q4 (--candidate-cpu-weights)"
+                matches!(c.cpu_weights, CpuWeights::Q8 | CpuWeights::Q4)
+                    || c.prefill_attention == PrefillAttention::Bf16,
+                "--save-verdict records q8 or q4 (--candidate-cpu-weights), or a format with bf16 prompt attention (--candidate-cpu-prefill-attention bf16)"
             );
         }
     }
