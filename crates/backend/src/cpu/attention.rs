@@ -997,15 +997,56 @@ unsafe fn attend_simd<L: Lanes>(
     out
 }
 
+/// Inputs and an f64 reference for the attention tests of this module and its siblings.
 #[cfg(test)]
-mod tests {
-    use super::*;
+pub(crate) mod testing {
+    use super::KvLayout;
 
-    fn data(n: usize, seed: usize) -> Vec<f32> {
+    /// `n` values in [−0.5, 0.5), a fixed sequence per `seed`.
+    pub fn data(n: usize, seed: usize) -> Vec<f32> {
         (0..n)
             .map(|i| ((i * 7919 + seed * 104729) % 997) as f32 / 997.0 - 0.5)
             .collect()
     }
+
+    /// One query row's attention output in f64 over keys `0..len` of KV head `kvh`.
+    pub fn row_f64(
+        qv: &[f32],
+        k: &[f32],
+        v: &[f32],
+        lay: KvLayout,
+        table: &[u32],
+        kvh: usize,
+        len: usize,
+    ) -> Vec<f64> {
+        let (d, bs) = (lay.head_dim, lay.block_size);
+        let at = |p: usize| (table[p / bs] as usize, p % bs);
+        let sc: Vec<f64> = (0..len)
+            .map(|p| {
+                let base = lay.k_at(at(p).0, at(p).1, kvh);
+                (0..d)
+                    .map(|i| qv[i] as f64 * k[base + i * bs] as f64)
+                    .sum::<f64>()
+                    / (d as f64).sqrt()
+            })
+            .collect();
+        let m = sc.iter().cloned().fold(f64::MIN, f64::max);
+        let e: Vec<f64> = sc.iter().map(|s| (s - m).exp()).collect();
+        let z: f64 = e.iter().sum();
+        (0..d)
+            .map(|i| {
+                (0..len)
+                    .map(|p| e[p] / z * v[lay.v_at(at(p).0, at(p).1, kvh) + i] as f64)
+                    .sum()
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::testing::{data, row_f64};
+    use super::*;
 
     #[test]
     fn exp_is_close_to_libm_and_zero_far_below() {
@@ -1119,28 +1160,10 @@ mod tests {
                         "last row, d {d} bs {bs}"
                     );
                     // Against an f64 softmax for the last row.
-                    let kvh = h / 3;
                     let qv = &q[(1 + query_len) * shape.n_heads * d + h * d..][..d];
-                    let sc: Vec<f64> = (0..context_len)
-                        .map(|p| {
-                            let base = lay.k_at(table[p / bs] as usize, p % bs, kvh);
-                            (0..d)
-                                .map(|i| qv[i] as f64 * k[base + i * bs] as f64)
-                                .sum::<f64>()
-                                / (d as f64).sqrt()
-                        })
-                        .collect();
-                    let m = sc.iter().cloned().fold(f64::MIN, f64::max);
-                    let e: Vec<f64> = sc.iter().map(|s| (s - m).exp()).collect();
-                    let z: f64 = e.iter().sum();
-                    for i in 0..d {
-                        let o: f64 = (0..context_len)
-                            .map(|p| {
-                                e[p] / z
-                                    * v[lay.v_at(table[p / bs] as usize, p % bs, kvh) + i] as f64
-                            })
-                            .sum();
-                        assert!((o - one[i] as f64).abs() < 1e-5, "{o} vs {}", one[i]);
+                    let want = row_f64(qv, &k, &v, lay, &table, h / 3, context_len);
+                    for (o, &got) in want.iter().zip(&one) {
+                        assert!((o - got as f64).abs() < 1e-5, "{o} vs {got}");
                     }
                 }
             }

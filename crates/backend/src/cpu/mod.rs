@@ -647,13 +647,8 @@ impl Backend for CpuBackend {
 
 #[cfg(test)]
 mod tests {
+    use super::attention::testing::data;
     use super::*;
-
-    fn data(n: usize, seed: usize) -> Vec<f32> {
-        (0..n)
-            .map(|i| ((i * 7919 + seed * 104729) % 997) as f32 / 997.0 - 0.5)
-            .collect()
-    }
 
     fn tensor(rows: usize, cols: usize, seed: usize) -> CpuTensor {
         CpuTensor {
