@@ -33,6 +33,15 @@ pub(crate) struct KvLayout {
 }
 
 impl KvLayout {
+    /// The layout of `shape`'s K/V heads in blocks of `block_size` slots.
+    pub fn of(shape: AttnShape, block_size: usize) -> Self {
+        Self {
+            block_size,
+            n_kv_heads: shape.n_kv_heads,
+            head_dim: shape.head_dim,
+        }
+    }
+
     /// Offset of `K[dim 0]` of (block, slot, kv head); dimension `i` is `i · block_size`
     /// further.
     #[inline]
@@ -155,11 +164,7 @@ pub fn attend_on(
     shape: AttnShape,
     block_size: usize,
 ) -> Vec<f32> {
-    let lay = KvLayout {
-        block_size,
-        n_kv_heads: shape.n_kv_heads,
-        head_dim: shape.head_dim,
-    };
+    let lay = KvLayout::of(shape, block_size);
     check(seq, q, k_pool, v_pool, shape, lay);
     attend_with(kernel, seq, h, q, k_pool, v_pool, shape, lay)
 }
@@ -209,11 +214,7 @@ pub fn attend_prompt_bf16(
 ) -> Vec<f32> {
     #[cfg(target_arch = "x86_64")]
     if super::attention_amx::available() && super::attention_amx::fits(shape, block_size) {
-        let lay = KvLayout {
-            block_size,
-            n_kv_heads: shape.n_kv_heads,
-            head_dim: shape.head_dim,
-        };
+        let lay = KvLayout::of(shape, block_size);
         check(seq, q, k_pool, v_pool, shape, lay);
         let group = shape.n_heads / shape.n_kv_heads;
         assert!(
@@ -307,11 +308,7 @@ pub fn attend_reference(
     shape: AttnShape,
     block_size: usize,
 ) -> Vec<f32> {
-    let lay = KvLayout {
-        block_size,
-        n_kv_heads: shape.n_kv_heads,
-        head_dim: shape.head_dim,
-    };
+    let lay = KvLayout::of(shape, block_size);
     let d = shape.head_dim;
     let kvh = h / (shape.n_heads / shape.n_kv_heads);
     let q_width = shape.n_heads * d;

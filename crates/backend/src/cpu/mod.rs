@@ -401,11 +401,7 @@ impl Backend for CpuBackend {
         let kv = self.kv.as_mut().expect("KV pool allocated before any step");
         let bs = kv.spec.block_size;
         let kv_width = shape.n_kv_heads * shape.head_dim;
-        let layout = attention::KvLayout {
-            block_size: bs,
-            n_kv_heads: shape.n_kv_heads,
-            head_dim: shape.head_dim,
-        };
+        let layout = attention::KvLayout::of(shape, bs);
         // Write this step's K/V into the pool slots of their positions.
         for seq in &self.step.seqs {
             for j in 0..seq.query_len {
