@@ -122,7 +122,7 @@ pub fn greedy_continuation(
                 query_len: len - start,
                 context_len: len,
                 block_table: table.clone(),
-                prompt_len: 0,
+                prompt_len: prompt.len(),
             }],
             logit_rows: vec![len - start - 1],
         };
