@@ -402,8 +402,15 @@ pub fn run_gate(cfg: &GateConfig) -> Result<GateReport> {
         model: m.choice.label(),
         name: m.name.clone(),
         device: m.device_name(),
-        cpu_weights: (m.choice.device == wring_model::Device::Cpu)
-            .then(|| weights_name(m.choice.cpu_weights)),
+        cpu_weights: (m.choice.device == wring_model::Device::Cpu).then(|| {
+            let w = weights_name(m.choice.cpu_weights);
+            match m.choice.prefill_attention {
+                wring_model::PrefillAttention::Bf16 => {
+                    format!("{w} (prompt attention: bf16 tiles)")
+                }
+                _ => w,
+            }
+        }),
         load_seconds: m.load_seconds,
     };
     Ok(GateReport {

@@ -540,7 +540,18 @@ pub fn start_engine(args: &CommonArgs) -> anyhow::Result<(EngineHandle, EngineIn
             tracing::info!("{why}");
             p
         }
-        (_, p) => p,
+        (device, p) => {
+            if p == wring_model::PrefillAttention::Bf16 {
+                if device != Device::Cpu {
+                    tracing::warn!("--cpu-prefill-attention is a CPU setting; {device} ignores it");
+                } else if !wring_backend::cpu::attention_amx::available() {
+                    tracing::warn!(
+                        "--cpu-prefill-attention bf16: this CPU has no AMX-BF16 tiles (or WRING_CPU_AMX=0), so prompt attention runs f32"
+                    );
+                }
+            }
+            p
+        }
     };
     let runner_opts = RunnerOptions {
         device,
