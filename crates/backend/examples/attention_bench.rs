@@ -8,7 +8,8 @@
 //!   ATTN_ROWS=64 cargo run ...   # query rows a call (default 32, the backend's chunk)
 //!   ATTN_KERNELS=Bf16Amx cargo run ...   # only these kernels (comma-separated names)
 use std::time::Instant;
-use wring_backend::cpu::attention::{attend_on, attend_prompt_bf16, Kernel};
+use wring_backend::cpu::attention::{attend_on, Kernel};
+use wring_backend::cpu::attention_amx::attend_prompt_bf16;
 use wring_backend::{AttnShape, SeqInput};
 
 fn main() {

@@ -171,7 +171,7 @@ pub fn attend_on(
 
 /// Every block the context touches lies inside both pools and `q` holds the sequence's
 /// rows (checked once, so the kernels read unchecked).
-fn check(
+pub(crate) fn check(
     seq: &SeqInput,
     q: &[f32],
     k_pool: &[f32],
@@ -196,41 +196,6 @@ fn check(
         q.len() >= (seq.query_start + seq.query_len) * q_width,
         "attention: short query tensor"
     );
-}
-
-/// [`attend`] of the query heads `heads` (all of one KV head) for prompt rows in bf16 AMX
-/// tiles ([`super::attention_amx`]: not the f32 reference's bits; used only where the gate
-/// admitted it), or [`attend`] head by head where this CPU has no AMX-BF16 or the shape
-/// does not fit the tiles. Returns `[head][query_len][head_dim]`.
-#[allow(clippy::too_many_arguments)]
-pub fn attend_prompt_bf16(
-    seq: &SeqInput,
-    heads: std::ops::Range<usize>,
-    q: &[f32],
-    k_pool: &[f32],
-    v_pool: &[f32],
-    shape: AttnShape,
-    block_size: usize,
-) -> Vec<f32> {
-    #[cfg(target_arch = "x86_64")]
-    if super::attention_amx::available() && super::attention_amx::fits(shape, block_size) {
-        let lay = KvLayout::of(shape, block_size);
-        check(seq, q, k_pool, v_pool, shape, lay);
-        let group = shape.n_heads / shape.n_kv_heads;
-        assert!(
-            !heads.is_empty()
-                && heads.end <= shape.n_heads
-                && (heads.end - 1) / group == heads.start / group,
-            "attention: heads {heads:?} do not share one KV head"
-        );
-        // SAFETY: AMX-BF16 and AVX-512 available, the shape fits, ranges checked above.
-        return unsafe {
-            super::attention_amx::attend_bf16(seq, heads, q, k_pool, v_pool, shape, lay)
-        };
-    }
-    heads
-        .flat_map(|h| attend(seq, h, q, k_pool, v_pool, shape, block_size))
-        .collect()
 }
 
 /// Which implementation computes attention (all give the same bits).

@@ -19,9 +19,9 @@
 //! the same bits however it is chunked or batched. Decode and verify rows never come
 //! here (the caller sends prompt rows only), so speculation stays lossless.
 
+use super::attention::attend;
 #[cfg(target_arch = "x86_64")]
-use super::attention::{softmax16, KvLayout};
-#[cfg(target_arch = "x86_64")]
+use super::attention::{check, softmax16, KvLayout};
 use crate::{AttnShape, SeqInput};
 #[cfg(target_arch = "x86_64")]
 use std::cell::RefCell;
@@ -81,6 +81,39 @@ fn request_tile_permission() -> bool {
         );
     }
     ret == 0
+}
+
+/// [`attend`] of the query heads `heads` (all of one KV head) for prompt rows in bf16 AMX
+/// tiles ([module docs](self): not the f32 reference's bits; used only where the gate
+/// admitted it), or [`attend`] head by head where this CPU has no AMX-BF16 or the shape
+/// does not fit the tiles. Returns `[head][query_len][head_dim]`.
+#[allow(clippy::too_many_arguments)]
+pub fn attend_prompt_bf16(
+    seq: &SeqInput,
+    heads: std::ops::Range<usize>,
+    q: &[f32],
+    k_pool: &[f32],
+    v_pool: &[f32],
+    shape: AttnShape,
+    block_size: usize,
+) -> Vec<f32> {
+    #[cfg(target_arch = "x86_64")]
+    if available() && fits(shape, block_size) {
+        let lay = KvLayout::of(shape, block_size);
+        check(seq, q, k_pool, v_pool, shape, lay);
+        let group = shape.n_heads / shape.n_kv_heads;
+        assert!(
+            !heads.is_empty()
+                && heads.end <= shape.n_heads
+                && (heads.end - 1) / group == heads.start / group,
+            "attention: heads {heads:?} do not share one KV head"
+        );
+        // SAFETY: AMX-BF16 and AVX-512 available, the shape fits, ranges checked above.
+        return unsafe { attend_bf16(seq, heads, q, k_pool, v_pool, shape, lay) };
+    }
+    heads
+        .flat_map(|h| attend(seq, h, q, k_pool, v_pool, shape, block_size))
+        .collect()
 }
 
 /// Rows of a tile, and 32-bit lanes (bf16 pairs) of a tile row.
@@ -213,7 +246,7 @@ struct AmxScratch {
 
 /// Whether the bf16 kernel takes this shape: head dimension a multiple of 32 (inner
 /// tiles), block size a multiple of 16 (a key tile is contiguous in the K pool).
-pub fn fits(shape: crate::AttnShape, block_size: usize) -> bool {
+pub fn fits(shape: AttnShape, block_size: usize) -> bool {
     shape.head_dim.is_multiple_of(32) && block_size.is_multiple_of(16)
 }
 
@@ -224,7 +257,7 @@ pub fn fits(shape: crate::AttnShape, block_size: usize) -> bool {
 /// # Safety
 /// [`available`] is true; [`fits`] holds; `heads` share one KV head; every block of the
 /// context lies inside both pools and `q` holds the sequence's rows (checked by
-/// `attention::attend_prompt_bf16`).
+/// [`attend_prompt_bf16`]).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw,avx2,fma")]
 #[allow(clippy::needless_range_loop)]
@@ -488,7 +521,8 @@ pub(crate) unsafe fn attend_bf16(
 #[cfg(test)]
 mod tests {
     use super::super::attention::testing::{data as unit_data, row_f64};
-    use super::super::attention::{attend, attend_prompt_bf16, KvLayout};
+    use super::super::attention::{attend, KvLayout};
+    use super::attend_prompt_bf16;
     use crate::{AttnShape, SeqInput};
 
     fn data(n: usize, seed: usize, scale: f32) -> Vec<f32> {

@@ -481,7 +481,15 @@ impl Backend for CpuBackend {
                 let (c, heads) = &tasks[i];
                 let (part, amx) = &chunks[*c];
                 res[0] = if *amx {
-                    attention::attend_prompt_bf16(part, heads.clone(), &q.data, kl, vl, shape, bs)
+                    attention_amx::attend_prompt_bf16(
+                        part,
+                        heads.clone(),
+                        &q.data,
+                        kl,
+                        vl,
+                        shape,
+                        bs,
+                    )
                 } else {
                     attention::attend(part, heads.start, &q.data, kl, vl, shape, bs)
                 };
@@ -723,7 +731,7 @@ mod tests {
         };
         for h in 0..shape.n_heads {
             let tiles =
-                attention::attend_prompt_bf16(&prompt, h..h + 1, &q.data, kp, vp, shape, bs);
+                attention_amx::attend_prompt_bf16(&prompt, h..h + 1, &q.data, kp, vp, shape, bs);
             let f32_prompt = attention::attend(&prompt, h, &q.data, kp, vp, shape, bs);
             let f32_generated = attention::attend(&generated, h, &q.data, kp, vp, shape, bs);
             let want_prompt = if amx { &tiles } else { &f32_prompt };
@@ -740,8 +748,15 @@ mod tests {
             if amx {
                 // The two kernels differ, so the checks above tell the routes apart.
                 assert_ne!(bits(&tiles), bits(&f32_prompt));
-                let tiles_gen =
-                    attention::attend_prompt_bf16(&generated, h..h + 1, &q.data, kp, vp, shape, bs);
+                let tiles_gen = attention_amx::attend_prompt_bf16(
+                    &generated,
+                    h..h + 1,
+                    &q.data,
+                    kp,
+                    vp,
+                    shape,
+                    bs,
+                );
                 assert_ne!(bits(&tiles_gen), bits(&f32_generated));
             }
         }
