@@ -51,6 +51,10 @@ pub struct GreedyAgreement {
     pub loops_introduced: Vec<String>,
     /// The same in code streams: reported, not judged (code repeats spans legitimately).
     pub code_loops_introduced: Vec<String>,
+    /// Conversational streams where the reference loops and the candidate does not: not
+    /// judged; beside `loops_introduced` it shows whether a candidate loops more or only
+    /// elsewhere (a model that loops often moves loops around under any perturbation).
+    pub loops_removed: Vec<String>,
     /// The first few of those, as text: (stream, reference, candidate).
     pub examples: Vec<(String, String, String)>,
 }
@@ -72,6 +76,9 @@ impl GreedyAgreement {
             let (rl, cl) = (is_loop(r), is_loop(c));
             g.reference_loops += usize::from(rl);
             g.candidate_loops += usize::from(cl);
+            if rl && !cl && *judged {
+                g.loops_removed.push(id.clone());
+            }
             if cl && !rl && !judged {
                 g.code_loops_introduced.push(id.clone());
             } else if cl && !rl {
@@ -237,11 +244,12 @@ impl GateReport {
         let g = &self.greedy;
         let _ = writeln!(
             s,
-            "  greedy loops    {} introduced in conversational streams (≤ {})  {}   (+{} in code streams, not judged); loops: reference {}, candidate {} of {} streams; identical {}, mean common prefix {:.1} tokens",
+            "  greedy loops    {} introduced in conversational streams (≤ {})  {}   (+{} in code streams, not judged; {} removed in conversational streams, not judged); loops: reference {}, candidate {} of {} streams; identical {}, mean common prefix {:.1} tokens",
             g.loops_introduced.len(),
             self.thresholds.max_loops_introduced,
             ok(self.checks.loops_ok.unwrap_or(true)),
             g.code_loops_introduced.len(),
+            g.loops_removed.len(),
             g.reference_loops,
             g.candidate_loops,
             g.streams,
@@ -322,5 +330,31 @@ impl GateReport {
             self.generate_seconds, self.score_seconds, self.total_seconds
         );
         s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn greedy_agreement_counts_loops_introduced_and_removed_by_kind() {
+        let looped: Vec<u32> = [1, 2, 3, 4].repeat(8);
+        let plain: Vec<u32> = (100..132).collect();
+        let pairs: Vec<(String, bool, &[u32], &[u32])> = vec![
+            ("chat:introduced".into(), true, &plain, &looped),
+            ("chat:removed".into(), true, &looped, &plain),
+            ("chat:both".into(), true, &looped, &looped),
+            ("code:introduced".into(), false, &plain, &looped),
+            ("code:removed".into(), false, &looped, &plain),
+            ("chat:same".into(), true, &plain, &plain),
+        ];
+        let g = GreedyAgreement::of(&pairs, &|ids: &[u32]| format!("{} ids", ids.len()));
+        assert_eq!(g.loops_introduced, vec!["chat:introduced"]);
+        assert_eq!(g.code_loops_introduced, vec!["code:introduced"]);
+        assert_eq!(g.loops_removed, vec!["chat:removed"]);
+        assert_eq!((g.reference_loops, g.candidate_loops), (3, 3));
+        assert_eq!((g.streams, g.identical), (6, 2));
+        assert_eq!(g.examples.len(), 1);
     }
 }
