@@ -963,6 +963,25 @@ unsafe fn attend_simd<L: Lanes>(
 #[cfg(test)]
 pub(crate) mod testing {
     use super::KvLayout;
+    use crate::AttnShape;
+
+    /// The tests' head layout (6 query heads over 2 KV heads of `d` dimensions, blocks of
+    /// `bs` slots) and the pool size in blocks.
+    pub fn test_shape(d: usize, bs: usize) -> (AttnShape, KvLayout, usize) {
+        let shape = AttnShape {
+            n_heads: 6,
+            n_kv_heads: 2,
+            head_dim: d,
+        };
+        (shape, KvLayout::of(shape, bs), 60)
+    }
+
+    /// A block table for `context_len` positions that visits the pool's blocks out of order.
+    pub fn shuffled_table(context_len: usize, bs: usize, blocks: usize) -> Vec<u32> {
+        (0..context_len.div_ceil(bs) as u32)
+            .map(|b| (b * 7) % blocks as u32)
+            .collect()
+    }
 
     /// `n` values in [−0.5, 0.5), a fixed sequence per `seed`.
     pub fn data(n: usize, seed: usize) -> Vec<f32> {
@@ -1007,7 +1026,7 @@ pub(crate) mod testing {
 
 #[cfg(test)]
 mod tests {
-    use super::testing::{data, row_f64};
+    use super::testing::{data, row_f64, shuffled_table, test_shape};
     use super::*;
 
     #[test]
@@ -1058,17 +1077,7 @@ mod tests {
             (80, 32),
             (48, 16),
         ] {
-            let shape = AttnShape {
-                n_heads: 6,
-                n_kv_heads: 2,
-                head_dim: d,
-            };
-            let lay = KvLayout {
-                block_size: bs,
-                n_kv_heads: 2,
-                head_dim: d,
-            };
-            let blocks = 60;
+            let (shape, lay, blocks) = test_shape(d, bs);
             let (k, v) = (data(lay.pool_len(blocks), 5), data(lay.pool_len(blocks), 6));
             for (query_len, context_len) in [
                 (1usize, 1usize),
@@ -1078,9 +1087,7 @@ mod tests {
                 (70, 70),
                 (37, 300),
             ] {
-                let table: Vec<u32> = (0..context_len.div_ceil(bs) as u32)
-                    .map(|b| (b * 7) % blocks as u32)
-                    .collect();
+                let table = shuffled_table(context_len, bs, blocks);
                 let seq = SeqInput {
                     query_start: 2,
                     query_len,

@@ -520,10 +520,12 @@ pub(crate) unsafe fn attend_bf16(
 
 #[cfg(test)]
 mod tests {
-    use super::super::attention::testing::{data as unit_data, row_f64};
-    use super::super::attention::{attend, KvLayout};
+    use super::super::attention::attend;
+    use super::super::attention::testing::{
+        data as unit_data, row_f64, shuffled_table, test_shape,
+    };
     use super::attend_prompt_bf16;
-    use crate::{AttnShape, SeqInput};
+    use crate::SeqInput;
 
     fn data(n: usize, seed: usize, scale: f32) -> Vec<f32> {
         unit_data(n, seed).into_iter().map(|x| x * scale).collect()
@@ -544,17 +546,7 @@ mod tests {
             eprintln!("no AMX-BF16 on this CPU: checking the f32 fallback only");
         }
         for (d, bs, q_scale) in [(64, 16, 1.0), (64, 32, 8.0), (128, 16, 4.0), (32, 48, 1.0)] {
-            let shape = AttnShape {
-                n_heads: 6,
-                n_kv_heads: 2,
-                head_dim: d,
-            };
-            let lay = KvLayout {
-                block_size: bs,
-                n_kv_heads: 2,
-                head_dim: d,
-            };
-            let blocks = 60;
+            let (shape, lay, blocks) = test_shape(d, bs);
             let (k, v) = (
                 data(lay.pool_len(blocks), 5, 2.0),
                 data(lay.pool_len(blocks), 6, 1.0),
@@ -567,9 +559,7 @@ mod tests {
                 (37, 300),
                 (64, 931),
             ] {
-                let table: Vec<u32> = (0..context_len.div_ceil(bs) as u32)
-                    .map(|b| (b * 7) % blocks as u32)
-                    .collect();
+                let table = shuffled_table(context_len, bs, blocks);
                 let seq = |start: usize, len: usize, ctx: usize| SeqInput {
                     query_start: start,
                     query_len: len,
