@@ -32,9 +32,9 @@ fn main() {
     for ctx in contexts {
         let blocks = ctx.div_ceil(bs);
         let pool = blocks * bs * shape.n_kv_heads * shape.head_dim;
-        let fill = |seed: u64| -> Vec<f32> {
+        let fill = |seed: u64, len: usize| -> Vec<f32> {
             let mut x = seed;
-            (0..pool)
+            (0..len)
                 .map(|_| {
                     x = x
                         .wrapping_mul(6364136223846793005)
@@ -43,8 +43,11 @@ fn main() {
                 })
                 .collect()
         };
-        let (k, v) = (fill(1), fill(2));
-        let q = fill(3)[..rows * shape.n_heads * shape.head_dim].to_vec();
+        // On cache-line boundaries, as the backend's pools are.
+        let (k, v) = (fill(1, pool + 16), fill(2, pool + 16));
+        let at_line = |x: &[f32]| (64 - x.as_ptr() as usize % 64) % 64 / 4;
+        let (k, v) = (&k[at_line(&k)..][..pool], &v[at_line(&v)..][..pool]);
+        let q = fill(3, rows * shape.n_heads * shape.head_dim);
         let seq = SeqInput {
             query_start: 0,
             query_len: rows,
@@ -73,15 +76,15 @@ fn main() {
                             &seq,
                             h..h + group,
                             &q,
-                            &k,
-                            &v,
+                            k,
+                            v,
                             shape,
                             bs,
                         ));
                     }
                 } else {
                     for h in 0..shape.n_heads {
-                        std::hint::black_box(attend_on(kernel, &seq, h, &q, &k, &v, shape, bs));
+                        std::hint::black_box(attend_on(kernel, &seq, h, &q, k, v, shape, bs));
                     }
                 }
             };

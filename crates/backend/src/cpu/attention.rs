@@ -18,7 +18,7 @@
 //! together. Decode, verify and prefill give a row the same bits ([`attend_reference`]
 //! is the portable order, bit for bit).
 
-use super::simd::tree8;
+use super::simd::{aligned_zeros, tree8, AlignedF32};
 #[cfg(target_arch = "x86_64")]
 use super::simd::{has_avx2, hsum};
 use crate::{AttnShape, SeqInput};
@@ -125,7 +125,7 @@ pub(crate) fn exp_scalar(x: f32) -> f32 {
 thread_local! {
     /// Per-thread scratch: scores/probabilities `[row][keys]`, output accumulators
     /// `[row][dim]`, V row offsets per position.
-    static SCRATCH: RefCell<(Vec<f32>, Vec<f32>, Vec<usize>)> = const { RefCell::new((Vec::new(), Vec::new(), Vec::new())) };
+    static SCRATCH: RefCell<(AlignedF32, AlignedF32, Vec<usize>)> = RefCell::new((aligned_zeros(0), aligned_zeros(0), Vec::new()));
 }
 
 /// Attention of query head `h` of one sequence (its `query_len` rows, causal) over its
@@ -325,8 +325,12 @@ pub fn attend_reference(
 trait Lanes {
     /// Keys per score vector and dimensions per output vector.
     const W: usize;
-    /// Key vectors per scores tile of `r` rows (index `r`, 1..=4).
-    const SCORE_VECS: [usize; 5];
+    /// Query rows per scores tile (at most 6).
+    const SCORE_ROWS: usize;
+    /// Key vectors per scores tile of `r` rows (index `r`, 1..=`SCORE_ROWS`).
+    const SCORE_VECS: [usize; 7];
+    /// Query rows per output tile (at most 6).
+    const PV_ROWS: usize;
 
     /// Scores of rows `q` against key vectors `k` (`W` keys each, dimension `i` at
     /// `i · stride`), times `scale`, stored at `out[r] + W·v`.
@@ -342,6 +346,17 @@ trait Lanes {
     /// `row` (a multiple of `W` long, padded with −∞) becomes `exp(s − max)`; returns
     /// `1 / Σ`, summed as [`attend_reference`] does.
     unsafe fn softmax(row: &mut [f32]) -> f32;
+
+    /// [`Lanes::softmax`] of up to four rows (`rows[r]`: `nvec[r]` vectors), returning
+    /// each row's `1 / Σ`; the same bits as one row at a time, the rows' dependency
+    /// chains interleaved.
+    unsafe fn softmax_rows(rows: &[*mut f32], nvec: &[usize]) -> [f32; 4] {
+        let mut inv = [0.0; 4];
+        for (i, (&row, &n)) in rows.iter().zip(nvec).enumerate() {
+            inv[i] = Self::softmax(std::slice::from_raw_parts_mut(row, n * Self::W));
+        }
+        inv
+    }
 
     /// `o[r][0..d] += Σ_k p[r][k] · V[k][0..d]` over keys `k0..k1`, one FMA per key in
     /// key order (`vrow[k]`: the offset of key `k`'s V row in `v`).
@@ -359,8 +374,8 @@ trait Lanes {
     unsafe fn scale_row(o: &mut [f32], acc: &[f32], inv: f32);
 }
 
-/// Calls `$run!(R, NV)` for a scores tile of `$r` rows (1..=4) and `$nv` key vectors
-/// (up to 8, 4, 4, 3 by row count).
+/// Calls `$run!(R, NV)` for a scores tile of `$r` rows (1..=6) and `$nv` key vectors
+/// (up to [`Lanes::SCORE_VECS`] by row count).
 #[cfg(target_arch = "x86_64")]
 macro_rules! scores_dispatch {
     ($r:expr, $nv:expr, $run:ident) => {
@@ -385,12 +400,20 @@ macro_rules! scores_dispatch {
             (4, 2) => $run!(4, 2),
             (4, 3) => $run!(4, 3),
             (4, 4) => $run!(4, 4),
+            (5, 1) => $run!(5, 1),
+            (5, 2) => $run!(5, 2),
+            (5, 3) => $run!(5, 3),
+            (5, 4) => $run!(5, 4),
+            (6, 1) => $run!(6, 1),
+            (6, 2) => $run!(6, 2),
+            (6, 3) => $run!(6, 3),
+            (6, 4) => $run!(6, 4),
             (r, nv) => unreachable!("no {r}x{nv} scores tile"),
         }
     };
 }
 
-/// Calls `$tile::<R, DV>` over `d` dimensions for `R = $p.len()` rows (1..=3): blocks of
+/// Calls `$tile::<R, DV>` over `d` dimensions for `R = $p.len()` rows (1..=6): blocks of
 /// four vectors, then a tail of one to three.
 #[cfg(target_arch = "x86_64")]
 macro_rules! pv_by_rows {
@@ -416,7 +439,10 @@ macro_rules! pv_by_rows {
         match $p.len() {
             1 => rows!(1),
             2 => rows!(2),
-            _ => rows!(3),
+            3 => rows!(3),
+            4 => rows!(4),
+            5 => rows!(5),
+            _ => rows!(6),
         }
     }};
 }
@@ -429,7 +455,9 @@ struct Avx2;
 impl Lanes for Avx2 {
     const W: usize = 8;
     // 8 to 12 accumulators (4 × 3: seven loads per twelve FMAs).
-    const SCORE_VECS: [usize; 5] = [0, 8, 4, 4, 3];
+    const SCORE_ROWS: usize = 4;
+    const SCORE_VECS: [usize; 7] = [0, 8, 4, 4, 3, 0, 0];
+    const PV_ROWS: usize = 3;
 
     #[inline(always)]
     unsafe fn scores(
@@ -491,7 +519,9 @@ struct Avx512;
 impl Lanes for Avx512 {
     const W: usize = 16;
     // A 64-key chunk is four vectors: every row count takes all four (16 accumulators).
-    const SCORE_VECS: [usize; 5] = [0, 4, 4, 4, 4];
+    const SCORE_ROWS: usize = 6;
+    const SCORE_VECS: [usize; 7] = [0, 4, 4, 4, 4, 4, 4];
+    const PV_ROWS: usize = 6;
 
     #[inline(always)]
     unsafe fn scores(
@@ -516,6 +546,27 @@ impl Lanes for Avx512 {
     #[inline(always)]
     unsafe fn softmax(row: &mut [f32]) -> f32 {
         softmax16(row)
+    }
+
+    #[inline(always)]
+    unsafe fn softmax_rows(rows: &[*mut f32], nvec: &[usize]) -> [f32; 4] {
+        let mut inv = [0.0; 4];
+        macro_rules! run {
+            ($R:literal) => {{
+                let r: [f32; $R] = softmax16_rows::<$R>(
+                    std::array::from_fn(|i| rows[i]),
+                    std::array::from_fn(|i| nvec[i]),
+                );
+                inv[..$R].copy_from_slice(&r);
+            }};
+        }
+        match rows.len() {
+            1 => run!(1),
+            2 => run!(2),
+            3 => run!(3),
+            _ => run!(4),
+        }
+        inv
     }
 
     #[inline(always)]
@@ -783,23 +834,60 @@ unsafe fn softmax8(row: &mut [f32]) -> f32 {
 #[target_feature(enable = "avx512f,avx2,fma")]
 #[inline]
 pub(super) unsafe fn softmax16(row: &mut [f32]) -> f32 {
+    softmax16_rows::<1>([row.as_mut_ptr()], [row.len() / 16])[0]
+}
+
+/// [`softmax16`] of `R` rows at once (row `r`: `nvec[r]` vectors at `rows[r]`): the max
+/// in four independent chains (a max is exact in any order), then each vector's
+/// exponentials and lane sums with the rows interleaved, so `R` sum chains run side by
+/// side; every row's bits are `softmax16`'s.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx2,fma")]
+#[inline]
+#[allow(clippy::needless_range_loop)]
+unsafe fn softmax16_rows<const R: usize>(rows: [*mut f32; R], nvec: [usize; R]) -> [f32; R] {
     use std::arch::x86_64::*;
-    let mut mv = _mm512_set1_ps(f32::NEG_INFINITY);
-    for c in row.chunks_exact(16) {
-        mv = _mm512_max_ps(mv, _mm512_loadu_ps(c.as_ptr()));
+    let mut maxv = [_mm512_setzero_ps(); R];
+    for r in 0..R {
+        let at = |c: usize| _mm512_loadu_ps(rows[r].add(16 * c));
+        let (mut m0, mut m1, mut m2, mut m3) = (at(0), at(0), at(0), at(0));
+        let mut c = 0;
+        while c + 4 <= nvec[r] {
+            m0 = _mm512_max_ps(m0, at(c));
+            m1 = _mm512_max_ps(m1, at(c + 1));
+            m2 = _mm512_max_ps(m2, at(c + 2));
+            m3 = _mm512_max_ps(m3, at(c + 3));
+            c += 4;
+        }
+        for c in c..nvec[r] {
+            m0 = _mm512_max_ps(m0, at(c));
+        }
+        let m = _mm512_max_ps(_mm512_max_ps(m0, m1), _mm512_max_ps(m2, m3));
+        maxv[r] = _mm512_set1_ps(_mm512_reduce_max_ps(m));
     }
-    let maxv = _mm512_set1_ps(_mm512_reduce_max_ps(mv));
-    let mut lanes = _mm256_setzero_ps();
-    for c in row.chunks_exact_mut(16) {
-        let e = exp16(_mm512_sub_ps(_mm512_loadu_ps(c.as_ptr()), maxv));
-        _mm512_storeu_ps(c.as_mut_ptr(), e);
-        lanes = _mm256_add_ps(lanes, _mm512_castps512_ps256(e));
-        lanes = _mm256_add_ps(
-            lanes,
+    let mut lanes = [_mm256_setzero_ps(); R];
+    let step = |r: usize, c: usize, lanes: &mut [__m256; R]| {
+        let at = rows[r].add(16 * c);
+        let e = exp16(_mm512_sub_ps(_mm512_loadu_ps(at), maxv[r]));
+        _mm512_storeu_ps(at, e);
+        lanes[r] = _mm256_add_ps(lanes[r], _mm512_castps512_ps256(e));
+        lanes[r] = _mm256_add_ps(
+            lanes[r],
             _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(e))),
         );
+    };
+    let common = nvec.iter().copied().min().unwrap_or(0);
+    for c in 0..common {
+        for r in 0..R {
+            step(r, c, &mut lanes);
+        }
     }
-    1.0 / hsum(lanes)
+    for r in 0..R {
+        for c in common..nvec[r] {
+            step(r, c, &mut lanes);
+        }
+    }
+    std::array::from_fn(|r| 1.0 / hsum(lanes[r]))
 }
 
 /// [`attend_reference`] with SIMD tiles and cache blocking; the same bits.
@@ -891,10 +979,10 @@ unsafe fn attend_simd<L: Lanes>(
         // Scores, chunk by chunk of keys; each row tile stops at its last row's length.
         for c0 in (0..nvec).step_by(KEY_CHUNK / w) {
             let c1 = (c0 + KEY_CHUNK / w).min(nvec);
-            for r0 in (0..rows).step_by(4) {
-                let rt = (rows - r0).min(4);
+            for r0 in (0..rows).step_by(L::SCORE_ROWS) {
+                let rt = (rows - r0).min(L::SCORE_ROWS);
                 let vend = c1.min(len(r0 + rt - 1).div_ceil(w));
-                let qs: [*const f32; 4] = std::array::from_fn(|i| qrow((r0 + i).min(rows - 1)));
+                let qs: [*const f32; 6] = std::array::from_fn(|i| qrow((r0 + i).min(rows - 1)));
                 let mut v = c0;
                 while v < vend {
                     let nv = (vend - v).min(L::SCORE_VECS[rt]);
@@ -906,7 +994,7 @@ unsafe fn attend_simd<L: Lanes>(
                             std::ptr::null()
                         }
                     });
-                    let os: [*mut f32; 4] =
+                    let os: [*mut f32; 6] =
                         std::array::from_fn(|i| sp.add((r0 + i).min(rows - 1) * stride + w * v));
                     L::scores(&qs[..rt], &ks[..nv], d, bs, scale, &os[..rt]);
                     v += nv;
@@ -916,23 +1004,29 @@ unsafe fn attend_simd<L: Lanes>(
 
         // Softmax per row over its own keys.
         let mut inv = vec![0.0f32; rows];
-        for (j, inv) in inv.iter_mut().enumerate() {
+        for j in 0..rows {
             let n = len(j);
-            let row = &mut sbuf[j * stride..j * stride + n.div_ceil(w) * w];
-            row[n..].fill(f32::NEG_INFINITY);
-            *inv = L::softmax(row);
+            sbuf[j * stride + n..j * stride + n.div_ceil(w) * w].fill(f32::NEG_INFINITY);
+        }
+        let sp = sbuf.as_mut_ptr();
+        for j0 in (0..rows).step_by(4) {
+            let group = j0..rows.min(j0 + 4);
+            let ptrs: [*mut f32; 4] = std::array::from_fn(|i| sp.add((j0 + i) * stride));
+            let nvec: [usize; 4] = std::array::from_fn(|i| len(j0 + i).div_ceil(w));
+            let r = L::softmax_rows(&ptrs[..group.len()], &nvec[..group.len()]);
+            inv[group.clone()].copy_from_slice(&r[..group.len()]);
         }
 
-        // Output: chunks of keys, rows in threes over their common keys, then each row's
-        // own remainder, so every row sums exactly its keys in key order.
+        // Output: chunks of keys, rows in groups of `PV_ROWS` over their common keys, then
+        // each row's own remainder, so every row sums exactly its keys in key order.
         let (op, vp) = (obuf.as_mut_ptr(), v_pool.as_ptr());
         let sp = sbuf.as_ptr();
         for k0 in (0..ctx).step_by(KEY_CHUNK) {
             let k1 = (k0 + KEY_CHUNK).min(ctx);
-            // Rows in threes (lengths grow by one per row): segment `s` of the keys is
-            // the one rows `r0+s..` still need after row `r0+s-1` has ended.
-            for r0 in (0..rows).step_by(3) {
-                let n = (rows - r0).min(3);
+            // Row groups (lengths grow by one per row): segment `s` of the keys is the one
+            // rows `r0+s..` still need after row `r0+s-1` has ended.
+            for r0 in (0..rows).step_by(L::PV_ROWS) {
+                let n = (rows - r0).min(L::PV_ROWS);
                 for s in 0..n {
                     let from = if s == 0 {
                         k0
@@ -944,9 +1038,9 @@ unsafe fn attend_simd<L: Lanes>(
                         continue;
                     }
                     let rs = r0 + s..r0 + n;
-                    let ps: [*const f32; 3] =
+                    let ps: [*const f32; 6] =
                         std::array::from_fn(|i| sp.add((r0 + s + i).min(rows - 1) * stride));
-                    let os: [*mut f32; 3] =
+                    let os: [*mut f32; 6] =
                         std::array::from_fn(|i| op.add((r0 + s + i).min(rows - 1) * d));
                     L::pv(&ps[..rs.len()], &os[..rs.len()], vp, vrow, from, to, d);
                 }

@@ -20,6 +20,7 @@ mod tiling;
 use crate::quant::QuantMatrix;
 use crate::{AttnShape, Backend, HostMatrix, KvSpec, RopeSpec, SeqInput, StepInput};
 use anyhow::{ensure, Result};
+use simd::{aligned_zeros, AlignedF32};
 use std::borrow::Cow;
 
 pub use kernels::{dot, matmul_t};
@@ -143,8 +144,8 @@ struct KvPool {
     /// Per layer: K as `[block][kv_head][head_dim][slot]` (transposed within a block,
     /// so scores run eight keys per vector), V as `[block][slot][kv_head][head_dim]`
     /// ([`attention::KvLayout`]).
-    k: Vec<Vec<f32>>,
-    v: Vec<Vec<f32>>,
+    k: Vec<AlignedF32>,
+    v: Vec<AlignedF32>,
 }
 
 #[derive(Default)]
@@ -281,8 +282,8 @@ impl Backend for CpuBackend {
         let per_layer = spec.num_blocks * spec.block_size * spec.n_kv_heads * spec.head_dim;
         self.kv = Some(KvPool {
             spec,
-            k: (0..spec.layers).map(|_| vec![0.0; per_layer]).collect(),
-            v: (0..spec.layers).map(|_| vec![0.0; per_layer]).collect(),
+            k: (0..spec.layers).map(|_| aligned_zeros(per_layer)).collect(),
+            v: (0..spec.layers).map(|_| aligned_zeros(per_layer)).collect(),
         });
         Ok(())
     }
