@@ -18,7 +18,8 @@
 //! together. Decode, verify and prefill give a row the same bits ([`attend_reference`]
 //! is the portable order, bit for bit).
 
-use super::simd::{aligned_zeros, tree8, AlignedF32};
+use super::aligned::Aligned;
+use super::simd::tree8;
 #[cfg(target_arch = "x86_64")]
 use super::simd::{has_avx2, hsum};
 use crate::{AttnShape, SeqInput};
@@ -125,7 +126,7 @@ pub(crate) fn exp_scalar(x: f32) -> f32 {
 thread_local! {
     /// Per-thread scratch: scores/probabilities `[row][keys]`, output accumulators
     /// `[row][dim]`, V row offsets per position.
-    static SCRATCH: RefCell<(AlignedF32, AlignedF32, Vec<usize>)> = RefCell::new((aligned_zeros(0), aligned_zeros(0), Vec::new()));
+    static SCRATCH: RefCell<(Aligned<f32>, Aligned<f32>, Vec<usize>)> = RefCell::new((Aligned::zeroed(0), Aligned::zeroed(0), Vec::new()));
 }
 
 /// Attention of query head `h` of one sequence (its `query_len` rows, causal) over its
@@ -957,11 +958,9 @@ unsafe fn attend_simd<L: Lanes>(
     SCRATCH.with(|s| {
         let (sbuf, obuf, vrow) = &mut *s.borrow_mut();
         // Not cleared: every score a row reads is written first (below).
-        if sbuf.len() < rows * stride {
-            sbuf.resize(rows * stride, 0.0);
-        }
-        obuf.clear();
-        obuf.resize(rows * d, 0.0);
+        sbuf.ensure_len(rows * stride);
+        obuf.ensure_len(rows * d);
+        obuf[..rows * d].fill(0.0);
         vrow.clear();
         let slot_step = lay.n_kv_heads * d;
         for (i, &b) in seq.block_table[..ctx.div_ceil(bs)].iter().enumerate() {

@@ -6,6 +6,7 @@
 //! each (sequence, head, query) over its own context in position order. Parallelism
 //! only splits *which* values a thread computes, never how one value is summed.
 
+mod aligned;
 pub mod attention;
 pub mod attention_amx;
 pub mod host_comm;
@@ -19,8 +20,8 @@ mod tiling;
 
 use crate::quant::QuantMatrix;
 use crate::{AttnShape, Backend, HostMatrix, KvSpec, RopeSpec, SeqInput, StepInput};
+use aligned::Aligned;
 use anyhow::{ensure, Result};
-use simd::{aligned_zeros, AlignedF32};
 use std::borrow::Cow;
 
 pub use kernels::{dot, matmul_t};
@@ -144,8 +145,8 @@ struct KvPool {
     /// Per layer: K as `[block][kv_head][head_dim][slot]` (transposed within a block,
     /// so scores run eight keys per vector), V as `[block][slot][kv_head][head_dim]`
     /// ([`attention::KvLayout`]).
-    k: Vec<AlignedF32>,
-    v: Vec<AlignedF32>,
+    k: Vec<Aligned<f32>>,
+    v: Vec<Aligned<f32>>,
 }
 
 #[derive(Default)]
@@ -282,8 +283,12 @@ impl Backend for CpuBackend {
         let per_layer = spec.num_blocks * spec.block_size * spec.n_kv_heads * spec.head_dim;
         self.kv = Some(KvPool {
             spec,
-            k: (0..spec.layers).map(|_| aligned_zeros(per_layer)).collect(),
-            v: (0..spec.layers).map(|_| aligned_zeros(per_layer)).collect(),
+            k: (0..spec.layers)
+                .map(|_| Aligned::zeroed(per_layer))
+                .collect(),
+            v: (0..spec.layers)
+                .map(|_| Aligned::zeroed(per_layer))
+                .collect(),
         });
         Ok(())
     }

@@ -24,7 +24,7 @@
 //! eight outputs per vector, no horizontal sums, and the scales of eight rows converted
 //! by one `vcvtph2ps`. 20 bytes per 32 weights, as in the GGUF file.
 
-use super::simd::{aligned_zero_bytes, AlignedBytes};
+use super::aligned::Aligned;
 use super::tiling::{for_rows, grouped, GROUP};
 
 use half::f16;
@@ -44,7 +44,7 @@ pub const fn pad8(n: usize) -> usize {
 pub struct Q4Matrix {
     pub rows: usize,
     pub cols: usize,
-    data: AlignedBytes,
+    data: Aligned<u8>,
 }
 
 /// Why a matrix cannot be stored as q4.
@@ -65,7 +65,7 @@ impl Q4Matrix {
         }
         assert_eq!(data.len(), rows * cols, "Q4Matrix::from_f32: data length");
         let nb = cols / QK;
-        let mut out = aligned_zero_bytes(rows.div_ceil(GROUP) * nb * BLOCK_BYTES);
+        let mut out = Aligned::zeroed(rows.div_ceil(GROUP) * nb * BLOCK_BYTES);
         for (r, x) in data.chunks_exact(cols).enumerate() {
             let (g, lane) = (r / GROUP, r % GROUP);
             for (b, xb) in x.chunks_exact(QK).enumerate() {

@@ -15,7 +15,7 @@
 //! (carrying `w`'s sign) and one `vpmaddwd` leave each row's partial sum in its own
 //! lane: eight outputs per vector, no horizontal sums.
 
-use super::simd::{aligned_zero_bytes, AlignedBytes};
+use super::aligned::Aligned;
 use super::tiling::{for_rows, grouped, GROUP};
 
 pub const QK: usize = 32;
@@ -27,7 +27,7 @@ const S_AT: usize = GROUP * QK;
 pub struct Q8Matrix {
     pub rows: usize,
     pub cols: usize,
-    data: AlignedBytes,
+    data: Aligned<u8>,
 }
 
 /// Quantises `x` (length a multiple of 32) into `q`/`s` with round-to-nearest.
@@ -72,7 +72,7 @@ impl Q8Matrix {
         assert!(cols.is_multiple_of(QK));
         assert_eq!(data.len(), rows * cols, "Q8Matrix::from_f32: data length");
         let nb = cols / QK;
-        let mut out = aligned_zero_bytes(rows.div_ceil(GROUP) * nb * BLOCK_BYTES);
+        let mut out = Aligned::zeroed(rows.div_ceil(GROUP) * nb * BLOCK_BYTES);
         let (mut q, mut s) = (vec![0i8; cols], vec![0f32; nb]);
         for (r, x) in data.chunks_exact(cols).enumerate() {
             quantize_row(x, &mut q, &mut s);

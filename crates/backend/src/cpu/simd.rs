@@ -3,29 +3,6 @@
 //! every dot product ends with, and the dispatch from a tile shape to a kernel
 //! instantiated for it.
 
-/// An f32 buffer on 64-byte (cache-line) boundaries. A large `Vec` sits 16 bytes past
-/// a page boundary (the allocator's header), so every 512-bit load from it would span
-/// two lines: attention over such K/V pools measured ~10 % slower.
-pub(crate) type AlignedF32 = aligned_vec::AVec<f32, aligned_vec::ConstAlign<64>>;
-
-/// Bytes on 64-byte boundaries (the 8- and 4-bit weight blocks: their sizes are
-/// multiples of 32, so from an aligned start no 256-bit load spans two lines).
-pub(crate) type AlignedBytes = aligned_vec::AVec<u8, aligned_vec::ConstAlign<64>>;
-
-/// `n` zero bytes, cache-line aligned.
-pub(crate) fn aligned_zero_bytes(n: usize) -> AlignedBytes {
-    let mut v = AlignedBytes::with_capacity(64, n);
-    v.resize(n, 0);
-    v
-}
-
-/// `n` zeros, cache-line aligned.
-pub(crate) fn aligned_zeros(n: usize) -> AlignedF32 {
-    let mut v = AlignedF32::with_capacity(64, n);
-    v.resize(n, 0.0);
-    v
-}
-
 #[cfg(target_arch = "x86_64")]
 #[inline]
 pub(crate) fn has_avx2() -> bool {
