@@ -978,6 +978,14 @@ unsafe fn attend_simd<L: Lanes>(
         // Scores, chunk by chunk of keys; each row tile stops at its last row's length.
         for c0 in (0..nvec).step_by(KEY_CHUNK / w) {
             let c1 = (c0 + KEY_CHUNK / w).min(nvec);
+            // The chunk's key vectors, located once for all its row tiles.
+            let chunk_k: [*const f32; KEY_CHUNK / 8] = std::array::from_fn(|i| {
+                if c0 + i < c1 {
+                    kvec(c0 + i)
+                } else {
+                    std::ptr::null()
+                }
+            });
             for r0 in (0..rows).step_by(L::SCORE_ROWS) {
                 let rt = (rows - r0).min(L::SCORE_ROWS);
                 let vend = c1.min(len(r0 + rt - 1).div_ceil(w));
@@ -985,17 +993,10 @@ unsafe fn attend_simd<L: Lanes>(
                 let mut v = c0;
                 while v < vend {
                     let nv = (vend - v).min(L::SCORE_VECS[rt]);
-                    // Only the tile's `nv` vectors are located (the rest are never read).
-                    let ks: [*const f32; 8] = std::array::from_fn(|i| {
-                        if i < nv {
-                            kvec(v + i)
-                        } else {
-                            std::ptr::null()
-                        }
-                    });
                     let os: [*mut f32; 6] =
                         std::array::from_fn(|i| sp.add((r0 + i).min(rows - 1) * stride + w * v));
-                    L::scores(&qs[..rt], &ks[..nv], d, bs, scale, &os[..rt]);
+                    let ks = &chunk_k[v - c0..v - c0 + nv];
+                    L::scores(&qs[..rt], ks, d, bs, scale, &os[..rt]);
                     v += nv;
                 }
             }
