@@ -475,6 +475,10 @@ impl Backend for CpuBackend {
                     .map(move |h| (c, h..h + per_task))
             })
             .collect();
+        let tasks = balanced_order(tasks, |(c, heads)| {
+            let part = &chunks[*c].0;
+            part.query_len * part.context_len * heads.len()
+        });
         let mut results: Vec<Vec<f32>> = vec![Vec::new(); tasks.len()];
         tiling::for_rows(
             tasks.len(),
@@ -655,10 +659,53 @@ impl Backend for CpuBackend {
     }
 }
 
+/// `tasks` reordered for the team's split (each thread takes one contiguous share and
+/// then steals single tasks from the back of the others'): sorted by `cost`, largest
+/// first, and dealt round-robin into one share per thread, so every share starts with
+/// large tasks and ends with the small ones a thief takes last. Attention tasks of a
+/// long prompt differ by their context length; in prompt order the later, costlier half
+/// fell to one thread. Only the order changes, never what a task computes.
+fn balanced_order<T>(mut tasks: Vec<T>, cost: impl Fn(&T) -> usize) -> Vec<T> {
+    let n = tasks.len();
+    let shares = rayon::current_num_threads().clamp(1, n.max(1));
+    // The team's shares: `[i·n/shares, (i+1)·n/shares)`.
+    let size = |i: usize| (i + 1) * n / shares - i * n / shares;
+    tasks.sort_by_key(|t| std::cmp::Reverse(cost(t)));
+    let mut dealt: Vec<Vec<T>> = (0..shares).map(|i| Vec::with_capacity(size(i))).collect();
+    let mut next = 0;
+    for t in tasks {
+        while dealt[next].len() == size(next) {
+            next = (next + 1) % shares;
+        }
+        dealt[next].push(t);
+        next = (next + 1) % shares;
+    }
+    dealt.into_iter().flatten().collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::attention::testing::data;
     use super::*;
+
+    #[test]
+    fn balanced_order_gives_every_share_large_tasks_first_and_keeps_all() {
+        let threads = rayon::current_num_threads().max(1);
+        let tasks: Vec<usize> = (0..23).collect();
+        let order = balanced_order(tasks.clone(), |&t| t);
+        let mut sorted = order.clone();
+        sorted.sort();
+        assert_eq!(sorted, tasks, "a permutation");
+        let shares = threads.min(23);
+        for i in 0..shares {
+            let share = &order[i * 23 / shares..(i + 1) * 23 / shares];
+            assert!(
+                share.windows(2).all(|w| w[0] >= w[1]),
+                "share {i}: {share:?}"
+            );
+            assert!(share[0] >= 23 - shares, "share {i} starts large: {share:?}");
+        }
+    }
 
     fn tensor(rows: usize, cols: usize, seed: usize) -> CpuTensor {
         CpuTensor {
