@@ -42,12 +42,53 @@ pub fn quantize_row(x: &[f32], q: &mut [i8], s: &mut [f32]) {
     quantize_row_impl(x, q, s)
 }
 
-/// The same code compiled for AVX2: `round` becomes one `vroundps` instead of a libm
-/// call per value; rounding is exact either way, so the bits are the same.
+/// [`quantize_row_impl`] 32 values (one block) at a time, the same bits: the block's
+/// `max |x|` (exact in any order), the same scalar scale, `x · (1/d)` per value, rounded
+/// half away from zero as `f32::round` does (`trunc(v + copysign(0.49999997, v))`, exact
+/// for every f32), then narrowed (|v| ≤ 127: no saturation). The compiler's version of the
+/// portable loop kept the max and the `as i8` scalar (a chain of 32 `vmaxss` a block):
+/// ~4 % of a prefill's time.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
 unsafe fn quantize_row_avx2(x: &[f32], q: &mut [i8], s: &mut [f32]) {
-    quantize_row_impl(x, q, s)
+    use std::arch::x86_64::*;
+    let abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fff_ffff));
+    let sign_mask = _mm256_castsi256_ps(_mm256_set1_epi32(i32::MIN));
+    let below_half = _mm256_set1_ps(f32::from_bits(0x3eff_ffff)); // 0.49999997
+                                                                  // packs interleave 128-bit lanes; this puts the 32 bytes back in order.
+    let order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    for ((xb, qb), sb) in x
+        .chunks_exact(QK)
+        .zip(q.chunks_exact_mut(QK))
+        .zip(s.iter_mut())
+    {
+        let v: [__m256; 4] = std::array::from_fn(|i| _mm256_loadu_ps(xb.as_ptr().add(8 * i)));
+        let m = _mm256_max_ps(
+            _mm256_max_ps(_mm256_and_ps(v[0], abs_mask), _mm256_and_ps(v[1], abs_mask)),
+            _mm256_max_ps(_mm256_and_ps(v[2], abs_mask), _mm256_and_ps(v[3], abs_mask)),
+        );
+        let m = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+        let m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+        let amax = _mm_cvtss_f32(_mm_max_ss(m, _mm_shuffle_ps(m, m, 1)));
+        let d = amax / 127.0;
+        let id = _mm256_set1_ps(if d > 0.0 { 1.0 / d } else { 0.0 });
+        let ints: [__m256i; 4] = std::array::from_fn(|i| {
+            let y = _mm256_mul_ps(v[i], id);
+            let bias = _mm256_or_ps(_mm256_and_ps(y, sign_mask), below_half);
+            let r = _mm256_round_ps(
+                _mm256_add_ps(y, bias),
+                _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC,
+            );
+            _mm256_cvttps_epi32(r)
+        });
+        let w16 = [
+            _mm256_packs_epi32(ints[0], ints[1]),
+            _mm256_packs_epi32(ints[2], ints[3]),
+        ];
+        let bytes = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(w16[0], w16[1]), order);
+        _mm256_storeu_si256(qb.as_mut_ptr() as *mut __m256i, bytes);
+        *sb = d;
+    }
 }
 
 #[inline(always)]
@@ -304,6 +345,49 @@ mod tests {
         let mut s = vec![0f32; x.len() / QK];
         quantize_row(x, &mut q, &mut s);
         (q, s)
+    }
+
+    /// The AVX2 quantiser gives the portable loop's bits: random rows, blocks of zeros,
+    /// values landing exactly on a half (`k + 0.5` after scaling) and on the largest value.
+    #[test]
+    fn avx2_quantiser_matches_the_portable_one_bitwise() {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if !std::is_x86_feature_detected!("avx2") {
+                return;
+            }
+            let mut rows: Vec<Vec<f32>> = (0..40).map(|seed| data(8 * QK, seed)).collect();
+            rows.push(vec![0.0; 2 * QK]);
+            // amax 127 gives d = 1 and id = 1: every k + 0.5 is an exact half.
+            rows.push(
+                (0..QK)
+                    .map(|i| {
+                        if i == 0 {
+                            127.0
+                        } else {
+                            (i as f32 - 16.0) + 0.5
+                        }
+                    })
+                    .collect(),
+            );
+            rows.push((0..QK).map(|i| -((i as f32) * 3.97) + 1e-3).collect());
+            rows.push(
+                (0..QK)
+                    .map(|i| if i % 2 == 0 { 1e-30 } else { -2e-30 })
+                    .collect(),
+            );
+            for x in rows {
+                let n = x.len();
+                let (mut q1, mut s1) = (vec![0i8; n], vec![0f32; n / QK]);
+                let (mut q2, mut s2) = (vec![0i8; n], vec![0f32; n / QK]);
+                quantize_row_impl(&x, &mut q1, &mut s1);
+                // SAFETY: AVX2 detected above.
+                unsafe { quantize_row_avx2(&x, &mut q2, &mut s2) };
+                assert_eq!(q1, q2, "{x:?}");
+                let bits = |s: &[f32]| s.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&s1), bits(&s2));
+            }
+        }
     }
 
     #[test]
