@@ -1,8 +1,8 @@
 //! Zeroed buffers that start on a cache line.
 //!
 //! A large `Vec` starts 16 bytes past a page boundary (the allocator's header), so
-//! every 512-bit load from it spans two cache lines; attention over such K/V pools
-//! measured ~20 % slower. An [`Aligned`] buffer is a zeroed `Vec` a little longer than
+//! every 512-bit load from it spans two cache lines; the attention kernel over such
+//! K/V pools measured ~10 % slower (BENCHMARKS, session 22). An [`Aligned`] buffer is a zeroed `Vec` a little longer than
 //! asked, used from its first 64-byte boundary. The `Vec` comes from `calloc`, which
 //! maps fresh zero pages and touches none of them, so a large pool costs memory only
 //! where it is written (a KV pool is sized for the whole context but mostly unused).
