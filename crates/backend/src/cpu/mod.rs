@@ -667,8 +667,8 @@ impl Backend for CpuBackend {
 /// fell to one thread. Only the order changes, never what a task computes.
 fn balanced_order<T>(mut tasks: Vec<T>, cost: impl Fn(&T) -> usize) -> Vec<T> {
     let n = tasks.len();
-    let shares = rayon::current_num_threads().clamp(1, n.max(1));
-    // The team's shares: `[i·n/shares, (i+1)·n/shares)`.
+    let shares = team::shares();
+    // The team's shares: `[i·n/shares, (i+1)·n/shares)` (some empty when n < shares).
     let size = |i: usize| (i + 1) * n / shares - i * n / shares;
     tasks.sort_by_key(|t| std::cmp::Reverse(cost(t)));
     let mut dealt: Vec<Vec<T>> = (0..shares).map(|i| Vec::with_capacity(size(i))).collect();
@@ -690,13 +690,12 @@ mod tests {
 
     #[test]
     fn balanced_order_gives_every_share_large_tasks_first_and_keeps_all() {
-        let threads = rayon::current_num_threads().max(1);
         let tasks: Vec<usize> = (0..23).collect();
         let order = balanced_order(tasks.clone(), |&t| t);
         let mut sorted = order.clone();
         sorted.sort();
         assert_eq!(sorted, tasks, "a permutation");
-        let shares = threads.min(23);
+        let shares = team::shares().min(23);
         for i in 0..shares {
             let share = &order[i * 23 / shares..(i + 1) * 23 / shares];
             assert!(

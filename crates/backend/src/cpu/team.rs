@@ -193,6 +193,25 @@ fn helper(s: &'static Shared) {
     }
 }
 
+/// Participants of a job on `threads` threads: the caller and the helpers it may use.
+fn parts_of(t: &Team, threads: usize) -> usize {
+    (threads - 1).min(t.helpers).min(t.shared.ranges.len() - 1) + 1
+}
+
+/// How many contiguous shares [`par_for`] splits a job of several chunks into (share `i`
+/// of `n` chunks: `i·n/shares..(i+1)·n/shares`), so callers can order their chunks for it.
+pub fn shares() -> usize {
+    let threads = rayon::current_num_threads();
+    if threads <= 1 {
+        return 1;
+    }
+    let t = team();
+    if t.helpers == 0 {
+        return 1;
+    }
+    parts_of(t, threads)
+}
+
 /// Calls `f(i)` for every `i` in `0..n`, on the calling thread and the team's helpers
 /// (as many as `rayon::current_num_threads()` allows: 1 runs everything here). `f` must
 /// make the result of chunk `i` independent of which thread runs it.
@@ -221,8 +240,8 @@ pub fn par_for(n: usize, f: impl Fn(usize) + Sync) {
     // SAFETY: we hold `busy` and the previous job is closed with no helper inside, so
     // no other thread reads `f` now.
     unsafe { *s.f.get() = fptr };
-    let helpers = (threads - 1).min(t.helpers).min(s.ranges.len() - 1);
-    let parts = helpers + 1;
+    let parts = parts_of(t, threads);
+    let helpers = parts - 1;
     for (i, r) in s.ranges[..parts].iter().enumerate() {
         r.0.store(pack(i * n / parts, (i + 1) * n / parts), Ordering::Release);
     }
