@@ -247,6 +247,18 @@ impl BlockManager {
         full.max(already)
     }
 
+    /// Puts an idle pool back in its first state: every block free, none cached, the free
+    /// queue in id order. Start-up probes allocate and free blocks sequence by sequence,
+    /// which leaves the queue permuted; serving should start where a server without probes
+    /// starts. Returns false (and changes nothing) while any block is owned.
+    pub fn reset_when_idle(&mut self) -> bool {
+        if self.num_free != self.blocks.len() {
+            return false;
+        }
+        *self = Self::new(self.blocks.len(), self.block_size, self.enable_caching);
+        true
+    }
+
     /// Drops every cached hash of a free block (admin reset); owned blocks keep theirs.
     pub fn reset_prefix_cache(&mut self) {
         let ids: Vec<BlockId> = self.cached.values().copied().collect();
@@ -361,6 +373,26 @@ mod tests {
         m.free_all(&mut t);
         assert_eq!(m.num_free_blocks(), 8);
         assert!(t.is_empty());
+    }
+
+    #[test]
+    fn an_idle_pool_resets_to_its_first_order() {
+        let mut m = BlockManager::new(8, 4, true);
+        let fresh: Vec<BlockId> = (0..8).collect();
+        // Two sequences freed one after the other leave the queue permuted.
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        assert!(m.allocate(&mut a, 8) && m.allocate(&mut b, 8));
+        m.free_all(&mut a);
+        assert!(!m.reset_when_idle(), "a block is still owned");
+        m.free_all(&mut b);
+        let mut t = Vec::new();
+        assert!(m.allocate(&mut t, 32));
+        assert_ne!(t, fresh, "the probes' frees permute the queue");
+        m.free_all(&mut t);
+        assert!(m.reset_when_idle());
+        assert!(m.allocate(&mut t, 32));
+        assert_eq!(t, fresh);
+        assert_eq!(m.num_free_blocks(), 0);
     }
 
     #[test]

@@ -165,6 +165,7 @@ impl EngineCore {
         // Serving starts on KV memory no probe has written (`Backend::renew_kv`).
         if probed {
             core.runner.renew_kv()?;
+            core.sched.blocks.reset_when_idle();
         }
         Ok((core, max_model_len))
     }

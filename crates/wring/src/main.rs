@@ -1,6 +1,7 @@
 //! `wring`: the one CLI binary. Each subcommand lives in `cmd/<name>.rs`.
 
 mod cmd;
+mod malloc;
 
 use clap::{Parser, Subcommand};
 
@@ -46,6 +47,7 @@ fn main() {
     // shared host it can take the GPUs out of service. Set before any thread exists;
     // wring_cuda::nccl sets it again before NCCL starts, for library users.
     std::env::set_var("NCCL_NVLS_ENABLE", "0");
+    malloc::fix_thresholds();
     cmd::init_tracing();
     let cli = Cli::parse();
     let result = match cli.command {
