@@ -8,7 +8,8 @@ use wring_engine::{EngineEvent, GenerateRequest};
 use wring_model::ChatMessage;
 
 use super::common::{
-    encode_prompt, model_sampling_defaults, start_engine, system_turn, CommonArgs, SamplingArgs,
+    encode_prompt, model_sampling_defaults, start_one_stream_engine, system_turn, CommonArgs,
+    SamplingArgs,
 };
 
 #[derive(clap::Args)]
@@ -24,7 +25,7 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
-    let (engine, info) = start_engine(&args.common)?;
+    let (engine, info) = start_one_stream_engine(&args.common)?;
     let tpl = info
         .chat_template
         .clone()

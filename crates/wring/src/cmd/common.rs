@@ -489,6 +489,16 @@ impl ModelArgs {
 }
 
 /// Loads the model, binds it to the device and starts the engine.
+/// [`start_engine`] for the commands that run one request at a time (`generate`, `chat`):
+/// at most one sequence, so the adaptive K policy's start-up probes time batch 1 only
+/// instead of every batch size up to `--max-num-seqs` (BENCHMARKS, "CPU speculation at
+/// concurrency 64: the allocator's thresholds").
+pub fn start_one_stream_engine(args: &CommonArgs) -> anyhow::Result<(EngineHandle, EngineInfo)> {
+    let mut args = args.clone();
+    args.engine.max_num_seqs = 1;
+    start_engine(&args)
+}
+
 pub fn start_engine(args: &CommonArgs) -> anyhow::Result<(EngineHandle, EngineInfo)> {
     let device = args.model.device()?;
     let (cfg, choices) = args.engine.to_config(&device)?;

@@ -8,7 +8,8 @@ use wring_engine::{EngineEvent, FinishReason, GenerateRequest};
 use wring_model::ChatMessage;
 
 use super::common::{
-    encode_prompt, model_sampling_defaults, start_engine, system_turn, CommonArgs, SamplingArgs,
+    encode_prompt, model_sampling_defaults, start_one_stream_engine, system_turn, CommonArgs,
+    SamplingArgs,
 };
 
 #[derive(clap::Args)]
@@ -33,7 +34,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     if args.prompt.is_empty() {
         bail!("--prompt is empty; give the text to continue");
     }
-    let (engine, info) = start_engine(&args.common)?;
+    let (engine, info) = start_one_stream_engine(&args.common)?;
     let text = if args.chat {
         let tpl = info
             .chat_template
