@@ -14,9 +14,10 @@
 //! thresholds"). Fixed, a step costs the same whatever ran before it.
 
 /// Blocks from this size up are mapped on their own: glibc's own ceiling for the
-/// adaptive value, so buffers of any step shape stay on the heap, while the large
-/// long-lived pools (a KV pool, a layer of it on the default model) are still mapped and
-/// touched only where written.
+/// adaptive value, so the buffers of serving's steps stay on the heap (only outsized
+/// ones, such as the logits of every row of 32 sequences × 13 verify rows, are mapped
+/// each time), while the large long-lived pools (a KV pool layer of the default model:
+/// 2 GiB over 60 buffers) are still mapped and touched only where written.
 const MMAP_THRESHOLD: usize = 32 << 20;
 /// Free memory kept at the top of the heap before any is returned: a few steps' buffers.
 const TRIM_THRESHOLD: usize = 128 << 20;

@@ -488,7 +488,6 @@ impl ModelArgs {
     }
 }
 
-/// Loads the model, binds it to the device and starts the engine.
 /// [`start_engine`] for the commands that run one request at a time (`generate`, `chat`):
 /// at most one sequence, so the adaptive K policy's start-up probes time batch 1 only
 /// instead of every batch size up to `--max-num-seqs` (BENCHMARKS, "CPU speculation at
@@ -499,6 +498,7 @@ pub fn start_one_stream_engine(args: &CommonArgs) -> anyhow::Result<(EngineHandl
     start_engine(&args)
 }
 
+/// Loads the model, binds it to the device and starts the engine.
 pub fn start_engine(args: &CommonArgs) -> anyhow::Result<(EngineHandle, EngineInfo)> {
     let device = args.model.device()?;
     let (cfg, choices) = args.engine.to_config(&device)?;
