@@ -1,6 +1,6 @@
 //! The matmuls of one decode step of SmolLM2-135M (30 layers × q, k, v, o, gate, up,
 //! down, then the 49152-row lm_head) over 8-bit weights, then over 4-bit weights (`q4`,
-//! lm_head still q8 as `--cpu-weights q4` keeps it), at 1 and 8 tokens: wall and CPU
+//! lm_head still q8 as `--cpu-weights q4` keeps it), at 1 and 8 tokens (or `DECODE_TOKENS`): wall and CPU
 //! milliseconds per step. Weights are synthetic (the kernels' speed does not depend
 //! on the values); attention and the small ops are left out, so this is the matmul floor
 //! of a step.
@@ -82,7 +82,14 @@ fn main() {
                     .collect()
             })
             .collect();
-        for t in [1usize, 8] {
+        // DECODE_TOKENS="32 33 36": other batch sizes (a verify row past a multiple of the
+        // kernels' four-token tiles is what the adaptive policy prices).
+        let batches: Vec<usize> = std::env::var("DECODE_TOKENS").map_or(vec![1, 8], |v| {
+            v.split_whitespace()
+                .map(|t| t.parse().expect("DECODE_TOKENS"))
+                .collect()
+        });
+        for &t in &batches {
             let x: Vec<f32> = (0..t * i)
                 .map(|k| ((k * 104729) % 1000) as f32 / 1000.0 - 0.5)
                 .collect();
