@@ -7,6 +7,8 @@ use std::str::FromStr;
 use anyhow::{bail, Context};
 use serde::Deserialize;
 
+use crate::spec_decode::TimingsCache;
+
 /// Levels of the study's dynamic-K controller.
 pub const DYNAMIC_LEVELS: [usize; 3] = [4, 6, 12];
 /// Largest K any policy may use.
@@ -234,6 +236,9 @@ pub struct SpecConfig {
     /// Prompt-lookup n-gram sizes (largest tried first).
     pub ngram_min: usize,
     pub ngram_max: usize,
+    /// Where the adaptive policy keeps its start-up step timings (None: measured at every
+    /// start, kept nowhere).
+    pub step_timings: Option<TimingsCache>,
 }
 
 impl Default for SpecConfig {
@@ -245,6 +250,7 @@ impl Default for SpecConfig {
             suffix: SuffixParams::default(),
             ngram_min: 2,
             ngram_max: 4,
+            step_timings: None,
         }
     }
 }

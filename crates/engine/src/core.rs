@@ -131,11 +131,11 @@ impl EngineCore {
         // Start-up steps on synthetic sequences (calibration probes, warm-up) ran.
         let mut probed = false;
         if core.cfg.spec.enabled() && core.cfg.spec.k_policy == KPolicy::Adaptive {
-            probed = true;
-            core.spec.calibrate(
+            probed = core.spec.calibrate(
                 core.runner.as_mut(),
                 &mut core.sched.blocks,
                 core.cfg.max_num_seqs,
+                core.cfg.spec.step_timings.as_ref(),
             )?;
         }
         if core.cfg.warm_up {

@@ -30,3 +30,4 @@ pub use api::*;
 pub use config::{EngineConfig, KPolicy, KProfile, ProposerKind, SpecConfig, SuffixParams};
 pub use handle::{Engine, EngineHandle, EngineInfo, RequestHandle, ServedModel};
 pub use metrics::{Histogram, MetricsSnapshot, HOST_PHASES};
+pub use spec_decode::TimingsCache;

@@ -233,3 +233,41 @@ fn adaptive_k_is_lossless() {
     );
     stop(engine);
 }
+
+#[test]
+fn adaptive_k_reads_its_stored_step_timings_and_recalibrates_on_request() {
+    let dir = std::env::temp_dir().join(format!("wring-step-timings-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("model.wring-step-costs.json");
+    let start_once = |refresh: bool| {
+        let mut s = spec(ProposerKind::Suffix, false, KPolicy::Adaptive);
+        s.step_timings = Some(wring_engine::TimingsCache {
+            path: path.clone(),
+            key: "test".into(),
+            refresh,
+        });
+        let (engine, _) = start(config(2, s));
+        // Speculation still runs on timings read back (and stays lossless).
+        check(
+            &engine,
+            reqs(&prompts()[..2], "adaptive", MAX_TOKENS),
+            2,
+            "suffix adaptive, stored timings",
+            MAX_TOKENS,
+        );
+        stop(engine);
+        std::fs::read_to_string(&path).expect("the first start keeps its timings")
+    };
+    let first = start_once(false);
+    assert_eq!(
+        start_once(false),
+        first,
+        "a second start reads the timings instead of measuring (and storing) new ones"
+    );
+    assert_ne!(
+        start_once(true),
+        first,
+        "--recalibrate measures again and keeps the new timings"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -22,7 +22,7 @@ pub mod verifier;
 pub use drafts::{StepDrafts, PAD_TOKEN};
 pub use k_policy::{
     AdaptiveK, DraftSeq, DynamicK, KPolicies, ScoreCalibration, StepCostModel, StepLoad, StepShape,
-    FALLBACK_KS,
+    TimingsCache, FALLBACK_KS,
 };
 pub use planner::{DraftAsk, StepBudget};
 pub use proposer::{DraftProposal, NgramProposer, NoProposer, Proposer};
@@ -85,25 +85,65 @@ impl SpecDecoder {
         self.policies.cost.is_some()
     }
 
-    /// Times verify steps on the runner and fits the adaptive policy's cost model.
+    /// Times verify steps on the runner and fits the adaptive policy's cost model; with a
+    /// `cache`, from the timings stored there for this configuration when there are any
+    /// (and the new ones stored when not). True when the runner ran probe steps.
     pub fn calibrate(
         &mut self,
         runner: &mut dyn ModelRunner,
         blocks: &mut BlockManager,
         max_num_seqs: usize,
-    ) -> anyhow::Result<()> {
+        cache: Option<&TimingsCache>,
+    ) -> anyhow::Result<bool> {
         let t = std::time::Instant::now();
         let ks = k_policy::calibrate::calibration_ks(self.policies.adaptive.candidates());
-        let points = k_policy::calibrate::measure_step_costs(runner, blocks, max_num_seqs, &ks)?;
+        // Everything else a step's time depends on: the caller's key says the model and
+        // the machine.
+        let key = cache.map(|c| {
+            format!(
+                "{}|device={}|max_num_seqs={max_num_seqs}|ks={ks:?}|wring={}",
+                c.key,
+                runner.device_name(),
+                env!("CARGO_PKG_VERSION")
+            )
+        });
+        let cached = cache
+            .zip(key.as_deref())
+            .filter(|(c, _)| !c.refresh)
+            .and_then(|(c, k)| TimingsCache::load(&c.path, k));
+        let probed = cached.is_none();
+        let points = match cached {
+            Some(p) => p,
+            None => {
+                let p = k_policy::calibrate::measure_step_costs(runner, blocks, max_num_seqs, &ks)?;
+                if let (Some(c), Some(k)) = (cache, &key) {
+                    if let Err(e) = TimingsCache::store(&c.path, k, &p) {
+                        tracing::warn!(
+                            "could not keep the step timings in {}: {e:#}",
+                            c.path.display()
+                        );
+                    }
+                }
+                p
+            }
+        };
         let model = StepCostModel::fit_calibration(&points);
+        let how = match (cache, probed) {
+            (None, _) => "measured".to_string(),
+            (Some(c), true) => format!("measured (kept in {})", c.path.display()),
+            (Some(c), false) => format!(
+                "from the timings kept in {} (--recalibrate measures again)",
+                c.path.display()
+            ),
+        };
         tracing::info!(
-            "adaptive K: candidates {:?}; step-cost model measured in {:.1}s: {:?} (fixed s, s/seq, s/row, s/logit row, s/attended pair)",
+            "adaptive K: candidates {:?}; step-cost model {how} in {:.1}s: {:?} (fixed s, s/seq, s/row, s/logit row, s/attended pair)",
             self.policies.adaptive.candidates(),
             t.elapsed().as_secs_f64(),
             model.coefficients()
         );
         self.policies.cost = Some(model);
-        Ok(())
+        Ok(probed)
     }
 
     /// The cost model's seconds for a step of this shape (None before calibration).

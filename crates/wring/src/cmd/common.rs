@@ -120,6 +120,11 @@ pub struct SpecArgs {
     /// ngram (prompt lookup).
     #[arg(long, default_value = "none")]
     pub speculative: String,
+    /// Measure the adaptive K policy's step costs again at start-up instead of reading the
+    /// timings a previous start on this machine, model and settings kept beside the model
+    /// (`<model>.wring-step-costs.json`; the probes take seconds on a CPU).
+    #[arg(long)]
+    pub recalibrate: bool,
     /// How K (draft tokens per verify step) is chosen: fixed:K | profile:FILE |
     /// dynamic | adaptive. Default: adaptive (the fastest measured on both backends: BENCHMARKS.md).
     #[arg(long)]
@@ -501,7 +506,7 @@ pub fn start_one_stream_engine(args: &CommonArgs) -> anyhow::Result<(EngineHandl
 /// Loads the model, binds it to the device and starts the engine.
 pub fn start_engine(args: &CommonArgs) -> anyhow::Result<(EngineHandle, EngineInfo)> {
     let device = args.model.device()?;
-    let (cfg, choices) = args.engine.to_config(&device)?;
+    let (mut cfg, choices) = args.engine.to_config(&device)?;
     for line in &choices {
         tracing::info!("{line}");
     }
@@ -576,6 +581,9 @@ pub fn start_engine(args: &CommonArgs) -> anyhow::Result<(EngineHandle, EngineIn
         cpu_prefill_attention,
         tensor_parallel_size: args.model.tensor_parallel_size,
     };
+    if cfg.spec.enabled() && cfg.spec.k_policy == wring_engine::KPolicy::Adaptive {
+        cfg.spec.step_timings = step_timings(args, &runner_opts);
+    }
     let (handle, info) = Engine::start(model, runner_opts, cfg)?;
     tracing::info!(
         "engine ready: {} on {}, context {} tokens, {} KV blocks of {}",
@@ -586,6 +594,70 @@ pub fn start_engine(args: &CommonArgs) -> anyhow::Result<(EngineHandle, EngineIn
         info.block_size
     );
     Ok((handle, info))
+}
+
+/// Where the adaptive policy keeps its start-up step timings for this model, and what
+/// besides the engine's own settings they depend on: the model file (name, size, mtime),
+/// this binary (size, mtime), the formats and threads it runs with, the processor, and every
+/// `WRING_*` variable (the CUDA backend's switches live there). None when there is no model file to put them
+/// beside.
+fn step_timings(args: &CommonArgs, opts: &RunnerOptions) -> Option<wring_engine::TimingsCache> {
+    let path = wring_model::resolve_model_path(args.model.model.as_deref()).ok()?;
+    let meta = std::fs::metadata(&path).ok()?;
+    let mtime = meta
+        .modified()
+        .ok()
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map_or(0, |d| d.as_secs());
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|c| {
+            c.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split(':').nth(1))
+                .map(|m| m.trim().to_string())
+        })
+        .unwrap_or_default();
+    // This build: a rebuilt binary may have other kernels, so its timings are its own.
+    let exe = std::env::current_exe()
+        .and_then(std::fs::metadata)
+        .map(|m| {
+            let t = m
+                .modified()
+                .ok()
+                .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok());
+            format!("{}:{}", m.len(), t.map_or(0, |d| d.as_secs()))
+        })
+        .unwrap_or_default();
+    let mut env: Vec<String> = std::env::vars()
+        .filter(|(k, _)| k.starts_with("WRING_") && k != "WRING_HOME")
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
+    env.sort();
+    let key = format!(
+        "model={}:{}:{mtime}|exe={exe}|device={:?}|cpu_weights={:?}|prefill_attention={:?}|tp={}|block={}|threads={}|cpu={cpu}|env={}",
+        path.file_name().unwrap_or_default().to_string_lossy(),
+        meta.len(),
+        opts.device,
+        opts.cpu_weights,
+        opts.cpu_prefill_attention,
+        opts.tensor_parallel_size,
+        opts.block_size,
+        rayon::current_num_threads(),
+        env.join(",")
+    );
+    let file = if path.is_dir() {
+        path.join("wring-step-costs.json")
+    } else {
+        let mut name = path.file_name().unwrap_or_default().to_os_string();
+        name.push(".wring-step-costs.json");
+        path.with_file_name(name)
+    };
+    Some(wring_engine::TimingsCache {
+        path: file,
+        key,
+        refresh: args.engine.spec.recalibrate,
+    })
 }
 
 /// Turns user text into prompt ids (BOS first when the model wants it).

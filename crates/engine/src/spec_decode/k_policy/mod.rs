@@ -1,19 +1,21 @@
 //! K policies: how many draft slots a sequence gets this step. Fixed and profile K
 //! are looked up; the study's dynamic controller follows an EMA of acceptance; the
 //! adaptive controller prices every candidate K with the step-cost model
-//! (`cost_model.rs`, measured at start-up by `calibrate.rs`) and calibrated
-//! acceptance estimates (`calibration.rs`).
+//! (`cost_model.rs`, measured at start-up by `calibrate.rs`, kept on disk by
+//! `timings_cache.rs`) and calibrated acceptance estimates (`calibration.rs`).
 
 mod adaptive;
 pub(crate) mod calibrate;
 mod calibration;
 mod cost_model;
 mod dynamic;
+mod timings_cache;
 
 pub use adaptive::{AdaptiveK, DraftScores, DraftSeq, StepLoad, FALLBACK_KS};
 pub use calibration::ScoreCalibration;
 pub use cost_model::{StepCostModel, StepShape};
 pub use dynamic::DynamicK;
+pub use timings_cache::TimingsCache;
 
 use crate::config::KPolicy;
 
