@@ -61,12 +61,7 @@ pub fn format_name(w: CpuWeights) -> &'static str {
 
 /// Where the verdicts of the model at `path` are cached.
 pub fn cache_path(path: &Path) -> PathBuf {
-    if path.is_dir() {
-        return path.join("wring-gate.json");
-    }
-    let mut name = path.file_name().unwrap_or_default().to_os_string();
-    name.push(".wring-gate.json");
-    path.with_file_name(name)
+    wring_model::beside_model(path, "wring-gate.json")
 }
 
 fn identity(path: &Path) -> Option<(String, u64)> {

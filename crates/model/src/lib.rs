@@ -298,6 +298,18 @@ pub fn load_model(spec: &ModelSpec) -> Result<LoadedModel> {
     }
 }
 
+/// A file wring keeps about a model beside it: `<model file>.<name>` beside a file (a GGUF),
+/// `<dir>/<name>` inside a model directory (gate verdicts, step timings).
+pub fn beside_model(model: &Path, name: &str) -> PathBuf {
+    if model.is_dir() {
+        return model.join(name);
+    }
+    let mut file = model.file_name().unwrap_or_default().to_os_string();
+    file.push(".");
+    file.push(name);
+    model.with_file_name(file)
+}
+
 /// The file or directory a `--model` value names (None: the default model, fetched if needed).
 pub fn resolve_model_path(model: Option<&str>) -> Result<PathBuf> {
     let Some(m) = model else {

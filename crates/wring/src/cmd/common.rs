@@ -646,15 +646,8 @@ fn step_timings(args: &CommonArgs, opts: &RunnerOptions) -> Option<wring_engine:
         rayon::current_num_threads(),
         env.join(",")
     );
-    let file = if path.is_dir() {
-        path.join("wring-step-costs.json")
-    } else {
-        let mut name = path.file_name().unwrap_or_default().to_os_string();
-        name.push(".wring-step-costs.json");
-        path.with_file_name(name)
-    };
     Some(wring_engine::TimingsCache {
-        path: file,
+        path: wring_model::beside_model(&path, "wring-step-costs.json"),
         key,
         refresh: args.engine.spec.recalibrate,
     })
