@@ -9,7 +9,8 @@
 #   scripts/llamacpp/build.sh)  CONCURRENCY="1 8 32"  MAX_TOKENS=256  NUM_PROMPTS=32  RUNS=1  WARMUP=2
 #   CORPUS=mix  MAX_PROMPT_CHARS=2000 (llama-server splits -c over its slots: long prompts would not fit)
 #   CTX_PER_SLOT=4096 (llama-server's -c is split over its --parallel slots)  THREADS=$(nproc)
-#   TABLE_ONLY= (set: only rebuild $OUT/table.md from the JSON already there)  WRING_SERVE_ARGS=""  SERVERS="llama.cpp wring wring-f32" (wring: the default --cpu-weights auto, q4 for this model; wring-f32/-q8/-q4: --cpu-weights f32/q8/q4)
+#   TABLE_ONLY= (set: only rebuild $OUT/table.md from the JSON already there)  WRING_SERVE_ARGS=""  SERVERS="llama.cpp wring wring-f32" (wring: the default --cpu-weights auto; wring-f32/-q8/-q4: --cpu-weights f32/q8/q4; wring-suffix: the defaults plus --speculative suffix)
+#   LLAMA_ARGS="" (extra llama-server flags: `--no-repack` where its AMX kernels crash, as on an AMX-advertising VM)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -28,6 +29,7 @@ CTX_PER_SLOT="${CTX_PER_SLOT:-4096}"
 THREADS="${THREADS:-$(nproc)}"
 SERVERS="${SERVERS:-llama.cpp wring wring-f32}"
 read -r -a WRING_SERVE_ARGS <<<"${WRING_SERVE_ARGS:-}"
+read -r -a LLAMA_ARGS <<<"${LLAMA_ARGS:-}"
 
 [[ -x "$WRING" ]] || { echo "missing $WRING (cargo build --release -p wring, or set WRING)" >&2; exit 1; }
 [[ -f "$MODEL" ]] || { echo "missing model $MODEL" >&2; exit 1; }
@@ -64,17 +66,21 @@ for c in $CONCURRENCY; do
       llama.cpp)
         [[ -x "$LLAMA_SERVER" ]] || { echo "missing $LLAMA_SERVER (run scripts/llamacpp/build.sh)" >&2; exit 1; }
         "$LLAMA_SERVER" -m "$MODEL" --parallel "$c" -c "$((c * CTX_PER_SLOT))" -t "$THREADS" --host 127.0.0.1 \
-          --port "$port" --metrics >"$OUT/logs/llama.cpp_c$c.log" 2>&1 &
+          --port "$port" --metrics "${LLAMA_ARGS[@]}" >"$OUT/logs/llama.cpp_c$c.log" 2>&1 &
         ;;
       wring)
         "$WRING" serve --model "$MODEL" --port "$port" --max-num-seqs "$c" "${WRING_SERVE_ARGS[@]}" \
           >"$OUT/logs/wring_c$c.log" 2>&1 &
         ;;
+      wring-suffix)
+        "$WRING" serve --model "$MODEL" --port "$port" --max-num-seqs "$c" --speculative suffix \
+          "${WRING_SERVE_ARGS[@]}" >"$OUT/logs/${server}_c$c.log" 2>&1 &
+        ;;
       wring-f32 | wring-q8 | wring-q4)
         "$WRING" serve --model "$MODEL" --port "$port" --max-num-seqs "$c" --cpu-weights "${server#wring-}" \
           "${WRING_SERVE_ARGS[@]}" >"$OUT/logs/${server}_c$c.log" 2>&1 &
         ;;
-      *) echo "unknown server $server (llama.cpp, wring, wring-f32, wring-q8, wring-q4)" >&2; exit 1 ;;
+      *) echo "unknown server $server (llama.cpp, wring, wring-suffix, wring-f32, wring-q8, wring-q4)" >&2; exit 1 ;;
     esac
     server_pid=$!
     wait_healthy "http://127.0.0.1:$port" "$server_pid"
