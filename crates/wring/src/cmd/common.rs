@@ -604,11 +604,7 @@ pub fn start_engine(args: &CommonArgs) -> anyhow::Result<(EngineHandle, EngineIn
 fn step_timings(args: &CommonArgs, opts: &RunnerOptions) -> Option<wring_engine::TimingsCache> {
     let path = wring_model::resolve_model_path(args.model.model.as_deref()).ok()?;
     let meta = std::fs::metadata(&path).ok()?;
-    let mtime = meta
-        .modified()
-        .ok()
-        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-        .map_or(0, |d| d.as_secs());
+    let mtime = mtime_secs(&meta);
     let cpu = std::fs::read_to_string("/proc/cpuinfo")
         .ok()
         .and_then(|c| {
@@ -621,13 +617,7 @@ fn step_timings(args: &CommonArgs, opts: &RunnerOptions) -> Option<wring_engine:
     // This build: a rebuilt binary may have other kernels, so its timings are its own.
     let exe = std::env::current_exe()
         .and_then(std::fs::metadata)
-        .map(|m| {
-            let t = m
-                .modified()
-                .ok()
-                .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok());
-            format!("{}:{}", m.len(), t.map_or(0, |d| d.as_secs()))
-        })
+        .map(|m| format!("{}:{}", m.len(), mtime_secs(&m)))
         .unwrap_or_default();
     let mut env: Vec<String> = std::env::vars()
         .filter(|(k, _)| k.starts_with("WRING_") && k != "WRING_HOME")
@@ -651,6 +641,14 @@ fn step_timings(args: &CommonArgs, opts: &RunnerOptions) -> Option<wring_engine:
         key,
         refresh: args.engine.spec.recalibrate,
     })
+}
+
+/// A file's modification time in whole seconds since the epoch (0 where unknown).
+fn mtime_secs(meta: &std::fs::Metadata) -> u64 {
+    meta.modified()
+        .ok()
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map_or(0, |d| d.as_secs())
 }
 
 /// Turns user text into prompt ids (BOS first when the model wants it).
