@@ -94,6 +94,24 @@ pub trait Backend: Send {
     fn upload_vector(&mut self, v: &[f32]) -> anyhow::Result<Self::Vector>;
     /// Allocates the paged KV pool once.
     fn alloc_kv(&mut self, spec: KvSpec) -> anyhow::Result<()>;
+    /// How many KV blocks of `kv`'s geometry (its `num_blocks` ignored) fit in this
+    /// device's memory so that all of it in use stays within `utilization` of its total:
+    /// the weights already uploaded, other processes, and what steps need beside the pool
+    /// (activations for the step token cap, attention workspaces, graphs) counted. Called
+    /// after the weights are uploaded and before [`Backend::alloc_kv`]. Devices whose
+    /// memory is not theirs to size from (the CPU) refuse.
+    fn kv_blocks_for_memory(
+        &self,
+        utilization: f32,
+        kv: KvSpec,
+        attn: AttnShape,
+    ) -> anyhow::Result<usize> {
+        let _ = (utilization, kv, attn);
+        anyhow::bail!(
+            "{} has no device memory to size the KV cache from; give its size (--kv-cache-memory)",
+            self.name()
+        )
+    }
     /// Gives the KV pool's memory back and continues on new, zeroed memory of the same
     /// size. Called while no sequence holds a block, after start-up probes (the adaptive
     /// policy's calibration, warm-up). The CPU needs it: decode steps of 30+ sequences

@@ -26,6 +26,7 @@ fn main() -> anyhow::Result<()> {
             ignore_eos: false,
             continuous_usage: false,
             request_timeout: Duration::from_secs(600),
+            k_policy: None,
         },
         corpora: parse_corpus_list(&args[1])?,
         source: CorpusSource::new(format!("{shared}/corpora")),
@@ -43,6 +44,7 @@ fn main() -> anyhow::Result<()> {
         device: "cpu".into(),
         server_args: Vec::new(),
         show_progress: false,
+        replay: None,
     };
     let file = run_bench(&config)?;
     println!("{}", summary_table(&file));

@@ -9,6 +9,7 @@ use anyhow::{bail, Context, Result};
 use crate::corpus::{Corpus, CorpusSource, LoadedCorpus, Prompt};
 use crate::machine::{git_commit, utc_now, MachineInfo};
 use crate::replay::{http_client, progress_bar, run_closed_loop, RequestConfig, RequestOutcome};
+use crate::replay_source::{sources_used, ReplaySources};
 use crate::result::{BenchFile, BenchMeta, CorpusResult, RunMetrics, FORMAT_VERSION};
 use crate::server_probe::{reset_suffix_cache, scrape_spec, spec_delta};
 use crate::stats::{mad, median, percentile, LatencySummary};
@@ -36,6 +37,8 @@ pub struct BenchConfig {
     pub device: String,
     pub server_args: Vec<String>,
     pub show_progress: bool,
+    /// Replay recorded outputs (`--replay`; the server must run `--replay-outputs`).
+    pub replay: Option<ReplaySources>,
 }
 
 /// Runs the benchmark over every configured corpus (blocking; owns its tokio runtime).
@@ -76,8 +79,9 @@ pub async fn run_bench_async(config: &BenchConfig) -> Result<BenchFile> {
 }
 
 fn load_prompts(config: &BenchConfig, corpus: Corpus) -> Result<LoadedCorpus> {
-    // Load extra records so that skipping over-long prompts still leaves num_prompts.
-    let limit = if config.max_prompt_chars > 0 {
+    // Load extra records so that skipping over-long prompts (or prompts without a recorded
+    // output) still leaves num_prompts.
+    let limit = if config.max_prompt_chars > 0 || config.replay.is_some() {
         None
     } else {
         Some(config.num_prompts + config.warmup)
@@ -89,6 +93,25 @@ fn load_prompts(config: &BenchConfig, corpus: Corpus) -> Result<LoadedCorpus> {
             .prompts
             .retain(|p| p.text.chars().count() <= config.max_prompt_chars);
         loaded.skipped += before - loaded.prompts.len();
+    }
+    if let Some(replay) = &config.replay {
+        let left_out = replay.attach(&mut loaded.prompts);
+        if left_out > 0 {
+            tracing::info!(
+                "{corpus}: {left_out} prompts have no recorded output under --replay {replay}"
+            );
+        }
+        loaded.skipped += left_out;
+        if loaded.prompts.is_empty() {
+            bail!(
+                "corpus {corpus} has no prompt with a recorded output under --replay {replay}{}",
+                if corpus.has_references() {
+                    ""
+                } else {
+                    " (it comes with no reference responses: add own:FILE)"
+                }
+            );
+        }
     }
     if loaded.prompts.is_empty() {
         bail!("corpus {corpus} gave no usable prompts");
@@ -124,6 +147,7 @@ fn meta_for(config: &BenchConfig) -> BenchMeta {
         seed: config.seed,
         server_args: config.server_args.clone(),
         gate_verdict: None,
+        replay: config.replay.as_ref().map(|r| r.to_string()),
     }
 }
 
@@ -208,7 +232,9 @@ async fn bench_corpus(
         run_index += 1;
         reruns += 1;
     }
-    Ok(summarise(corpus, loaded, runs, rejected, config.max_spread))
+    let mut result = summarise(corpus, loaded, runs, rejected, config.max_spread);
+    result.replay_source = sources_used(&measured);
+    Ok(result)
 }
 
 async fn one_run(
@@ -339,6 +365,7 @@ fn summarise(
         corpus_label: corpus.label().into(),
         corpus_records: loaded.records,
         corpus_truncated: loaded.truncated,
+        replay_source: None,
         median_run: median_run(&runs),
         output_throughput_median: median(&tps).unwrap_or(0.0),
         output_throughput_mad: mad(&tps).unwrap_or(0.0),

@@ -16,6 +16,7 @@ use rand::SeedableRng;
 use serde::{Deserialize, Serialize};
 
 use crate::json_stream::for_each_array_element;
+use crate::recording::{Recording, ReplayKind};
 
 /// The seven workloads of the study. `Lmsys` is served by Arena-Hard prompts (LMSYS-Chat-1M is gated).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -134,7 +135,25 @@ pub struct Prompt {
     /// The corpus the record came from (for `mix`, the source corpus).
     pub source: Corpus,
     pub text: String,
+    /// The response that comes with the record (ShareGPT's assistant turn, HumanEval's
+    /// canonical solution, MBPP's code, SWE-bench's patch, GPT-4's Arena-Hard answer), for
+    /// replaying real outputs; None where the corpus has none (WildChat).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reference: Option<String>,
+    /// The recorded output this prompt's request replays (`--replay`), and its source.
+    #[serde(skip)]
+    pub replay: Option<(ReplayKind, Recording)>,
 }
+
+impl Corpus {
+    /// Whether the corpus's records come with a reference response.
+    pub fn has_references(self) -> bool {
+        !matches!(self, Corpus::Wildchat | Corpus::Mix)
+    }
+}
+
+/// The Arena-Hard reference answers (GPT-4-0314's), matched to prompts by `uid`.
+pub const ARENA_HARD_ANSWERS: &str = "arena_hard_v0.1_gpt-4-0314_answers.jsonl";
 
 /// A loaded corpus with the counts a report needs to be honest about what was read.
 #[derive(Debug, Clone)]
@@ -242,12 +261,18 @@ pub fn load_file(corpus: Corpus, path: &Path, limit: Option<usize>) -> Result<Lo
     let truncated = match corpus {
         Corpus::Sharegpt => {
             let scan = for_each_array_element(file, |record: ShareGptRecord| {
-                let text = record
-                    .conversations
-                    .iter()
-                    .find(|turn| turn.from == "human")
-                    .map(|turn| turn.value.clone());
-                Ok(sink.push(&record.id, text))
+                let turns = &record.conversations;
+                let first = turns.iter().position(|turn| turn.from == "human");
+                let text = first.map(|i| turns[i].value.clone());
+                // The assistant's answer to that first turn.
+                let reference = first.and_then(|i| {
+                    turns[i + 1..]
+                        .iter()
+                        .take_while(|t| t.from != "human")
+                        .find(|t| t.from == "gpt")
+                        .map(|t| t.value.clone())
+                });
+                Ok(sink.push(&record.id, text, reference))
             })
             .with_context(|| format!("reading ShareGPT {}", path.display()))?;
             scan.truncated
@@ -255,7 +280,7 @@ pub fn load_file(corpus: Corpus, path: &Path, limit: Option<usize>) -> Result<Lo
         Corpus::Wildchat => {
             let scan = for_each_array_element(file, |record: WildchatRecord| {
                 let id = sink.records.to_string();
-                Ok(sink.push(&id, Some(record.user)))
+                Ok(sink.push(&id, Some(record.user), None))
             })
             .with_context(|| format!("reading WildChat {}", path.display()))?;
             scan.truncated
@@ -263,25 +288,28 @@ pub fn load_file(corpus: Corpus, path: &Path, limit: Option<usize>) -> Result<Lo
         Corpus::Humaneval => {
             let reader = BufReader::new(flate2::read::GzDecoder::new(file));
             read_jsonl(reader, path, |r: HumanevalRecord| {
-                Ok(sink.push(&r.task_id, Some(r.prompt)))
+                Ok(sink.push(&r.task_id, Some(r.prompt), r.canonical_solution))
             })?;
             false
         }
         Corpus::Mbpp => {
             read_jsonl(BufReader::new(file), path, |r: MbppRecord| {
-                Ok(sink.push(&r.task_id.to_string(), Some(r.text)))
+                let code = r.code.map(|c| c.replace("\r\n", "\n"));
+                Ok(sink.push(&r.task_id.to_string(), Some(r.text), code))
             })?;
             false
         }
         Corpus::Swebench => {
             read_jsonl(BufReader::new(file), path, |r: SwebenchRecord| {
-                Ok(sink.push(&r.instance_id, Some(r.problem_statement)))
+                Ok(sink.push(&r.instance_id, Some(r.problem_statement), r.patch))
             })?;
             false
         }
         Corpus::Lmsys => {
+            let answers = arena_hard_answers(&path.with_file_name(ARENA_HARD_ANSWERS))?;
             read_jsonl(BufReader::new(file), path, |r: ArenaHardRecord| {
-                Ok(sink.push(&r.uid, Some(r.prompt)))
+                let reference = answers.as_ref().and_then(|a| a.get(&r.uid).cloned());
+                Ok(sink.push(&r.uid, Some(r.prompt), reference))
             })?;
             false
         }
@@ -321,13 +349,15 @@ impl PromptSink {
     }
 
     /// Returns false once the limit is reached (stop reading).
-    fn push(&mut self, id: &str, text: Option<String>) -> bool {
+    fn push(&mut self, id: &str, text: Option<String>, reference: Option<String>) -> bool {
         self.records += 1;
         match text {
             Some(text) if !text.trim().is_empty() => self.prompts.push(Prompt {
                 id: format!("{}:{id}", self.corpus.tag()),
                 source: self.corpus,
                 text,
+                reference: reference.filter(|r| !r.trim().is_empty()),
+                replay: None,
             }),
             _ => self.skipped += 1,
         }
@@ -380,18 +410,60 @@ struct WildchatRecord {
 struct HumanevalRecord {
     task_id: String,
     prompt: String,
+    #[serde(default)]
+    canonical_solution: Option<String>,
 }
 
 #[derive(Deserialize)]
 struct MbppRecord {
     task_id: serde_json::Value,
     text: String,
+    #[serde(default)]
+    code: Option<String>,
 }
 
 #[derive(Deserialize)]
 struct SwebenchRecord {
     instance_id: String,
     problem_statement: String,
+    #[serde(default)]
+    patch: Option<String>,
+}
+
+/// `uid` → GPT-4's answer text (`messages[1].content.answer`), when the answers file sits
+/// beside the Arena-Hard prompts; None when it is absent (prompts still load).
+fn arena_hard_answers(path: &Path) -> Result<Option<std::collections::HashMap<String, String>>> {
+    if !path.is_file() {
+        return Ok(None);
+    }
+    let file = File::open(path).with_context(|| format!("opening {}", path.display()))?;
+    let mut answers = std::collections::HashMap::new();
+    read_jsonl(BufReader::new(file), path, |r: ArenaHardAnswer| {
+        let answer = r
+            .messages
+            .iter()
+            .find(|m| m.role == "assistant")
+            .and_then(|m| m.content.get("answer"))
+            .and_then(|a| a.as_str());
+        if let Some(a) = answer {
+            answers.insert(r.uid, a.to_string());
+        }
+        Ok(true)
+    })?;
+    Ok(Some(answers))
+}
+
+#[derive(Deserialize)]
+struct ArenaHardAnswer {
+    uid: String,
+    #[serde(default)]
+    messages: Vec<ArenaHardMessage>,
+}
+
+#[derive(Deserialize)]
+struct ArenaHardMessage {
+    role: String,
+    content: serde_json::Value,
 }
 
 #[derive(Deserialize)]

@@ -28,6 +28,8 @@ pub struct RequestConfig {
     /// ITL is normalised with exact per-chunk token counts.
     pub continuous_usage: bool,
     pub request_timeout: Duration,
+    /// wring's per-request K policy (`k_policy`), sent with every request when set.
+    pub k_policy: Option<String>,
 }
 
 impl RequestConfig {
@@ -162,6 +164,12 @@ pub fn request_body(config: &RequestConfig, prompt: &Prompt) -> Value {
     if config.ignore_eos {
         body["ignore_eos"] = json!(true);
     }
+    if let Some(policy) = &config.k_policy {
+        body["k_policy"] = json!(policy);
+    }
+    if let Some((_, recording)) = &prompt.replay {
+        body["replay_output"] = recording.to_json();
+    }
     body
 }
 
@@ -177,6 +185,9 @@ async fn send_one(
         let request = client
             .post(format!("{}/v1/chat/completions", config.root()))
             .header("X-Wring-Workload", workload)
+            // The prompt's id names the request in the server's logs and `--trace-out`,
+            // which is how `--replay own:FILE` finds a prompt's recorded output.
+            .header("X-Request-Id", &prompt.id)
             .timeout(config.request_timeout)
             .json(&body);
         match &config.api_key {
@@ -440,6 +451,7 @@ mod tests {
             ignore_eos: false,
             continuous_usage: false,
             request_timeout: Duration::from_secs(1),
+            k_policy: None,
         };
         assert_eq!(c.root(), "http://h:1");
         c.base_url = "http://h:1".into();
@@ -450,10 +462,24 @@ mod tests {
                 id: "a".into(),
                 source: crate::corpus::Corpus::Mbpp,
                 text: "hi".into(),
+                reference: Some("ok".into()),
+                replay: None,
             },
         );
         assert_eq!(body["stream_options"]["include_usage"], true);
         assert_eq!(body["messages"][0]["content"], "hi");
         assert!(body.get("ignore_eos").is_none());
+        assert!(body.get("replay_output").is_none(), "only with --replay");
+        let replayed = Prompt {
+            id: "a".into(),
+            source: crate::corpus::Corpus::Mbpp,
+            text: "hi".into(),
+            reference: None,
+            replay: Some((
+                crate::recording::ReplayKind::Own,
+                crate::recording::Recording::Ids(vec![3, 4]),
+            )),
+        };
+        assert_eq!(request_body(&c, &replayed)["replay_output"], json!([3, 4]));
     }
 }

@@ -71,6 +71,9 @@ pub struct BenchMeta {
     /// recorded). Set by `wring tune`, so a report rebuilt from files alone still has it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gate_verdict: Option<String>,
+    /// `--replay`: the recorded-output sources asked for (None: the model's own tokens).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replay: Option<String>,
 }
 
 /// One corpus: the median run's metrics at the top level (vLLM keys), every run below.
@@ -81,6 +84,10 @@ pub struct CorpusResult {
     /// Records read from the corpus file(s), and whether the file was cut off mid-record.
     pub corpus_records: usize,
     pub corpus_truncated: bool,
+    /// Which recorded outputs this corpus's requests replayed (`reference`, `own` or
+    /// `reference+own`); None when the model chose its own tokens.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replay_source: Option<String>,
     #[serde(flatten)]
     pub median_run: RunMetrics,
     pub output_throughput_median: f64,

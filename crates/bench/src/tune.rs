@@ -32,6 +32,10 @@ pub struct TuneConfig {
     pub startup_timeout: Duration,
     /// Configuration the report compares against.
     pub baseline: String,
+    /// Configurations that differ only in their K policy share one server, each sending
+    /// its policy with every request (`k_policy`): one start per group instead of one per
+    /// configuration (a minute each for an 8B model).
+    pub share_servers: bool,
     /// Weight format → the `wring gate` verdict for this model (`PASS: …` / `FAIL: …`),
     /// recorded in each result file of a configuration in that format; formats absent
     /// here have none (the report then says so and never recommends them).
@@ -70,16 +74,31 @@ pub fn run_tune(config: &TuneConfig) -> Result<TuneOutcome> {
         profile_paths: Vec::new(),
         report_path: None,
     };
-    for serve_config in &config.configs {
-        match tune_one(config, serve_config) {
-            Ok(path) => outcome.result_files.push(path),
+    for group in server_groups(&config.configs, config.share_servers) {
+        let mut server = match start_server(config, &group.server_flags, &group.log_name) {
+            Ok(server) => server,
             Err(e) => {
-                tracing::error!("configuration {} failed: {e:#}", serve_config.name);
-                outcome
-                    .failed_configs
-                    .push((serve_config.name.clone(), format!("{e:#}")));
+                for c in &group.configs {
+                    tracing::error!("configuration {} failed: {e:#}", c.name);
+                    outcome
+                        .failed_configs
+                        .push((c.name.clone(), format!("{e:#}")));
+                }
+                continue;
+            }
+        };
+        for (serve_config, k_policy) in &group.configs_with_policy() {
+            match bench_one(config, &server, serve_config, k_policy.clone()) {
+                Ok(path) => outcome.result_files.push(path),
+                Err(e) => {
+                    tracing::error!("configuration {} failed: {e:#}", serve_config.name);
+                    outcome
+                        .failed_configs
+                        .push((serve_config.name.clone(), format!("{e:#}")));
+                }
             }
         }
+        server.process.stop();
     }
     if outcome.result_files.is_empty() {
         let reasons: Vec<String> = outcome
@@ -136,39 +155,132 @@ pub fn run_tune(config: &TuneConfig) -> Result<TuneOutcome> {
     Ok(outcome)
 }
 
-fn tune_one(config: &TuneConfig, serve_config: &ServeConfig) -> Result<PathBuf> {
+/// Configurations run on one server: its flags, and each configuration with the K policy
+/// its requests send when the server is shared (None: the server's own).
+struct ServerGroup {
+    server_flags: Vec<String>,
+    configs: Vec<ServeConfig>,
+    shared: bool,
+    log_name: String,
+}
+
+impl ServerGroup {
+    fn configs_with_policy(&self) -> Vec<(ServeConfig, Option<String>)> {
+        self.configs
+            .iter()
+            .map(|c| {
+                let policy = self.shared.then(|| k_policy_of(&c.serve_flags)).flatten();
+                (c.clone(), policy)
+            })
+            .collect()
+    }
+}
+
+/// The `--k-policy` value among `flags`, if any.
+fn k_policy_of(flags: &[String]) -> Option<String> {
+    flags
+        .windows(2)
+        .find(|w| w[0] == "--k-policy")
+        .map(|w| w[1].clone())
+}
+
+/// `flags` without their `--k-policy VALUE`.
+fn without_k_policy(flags: &[String]) -> Vec<String> {
+    let mut out = Vec::with_capacity(flags.len());
+    let mut skip = false;
+    for f in flags {
+        if skip {
+            skip = false;
+        } else if f == "--k-policy" {
+            skip = true;
+        } else {
+            out.push(f.clone());
+        }
+    }
+    out
+}
+
+/// One server per configuration, or (`share`) one per set of configurations whose flags
+/// differ only in `--k-policy`, in the order the configurations were given.
+fn server_groups(configs: &[ServeConfig], share: bool) -> Vec<ServerGroup> {
+    let mut groups: Vec<ServerGroup> = Vec::new();
+    for c in configs {
+        let base = without_k_policy(&c.serve_flags);
+        let joins = share && k_policy_of(&c.serve_flags).is_some();
+        if let Some(g) = groups
+            .iter_mut()
+            .find(|g| joins && g.shared && g.server_flags == base)
+        {
+            g.configs.push(c.clone());
+            g.log_name = format!("{}+{}", g.log_name, c.name);
+            continue;
+        }
+        groups.push(ServerGroup {
+            server_flags: if joins { base } else { c.serve_flags.clone() },
+            configs: vec![c.clone()],
+            shared: joins,
+            log_name: c.name.clone(),
+        });
+    }
+    groups
+}
+
+/// A started `wring serve`, its base URL and the arguments it got.
+struct RunningServer {
+    process: ServerProcess,
+    base_url: String,
+    args: Vec<String>,
+}
+
+fn start_server(config: &TuneConfig, flags: &[String], log_name: &str) -> Result<RunningServer> {
     let port = free_loopback_port()?;
     let mut args: Vec<String> = vec!["serve".into(), "--port".into(), port.to_string()];
     if let Some(model) = &config.model {
         args.extend(["--model".into(), model.clone()]);
     }
-    args.extend(serve_config.serve_flags.iter().cloned());
+    args.extend(flags.iter().cloned());
     args.extend(config.serve_args.iter().cloned());
-    let log_path = config
-        .out_dir
-        .join("logs")
-        .join(format!("{}.log", serve_config.name));
+    if config.bench.replay.is_some() && !args.iter().any(|a| a == "--replay-outputs") {
+        args.push("--replay-outputs".into());
+    }
+    let log_path = config.out_dir.join("logs").join(format!("{log_name}.log"));
     tracing::info!(
-        "{}: starting {} {}",
-        serve_config.name,
+        "{log_name}: starting {} {}",
         config.wring_bin.display(),
         args.join(" ")
     );
-    let mut server = ServerProcess::spawn(&config.wring_bin, &args, &log_path)?;
+    let mut process = ServerProcess::spawn(&config.wring_bin, &args, &log_path)?;
     let base_url = format!("http://127.0.0.1:{port}");
-    server.wait_healthy(&base_url, config.startup_timeout)?;
+    process.wait_healthy(&base_url, config.startup_timeout)?;
+    Ok(RunningServer {
+        process,
+        base_url,
+        args,
+    })
+}
 
+/// The benchmark of one configuration against `server` (its requests sending `k_policy`
+/// when the server is shared); writes `<out>/<name>.json`.
+fn bench_one(
+    config: &TuneConfig,
+    server: &RunningServer,
+    serve_config: &ServeConfig,
+    k_policy: Option<String>,
+) -> Result<PathBuf> {
+    let base_url = &server.base_url;
     let mut bench = config.bench.clone();
     bench.request.base_url = base_url.clone();
     bench.label = serve_config.name.clone();
     bench.k = serve_config.k;
-    bench.server_args = args;
-    if bench.request.model.is_empty() {
-        bench.request.model = discover_model(&base_url).unwrap_or_else(|| "default".into());
+    bench.server_args = server.args.clone();
+    if let Some(p) = &k_policy {
+        bench.server_args.push(format!("(requests: k_policy {p})"));
     }
-    let result = run_bench(&bench);
-    server.stop();
-    let mut file = result?;
+    bench.request.k_policy = k_policy;
+    if bench.request.model.is_empty() {
+        bench.request.model = discover_model(base_url).unwrap_or_else(|| "default".into());
+    }
+    let mut file = run_bench(&bench)?;
     file.meta.gate_verdict = serve_config
         .weights
         .as_ref()
@@ -369,4 +481,52 @@ pub fn best_k_profile(files: &[BenchFile], model: &str) -> Option<KProfile> {
             meta.runs
         ),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn configurations_differing_only_in_k_policy_share_a_server() {
+        let configs = crate::configs::parse_config_list(
+            "nospec,suffix-k4,suffix-k8,adaptive,suffix-k4-nopad,fp8+suffix-k4",
+        )
+        .unwrap();
+        let alone = server_groups(&configs, false);
+        assert_eq!(alone.len(), configs.len());
+        assert!(alone.iter().all(|g| g.configs_with_policy()[0].1.is_none()));
+        let shared = server_groups(&configs, true);
+        let names: Vec<Vec<&str>> = shared
+            .iter()
+            .map(|g| g.configs.iter().map(|c| c.name.as_str()).collect())
+            .collect();
+        assert_eq!(
+            names,
+            vec![
+                vec!["nospec"],
+                vec!["suffix-k4", "suffix-k8", "adaptive"],
+                vec!["suffix-k4-nopad"],
+                vec!["fp8+suffix-k4"],
+            ]
+        );
+        let padded = &shared[1];
+        assert_eq!(
+            padded.server_flags,
+            ["--speculative", "suffix", "--pad"].map(String::from)
+        );
+        let policies: Vec<Option<String>> = padded
+            .configs_with_policy()
+            .into_iter()
+            .map(|(_, p)| p)
+            .collect();
+        assert_eq!(
+            policies,
+            [Some("fixed:4"), Some("fixed:8"), Some("adaptive")].map(|p| p.map(String::from))
+        );
+        assert_eq!(
+            shared[0].server_flags,
+            ["--speculative", "none"].map(String::from)
+        );
+    }
 }

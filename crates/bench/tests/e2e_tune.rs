@@ -189,3 +189,89 @@ fn tune_sweeps_weight_formats_with_their_gate_verdicts() {
         "{report}"
     );
 }
+
+/// Replayed outputs end to end: `wring tune --replay reference` starts its servers with
+/// `--replay-outputs`, every request carries its corpus's reference response, the outputs
+/// follow the recordings (MBPP's fixture code is short: no request reaches max_tokens), and
+/// the results say which source each corpus used. With `--share-servers` the two fixed-K
+/// configurations run on one server, each sending its K with every request.
+#[test]
+fn tune_replays_reference_outputs_and_says_so() {
+    let Some(bin) = wring_bin() else {
+        println!(
+            "SKIPPED: no wring binary (build it with `cargo build -p wring` or set WRING_BIN)"
+        );
+        return;
+    };
+    let out = tempfile::tempdir().unwrap();
+    let output = Command::new(&bin)
+        .args([
+            "tune",
+            "--configs",
+            "nospec,suffix-k4,suffix-k8",
+            "--corpus",
+            "mbpp",
+        ])
+        .args([
+            "--replay",
+            "reference",
+            "--num-prompts",
+            "4",
+            "--share-servers",
+        ])
+        .args(["--max-tokens", "200", "--concurrency", "2", "--runs", "1"])
+        .args(["--warmup", "0", "--no-progress", "--device", "cpu"])
+        .args(["--startup-timeout-s", "300"])
+        .arg("--corpus-dir")
+        .arg(fixtures_dir())
+        .arg("--out")
+        .arg(out.path())
+        .output()
+        .expect("running wring tune");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "wring tune failed\nstdout:\n{stdout}\nstderr:\n{stderr}"
+    );
+    assert!(!stdout.contains("FAILED configuration"), "{stdout}");
+    let mut tokens = Vec::new();
+    for config in ["nospec", "suffix-k4", "suffix-k8"] {
+        let text = std::fs::read_to_string(out.path().join(format!("{config}.json"))).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(v["meta"]["replay"], "reference", "{config}");
+        assert!(
+            v["meta"]["server_args"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|a| a == "--replay-outputs"),
+            "{config}: {}",
+            v["meta"]
+        );
+        let r = &v["results"][0];
+        assert_eq!(r["replay_source"], "reference", "{config}: {r}");
+        assert_eq!(r["completed"], 4, "{config}: {r}");
+        assert_eq!(r["failed_all_runs"], 0, "{config}: {r}");
+        tokens.push(r["total_output_tokens"].as_u64().unwrap());
+    }
+    // The same recordings whatever the configuration.
+    assert!(
+        tokens.iter().all(|&t| t == tokens[0]),
+        "every configuration emits the recordings: {tokens:?}"
+    );
+    assert!(out.path().join("logs/suffix-k4+suffix-k8.log").is_file());
+    let k8: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.path().join("suffix-k8.json")).unwrap())
+            .unwrap();
+    let args = k8["meta"]["server_args"].as_array().unwrap();
+    assert!(
+        args.iter().any(|a| a == "(requests: k_policy fixed:8)")
+            && !args.iter().any(|a| a == "--k-policy"),
+        "{args:?}"
+    );
+    assert!(
+        tokens[0] < 4 * 200,
+        "the recordings end before max_tokens: {tokens:?}"
+    );
+}

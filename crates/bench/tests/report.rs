@@ -26,6 +26,7 @@ fn file(label: &str, k: Option<u32>, cells: &[(&str, f64)]) -> BenchFile {
                 corpus_label: corpus.into(),
                 corpus_records: 10,
                 corpus_truncated: false,
+                replay_source: None,
                 median_run: run.clone(),
                 output_throughput_median: tok_s,
                 output_throughput_mad: tok_s * 0.01,

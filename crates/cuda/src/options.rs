@@ -100,6 +100,8 @@ pub struct CudaOptions {
     pub query_lens: Vec<usize>,
     /// Most tokens one step may carry (sizes the activation arena).
     pub max_tokens: usize,
+    /// `max_tokens` came from `WRING_CUDA_MAX_TOKENS` (the engine's step cap then leaves it).
+    pub max_tokens_from_env: bool,
     /// The attention kernel (`WRING_CUDA_ATTENTION` = mma | mma-staged | mma-only | mma-serial | split | reference).
     pub attention: AttentionKernel,
     /// Steps of at most this many tokens (capped at 8, the largest gemv token bucket) run
@@ -315,6 +317,7 @@ impl Default for CudaOptions {
             // 0, 1, 4, 6, 8, 12); a K outside this set runs its step eagerly.
             query_lens: vec![1, 2, 5, 7, 9, 13],
             max_tokens: 8192,
+            max_tokens_from_env: false,
             attention: AttentionKernel::Mma,
             pdl: true,
             small_linear_max_t: DEFAULT_SMALL_LINEAR_MAX_T,
@@ -480,6 +483,7 @@ impl CudaOptions {
                 .trim()
                 .parse()
                 .with_context(|| format!("WRING_CUDA_MAX_TOKENS={v:?}: expected an integer"))?;
+            o.max_tokens_from_env = true;
         }
         if let Some(v) = var("WRING_CUDA_WEIGHTS") {
             o.weights = crate::qweights::parse_weights(&v)?;
@@ -528,6 +532,16 @@ impl CudaOptions {
             bail!("WRING_CUDA_GRAPH_K: draft lengths above 63 are not supported");
         }
         Ok(o)
+    }
+
+    /// Steps carry at most `cap` tokens (the engine's `--max-num-batched-tokens`), so the
+    /// activations are sized for that rather than the default 8,192, unless
+    /// `WRING_CUDA_MAX_TOKENS` says otherwise.
+    pub fn with_step_token_cap(mut self, cap: usize) -> Self {
+        if !self.max_tokens_from_env && cap > 0 {
+            self.max_tokens = cap;
+        }
+        self
     }
 
     /// The captured batch size a uniform batch of `seqs` sequences is padded to.

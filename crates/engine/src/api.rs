@@ -120,6 +120,11 @@ pub struct GenerateRequest {
     /// over the model's tokenizer, at the start of the output); the request
     /// finishes with `Stop` when the grammar is complete and nothing may follow.
     pub grammar: Option<GrammarMatcher>,
+    /// Replayed output (a benchmark mode, `EngineConfig::replay_outputs`): every step
+    /// still runs the whole forward pass and takes the target's tokens on the device, but
+    /// the tokens emitted, and so which drafted tokens are accepted, are these; the
+    /// request ends where they end (or at `max_tokens`). Greedy requests only.
+    pub replay_output: Option<Vec<u32>>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

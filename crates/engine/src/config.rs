@@ -36,6 +36,9 @@ pub struct EngineConfig {
     pub step_log: Option<std::path::PathBuf>,
     /// Run the runner's cold step shapes before serving (`warm_up.rs`).
     pub warm_up: bool,
+    /// Accept requests that carry a recorded output to emit instead of the model's own
+    /// tokens (`GenerateRequest::replay_output`): a benchmark mode, off unless asked for.
+    pub replay_outputs: bool,
 }
 
 impl Default for EngineConfig {
@@ -51,6 +54,7 @@ impl Default for EngineConfig {
             trace_out: None,
             step_log: None,
             warm_up: false,
+            replay_outputs: false,
         }
     }
 }

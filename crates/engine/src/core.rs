@@ -22,7 +22,9 @@ use crate::request::{Appended, RequestState};
 use crate::sampling::token_logprobs;
 use crate::scheduler::{PrefillDemand, Scheduler, SchedulerLimits, TokenBudget};
 use crate::sequence::Sequence;
-use crate::spec_decode::{verify, DraftAsk, SpecDecoder, StepBudget, StepDrafts, StepOutput};
+use crate::spec_decode::{
+    verify, DraftAsk, SpecDecoder, StepBudget, StepDrafts, StepOutput, TargetRows,
+};
 use crate::step_budget::{StepBudgeter, StepWork};
 use crate::step_input::{self, StepRow};
 
@@ -267,6 +269,26 @@ impl EngineCore {
         if self.drain_deadline.is_some() {
             return fail("engine is shutting down".into());
         }
+        if let Some(rec) = &req.replay_output {
+            if !self.cfg.replay_outputs {
+                return fail(
+                    "replay_output is a benchmark mode: start the server with --replay-outputs"
+                        .into(),
+                );
+            }
+            if req.grammar.is_some() {
+                return fail("replay_output cannot be combined with structured output".into());
+            }
+            if rec.is_empty() {
+                return fail("replay_output must hold at least one token".into());
+            }
+            if let Some(&t) = rec.iter().find(|&&t| t as usize >= self.vocab) {
+                return fail(format!(
+                    "replay_output token id {t} is outside the vocabulary (size {})",
+                    self.vocab
+                ));
+            }
+        }
         if let Err(e) = self.spec.proposer().start(id, &req.prompt_ids) {
             self.metrics.finished_error += 1;
             return fail(format!("{e:#}"));
@@ -478,8 +500,21 @@ impl EngineCore {
             }
         };
         let draft_row = drafts.row_of(r.id).filter(|_| r.slots > 0);
-        let (draft, valid) =
+        let (draft, mut valid) =
             draft_row.map_or((&[][..], 0), |b| (drafts.draft(b), drafts.valid_len[b]));
+        // Replay: the step ran (and took its argmax) as usual, but the target's tokens
+        // are the recording's; a draft is accepted as far as it matches the recording,
+        // and never past its end.
+        let emitted = self.sched.get(r.id).map_or(0, |s| s.num_output());
+        let rest = (state.replay.as_deref()).map(|rec| rec.get(emitted..).unwrap_or_default());
+        let target = match rest {
+            Some(rest) if !rest.is_empty() => {
+                valid = valid.min(rest.len() - 1);
+                TargetRows::Ids(rest)
+            }
+            Some(_) => return self.finish(r.id, FinishReason::Stop, shared),
+            None => target,
+        };
         let mut outcome = verify(&mut state.sampler, target, draft, valid);
         // The grammar follows what was emitted; once it is complete (nothing may
         // follow, or a stop token was taken) the rest of an accepted draft is dropped.

@@ -36,6 +36,9 @@ pub(crate) struct RequestState {
     pub constraint: Option<Constraint>,
     /// Whether the request has a grammar (stays true while `constraint` is out).
     pub constrained: bool,
+    /// The recorded output this request emits instead of the model's choices
+    /// (`GenerateRequest::replay_output`).
+    pub replay: Option<Vec<u32>>,
 }
 
 /// What appending a step's tokens produced.
@@ -80,6 +83,7 @@ impl RequestState {
             admitted: false,
             constrained: req.grammar.is_some(),
             constraint: req.grammar.clone().map(Constraint::new),
+            replay: req.replay_output.clone(),
         }
     }
 
@@ -114,6 +118,15 @@ impl RequestState {
             }
             if seq.num_output() >= self.max_tokens || seq.len() >= max_model_len {
                 finish = Some(FinishReason::Length);
+                break;
+            }
+            if self
+                .replay
+                .as_ref()
+                .is_some_and(|r| seq.num_output() >= r.len())
+            {
+                // The recording ended here, as the recorded request did.
+                finish = Some(FinishReason::Stop);
                 break;
             }
         }

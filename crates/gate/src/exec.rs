@@ -85,6 +85,8 @@ impl GateModel {
             cpu_weights: choice.cpu_weights,
             cpu_prefill_attention: choice.prefill_attention,
             tensor_parallel_size: 1,
+            gpu_memory_utilization: None,
+            max_step_tokens: 8192,
         };
         let (name, tokenizer, chat_template, eos_token_ids, vocab_size) = (
             model.name.clone(),

@@ -20,7 +20,9 @@ pub mod weights;
 pub use catalog::{cli_system_default, ModelSampling, SamplingSource};
 pub use chat::{ChatMessage, ChatTemplate};
 pub use config::{GenerationDefaults, ModelConfig, RopeScaling};
-pub use runner::{greedy_continuation, Logits, ModelRunner, SeqInput, ShardRunner, StepInput};
+pub use runner::{
+    greedy_continuation, KvPoolSize, Logits, ModelRunner, SeqInput, ShardRunner, StepInput,
+};
 pub use tokenizer::{IncrementalDecoder, Tokenizer};
 pub use wring_backend::cpu::{CpuWeights, PrefillAttention};
 
@@ -110,6 +112,13 @@ pub struct RunnerOptions {
     /// Ranks the model is split over (tensor parallelism, [`shard`]); 1: one device.
     /// `kv_cache_bytes` is then each rank's budget for its own KV heads.
     pub tensor_parallel_size: usize,
+    /// On a GPU: the KV cache takes the memory left under this fraction of the device's
+    /// total once the weights and a step's needs are counted (vLLM's
+    /// `--gpu-memory-utilization`), and `kv_cache_bytes` is ignored. None: `kv_cache_bytes`.
+    pub gpu_memory_utilization: Option<f32>,
+    /// Most tokens one step carries (the engine's `max_num_batched_tokens`): a GPU sizes
+    /// its activations for it.
+    pub max_step_tokens: usize,
 }
 
 impl Default for RunnerOptions {
@@ -123,6 +132,8 @@ impl Default for RunnerOptions {
             cpu_weights: CpuWeights::F32,
             cpu_prefill_attention: PrefillAttention::F32,
             tensor_parallel_size: 1,
+            gpu_memory_utilization: None,
+            max_step_tokens: 8192,
         }
     }
 }
@@ -158,6 +169,26 @@ impl LoadedModel {
         )
     }
 
+    /// The KV pool `opts` asks for: the blocks of its byte budget, or (on a GPU with
+    /// `gpu_memory_utilization`) what the device holds once the weights are on it, either
+    /// way at least one sequence of `max_model_len` tokens.
+    pub fn kv_pool_size(&self, opts: &RunnerOptions) -> Result<KvPoolSize> {
+        match (opts.device, opts.gpu_memory_utilization) {
+            (Device::Cuda(_), Some(utilization)) => Ok(KvPoolSize::DeviceShare {
+                utilization,
+                min_blocks: self.min_kv_blocks(opts),
+            }),
+            _ => self.kv_blocks(opts).map(KvPoolSize::Blocks),
+        }
+    }
+
+    /// Blocks one sequence of `max_model_len` tokens (capped by the model's context) needs.
+    fn min_kv_blocks(&self, opts: &RunnerOptions) -> usize {
+        opts.max_model_len
+            .min(self.max_context())
+            .div_ceil(opts.block_size)
+    }
+
     /// KV blocks the memory budget holds on `opts.device` (on each rank, whose pool holds
     /// only its KV heads, when the model is split); an error when that is fewer than one
     /// sequence of `max_model_len` tokens needs.
@@ -170,10 +201,7 @@ impl LoadedModel {
             }
         };
         let num_blocks = opts.kv_cache_bytes / block_bytes;
-        let min_blocks = opts
-            .max_model_len
-            .min(self.max_context())
-            .div_ceil(opts.block_size);
+        let min_blocks = self.min_kv_blocks(opts);
         if num_blocks < min_blocks {
             bail!(
                 "a KV cache of {} MiB holds {num_blocks} blocks of {} tokens, fewer than one sequence of {} tokens needs ({min_blocks}); raise --kv-cache-memory (or --kv-cache-mib) or lower --max-model-len",
@@ -192,12 +220,14 @@ impl LoadedModel {
         backend: B,
         opts: &RunnerOptions,
     ) -> Result<Box<dyn ModelRunner>> {
-        let num_blocks = self.kv_blocks(opts)?;
-        Ok(Box::new(llama::LlamaRunner::new(
+        let kv = self.kv_pool_size(opts)?;
+        let shard = shard::RankShard::whole(&self.config);
+        Ok(Box::new(llama::LlamaRunner::new_shard(
             backend,
             self.config,
             &self.weights,
-            num_blocks,
+            shard,
+            kv,
             opts.block_size,
         )?))
     }
@@ -259,7 +289,7 @@ impl ModelWeights {
         &self,
         backend: B,
         shard: shard::RankShard,
-        num_blocks: usize,
+        num_blocks: impl Into<KvPoolSize>,
         block_size: usize,
     ) -> Result<llama::LlamaRunner<B>> {
         llama::LlamaRunner::new_shard(
@@ -267,7 +297,7 @@ impl ModelWeights {
             self.config.clone(),
             &self.weights,
             shard,
-            num_blocks,
+            num_blocks.into(),
             block_size,
         )
     }

@@ -2,7 +2,7 @@
 //! sliding window, DeepSeek-R1-Distill), written once against [`Backend`].
 
 use crate::config::ModelConfig;
-use crate::runner::{Logits, ModelRunner, ShardRunner, StepGraph, StepInput};
+use crate::runner::{KvPoolSize, Logits, ModelRunner, ShardRunner, StepGraph, StepInput};
 use crate::shard::RankShard;
 use crate::weight_slice::Part;
 use crate::weights::WeightSource;
@@ -82,7 +82,14 @@ impl<B: Backend> LlamaRunner<B> {
         block_size: usize,
     ) -> Result<Self> {
         let shard = RankShard::whole(&cfg);
-        Self::new_shard(backend, cfg, src, shard, num_blocks, block_size)
+        Self::new_shard(
+            backend,
+            cfg,
+            src,
+            shard,
+            KvPoolSize::Blocks(num_blocks),
+            block_size,
+        )
     }
 
     /// One tensor-parallel rank: uploads only `shard`'s part of every weight (see
@@ -93,7 +100,7 @@ impl<B: Backend> LlamaRunner<B> {
         cfg: ModelConfig,
         src: &WeightSource,
         shard: RankShard,
-        num_blocks: usize,
+        kv_size: KvPoolSize,
         block_size: usize,
     ) -> Result<Self> {
         ensure!(
@@ -206,12 +213,34 @@ impl<B: Backend> LlamaRunner<B> {
         } else {
             None
         };
-        let kv = KvSpec {
+        let mut kv = KvSpec {
             layers: cfg.num_layers,
-            num_blocks,
+            num_blocks: 0,
             block_size,
             n_kv_heads: shard.n_kv_heads(),
             head_dim: cfg.head_dim,
+        };
+        kv.num_blocks = match kv_size {
+            KvPoolSize::Blocks(n) => n,
+            KvPoolSize::DeviceShare {
+                utilization,
+                min_blocks,
+            } => {
+                let attn = AttnShape {
+                    n_heads: shard.n_heads(),
+                    n_kv_heads: shard.n_kv_heads(),
+                    head_dim: cfg.head_dim,
+                };
+                let n = backend.kv_blocks_for_memory(utilization, kv, attn)?;
+                ensure!(
+                    n >= min_blocks,
+                    "{}: the KV cache that fits under --gpu-memory-utilization {utilization} holds {n} blocks of \
+                     {block_size} tokens, fewer than one sequence of the context length needs ({min_blocks}); raise \
+                     --gpu-memory-utilization, lower --max-model-len, or use smaller weights (--gpu-weights fp8)",
+                    backend.name()
+                );
+                n
+            }
         };
         backend.alloc_kv(kv)?;
         let rope = RopeSpec {

@@ -3,6 +3,22 @@
 
 pub use wring_backend::{Logits, SeqInput, StepInput, WarmUpStep};
 
+/// How large a runner's KV pool is.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum KvPoolSize {
+    /// Exactly this many blocks.
+    Blocks(usize),
+    /// What the device holds under `utilization` of its memory after the weights and a
+    /// step's needs (`wring_backend::Backend::kv_blocks_for_memory`); at least `min_blocks`.
+    DeviceShare { utilization: f32, min_blocks: usize },
+}
+
+impl From<usize> for KvPoolSize {
+    fn from(blocks: usize) -> Self {
+        KvPoolSize::Blocks(blocks)
+    }
+}
+
 /// A model instance bound to a backend and a KV block pool.
 pub trait ModelRunner: Send {
     /// Runs one forward step; KV for every new token is written into the blocks named

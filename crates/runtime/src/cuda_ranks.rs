@@ -9,7 +9,7 @@ use anyhow::{ensure, Context, Result};
 use std::sync::Arc;
 use wring_cuda::{CudaBackend, CudaOptions};
 use wring_model::shard::ShardPlan;
-use wring_model::{LoadedModel, ModelWeights, RunnerOptions, ShardRunner};
+use wring_model::{KvPoolSize, LoadedModel, ModelWeights, RunnerOptions, ShardRunner};
 
 /// The model split over GPUs `first..first + opts.tensor_parallel_size`.
 pub fn cuda_tensor_parallel(
@@ -19,27 +19,28 @@ pub fn cuda_tensor_parallel(
 ) -> Result<TensorParallelRunner> {
     // The split itself is checked before the GPUs are touched.
     ShardPlan::all(&model.config, opts.tensor_parallel_size)?;
-    let num_blocks = model.kv_blocks(opts)?;
+    let kv = model.kv_pool_size(opts)?;
     cuda_ranks(
         Arc::new(model.into_weights()),
         first,
         opts.tensor_parallel_size,
-        num_blocks,
+        kv,
         opts.block_size,
-        CudaOptions::from_env()?,
+        CudaOptions::from_env()?.with_step_token_cap(opts.max_step_tokens),
     )
 }
 
 /// `weights` split over GPUs `first..first + n`, each rank with a KV pool of
-/// `num_blocks` blocks (for tools that build models without a tokenizer).
+/// `num_blocks` (for tools that build models without a tokenizer).
 pub fn cuda_ranks(
     weights: Arc<ModelWeights>,
     first: usize,
     n: usize,
-    num_blocks: usize,
+    num_blocks: impl Into<KvPoolSize>,
     block_size: usize,
     cuda: CudaOptions,
 ) -> Result<TensorParallelRunner> {
+    let num_blocks = num_blocks.into();
     let shards = ShardPlan::all(&weights.config, n)?;
     let present = wring_cuda::device_count()?;
     ensure!(

@@ -36,7 +36,7 @@ fn cuda_runner(
     ordinal: usize,
     opts: &RunnerOptions,
 ) -> Result<Box<dyn ModelRunner>> {
-    let cuda = wring_cuda::CudaOptions::from_env()?;
+    let cuda = wring_cuda::CudaOptions::from_env()?.with_step_token_cap(opts.max_step_tokens);
     let backend = wring_cuda::CudaBackend::new(ordinal, cuda)?;
     model.runner_on(backend, opts)
 }

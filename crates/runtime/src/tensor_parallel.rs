@@ -207,13 +207,14 @@ impl TensorParallelRunner {
             .map(|i| i.expect("every rank reported"))
             .collect();
         let first = &infos[0];
+        // Ranks that sized their pools from their own GPU's memory may hold different
+        // counts: the engine uses the blocks every rank has.
+        let num_blocks = infos.iter().map(|i| i.num_blocks).min().unwrap_or(0);
         for (r, i) in infos.iter().enumerate() {
             ensure!(
-                (i.block_size, i.num_blocks) == (first.block_size, first.num_blocks),
-                "rank {r} has {} KV blocks of {}, rank 0 {} of {}",
-                i.num_blocks,
+                i.block_size == first.block_size,
+                "rank {r} has KV blocks of {} tokens, rank 0 of {}",
                 i.block_size,
-                first.num_blocks,
                 first.block_size
             );
             let expect_start = if r == 0 { 0 } else { infos[r - 1].vocab.end };
@@ -226,7 +227,7 @@ impl TensorParallelRunner {
         }
         runner.block_size = first.block_size;
         runner.captured_query_lens = first.captured_query_lens.clone();
-        runner.num_blocks = first.num_blocks;
+        runner.num_blocks = num_blocks;
         runner.device_name = match n {
             1 => first.device_name.clone(),
             // e.g. "cuda:0 (NVIDIA H200, sm_90) ×2 (tensor parallel)": rank 0's device.

@@ -54,6 +54,18 @@ pub struct Plan {
     pub logprobs: Option<LogprobsFormat>,
     pub spec: SpecOverrides,
     pub user: Option<String>,
+    /// The recorded output to emit (`replay_output`, benchmark mode); the route turns
+    /// text into ids before the plan becomes engine requests.
+    pub replay_output: Option<ReplayOutput>,
+    /// The client's `X-Request-Id`: the engine request's name (logs, `--trace-out`).
+    pub trace_id: Option<String>,
+}
+
+/// `replay_output` as sent: the recorded output's text, or its token ids.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ReplayOutput {
+    Text(String),
+    Ids(Vec<u32>),
 }
 
 impl Plan {
@@ -105,6 +117,13 @@ impl Plan {
             ignore_eos: self.ignore_eos,
             spec: self.spec,
             grammar: self.grammar,
+            replay_output: match self.replay_output {
+                Some(ReplayOutput::Ids(ids)) => Some(ids),
+                Some(ReplayOutput::Text(_)) => {
+                    return Err(ApiError::internal("replay_output text was not tokenized"))
+                }
+                None => None,
+            },
         })
     }
 }
@@ -147,6 +166,7 @@ struct Common<'a> {
     workload: Option<String>,
     k_policy: Option<String>,
     user: Option<String>,
+    replay_output: Option<&'a Value>,
 }
 
 /// llama.cpp's DRY fields as sent (all optional; no DRY unless `dry_multiplier` > 0).
@@ -221,6 +241,8 @@ pub struct Limits {
     /// sampling fields a request leaves out (as vLLM does with the generation config); without
     /// them OpenAI's defaults apply (temperature 1, top_p 1).
     pub generation: wring_model::GenerationDefaults,
+    /// Requests may carry `replay_output` (`wring serve --replay-outputs`).
+    pub replay_outputs: bool,
 }
 
 /// A validated chat request: the plan, the messages for the template and the tools.
@@ -290,6 +312,7 @@ pub fn chat_plan(
         },
         workload: req.workload.clone().or(workload_header),
         k_policy: req.k_policy.clone(),
+        replay_output: req.replay_output.as_ref(),
         user: req.user.clone(),
     };
     let mut plan = common_plan(common, limits, 1)?;
@@ -375,6 +398,7 @@ pub fn completion_plan(
         },
         workload: req.workload.clone().or(workload_header),
         k_policy: req.k_policy.clone(),
+        replay_output: req.replay_output.as_ref(),
         user: req.user.clone(),
     };
     let mut plan = common_plan(common, limits, prompts.len())?;
@@ -505,6 +529,13 @@ fn common_plan(c: Common<'_>, limits: Limits, num_prompts: usize) -> Result<Plan
     }
     let dry = dry_params(c.dry)?;
     let constraint = structured::parse(c.structured)?;
+    let replay_output = replay_output(c.replay_output, &limits)?;
+    if replay_output.is_some() && constraint.is_some() {
+        return Err(ApiError::invalid_param(
+            "replay_output",
+            "`replay_output` cannot be combined with structured output.",
+        ));
+    }
     Ok(Plan {
         model: c.model,
         sampling: SamplingParams {
@@ -538,7 +569,50 @@ fn common_plan(c: Common<'_>, limits: Limits, num_prompts: usize) -> Result<Plan
             workload: c.workload,
         },
         user: c.user,
+        replay_output,
+        trace_id: None,
     })
+}
+
+/// `replay_output`: a non-empty string or array of token ids, on a server started with
+/// `--replay-outputs` only (a benchmark mode: the output is scripted, not the model's).
+fn replay_output(v: Option<&Value>, limits: &Limits) -> Result<Option<ReplayOutput>, ApiError> {
+    let bad = |msg: String| ApiError::invalid_param("replay_output", msg);
+    let v = match v {
+        None | Some(Value::Null) => return Ok(None),
+        Some(v) => v,
+    };
+    if !limits.replay_outputs {
+        return Err(bad(
+            "`replay_output` is a benchmark mode this server was not started with (`wring serve --replay-outputs`).".into(),
+        ));
+    }
+    let out = match v {
+        Value::String(s) if !s.is_empty() => ReplayOutput::Text(s.clone()),
+        Value::Array(items) if !items.is_empty() => ReplayOutput::Ids(
+            items
+                .iter()
+                .map(|t| {
+                    t.as_u64()
+                        .filter(|&t| (t as usize) < limits.vocab_size)
+                        .map(|t| t as u32)
+                        .ok_or_else(|| {
+                            bad(format!(
+                                "`replay_output` token ids must be integers below the vocabulary size {}; got {t}.",
+                                limits.vocab_size
+                            ))
+                        })
+                })
+                .collect::<Result<_, _>>()?,
+        ),
+        other => {
+            return Err(bad(format!(
+                "`replay_output` must be a non-empty string or array of token ids; got {}.",
+                json_kind(other)
+            )))
+        }
+    };
+    Ok(Some(out))
 }
 
 /// `logit_bias`: `{"<token id>": bias}` with biases in [-100, 100].
@@ -670,6 +744,7 @@ mod tests {
     const LIMITS: Limits = Limits {
         vocab_size: 1000,
         max_tokens_default: 0,
+        replay_outputs: false,
         generation: wring_model::GenerationDefaults {
             temperature: None,
             top_p: None,
@@ -1001,5 +1076,43 @@ mod tests {
         // Without model defaults: OpenAI's.
         let (plan, _) = chat(serde_json::json!({"messages": msgs})).unwrap();
         assert_eq!((plan.sampling.temperature, plan.sampling.top_p), (1.0, 1.0));
+    }
+
+    #[test]
+    fn replay_output_needs_the_server_flag_and_a_well_formed_value() {
+        let chat = |extra: &str| {
+            let body = format!(r#"{{"messages":[{{"role":"user","content":"hi"}}]{extra}}}"#);
+            let req: ChatCompletionRequest =
+                parse_json_object(body.as_bytes(), ChatCompletionRequest::FIELDS).unwrap();
+            req
+        };
+        let on = Limits {
+            replay_outputs: true,
+            ..LIMITS
+        };
+        let req = chat(r#","replay_output":[1,2,3]"#);
+        let err = chat_plan(&req, None, LIMITS).unwrap_err();
+        assert!(err.to_string().contains("--replay-outputs"), "{err}");
+        let (plan, _) = chat_plan(&req, None, on).unwrap();
+        assert_eq!(plan.replay_output, Some(ReplayOutput::Ids(vec![1, 2, 3])));
+        let (plan, _) = chat_plan(&chat(r#","replay_output":"def f(): pass""#), None, on).unwrap();
+        assert_eq!(
+            plan.replay_output,
+            Some(ReplayOutput::Text("def f(): pass".into()))
+        );
+        for bad in [
+            r#"[]"#,
+            r#""""#,
+            r#"[1,-2]"#,
+            r#"[5000]"#,
+            r#"{"a":1}"#,
+            r#"[1.5]"#,
+        ] {
+            let err =
+                chat_plan(&chat(&format!(r#","replay_output":{bad}"#)), None, on).unwrap_err();
+            assert!(err.to_string().contains("replay_output"), "{bad}: {err}");
+        }
+        let with_schema = chat(r#","replay_output":[1],"response_format":{"type":"json_object"}"#);
+        assert!(chat_plan(&with_schema, None, on).is_err());
     }
 }

@@ -69,6 +69,8 @@ pub struct ChatCompletionRequest {
     // wring extensions: speculative-decoding controls.
     pub workload: Option<String>,
     pub k_policy: Option<String>,
+    /// Benchmark mode (`wring serve --replay-outputs`): the output to emit, as text or ids.
+    pub replay_output: Option<Value>,
 }
 
 impl ChatCompletionRequest {
@@ -119,6 +121,7 @@ impl ChatCompletionRequest {
         "structured_outputs",
         "workload",
         "k_policy",
+        "replay_output",
     ];
 }
 
@@ -180,6 +183,7 @@ pub struct CompletionRequest {
     pub structured_outputs: Option<Value>,
     pub workload: Option<String>,
     pub k_policy: Option<String>,
+    pub replay_output: Option<Value>,
 }
 
 impl CompletionRequest {
@@ -222,6 +226,7 @@ impl CompletionRequest {
         "structured_outputs",
         "workload",
         "k_policy",
+        "replay_output",
     ];
 }
 

@@ -15,7 +15,7 @@ use crate::body::{parse_json_object, read_limited, require_json};
 use crate::choice::ToolOutput;
 use crate::error::ApiError;
 use crate::generate::{respond, ChoiceRequest, Endpoint, ResponseShape};
-use crate::params::{chat_plan, completion_plan, Limits, Plan, PromptInput};
+use crate::params::{chat_plan, completion_plan, Limits, Plan, PromptInput, ReplayOutput};
 use crate::prompt::{check_model, encode, render_prompt, tool_format};
 use crate::protocol::{ChatCompletionRequest, CompletionRequest, ModelCard, ModelList};
 use crate::state::AppState;
@@ -100,6 +100,8 @@ async fn chat_completions(
         });
     }
     compile_constraint(&state, &mut plan).await?;
+    tokenize_replay(&state, &mut plan)?;
+    plan.trace_id = request_id_header(&headers);
     let rendered = render_prompt(&state, input.messages, &input.tools)?;
     let ids = encode(&state, &rendered.text)?;
     if let Some(stop) = rendered.stop.clone() {
@@ -132,6 +134,8 @@ async fn completions(
     check_model(&state, req.model.as_deref())?;
     let (mut plan, prompts) = completion_plan(&req, workload_header(&headers), limits(&state))?;
     compile_constraint(&state, &mut plan).await?;
+    tokenize_replay(&state, &mut plan)?;
+    plan.trace_id = request_id_header(&headers);
     let prompts = prompts
         .into_iter()
         .map(|p| match p {
@@ -179,10 +183,11 @@ async fn submit(
     for (group, (ids, text)) in prompts.into_iter().enumerate() {
         for sample in 0..n {
             let index = group as u32 * n + sample;
+            let base = plan.trace_id.as_ref().unwrap_or(&id);
             let request_id = if choices.is_empty() && n == 1 {
-                id.clone()
+                base.clone()
             } else {
-                format!("{id}/{index}")
+                format!("{base}/{index}")
             };
             let mut req = plan.clone().into_request(
                 request_id,
@@ -230,7 +235,38 @@ fn limits(state: &AppState) -> Limits {
         vocab_size: state.info.tokenizer.vocab_size(),
         max_tokens_default: state.config.max_tokens_default,
         generation: state.config.generation_defaults,
+        replay_outputs: state.config.replay_outputs,
     }
+}
+
+/// `replay_output` text becomes the ids the engine emits (the tokenizer's own split of it).
+fn tokenize_replay(state: &AppState, plan: &mut Plan) -> Result<(), ApiError> {
+    if let Some(ReplayOutput::Text(text)) = &plan.replay_output {
+        let ids = state
+            .info
+            .tokenizer
+            .encode(text)
+            .map_err(|e| ApiError::invalid_param("replay_output", format!("{e:#}")))?;
+        if ids.is_empty() {
+            return Err(ApiError::invalid_param(
+                "replay_output",
+                "`replay_output` tokenizes to nothing.",
+            ));
+        }
+        plan.replay_output = Some(ReplayOutput::Ids(ids));
+    }
+    Ok(())
+}
+
+/// A client's `X-Request-Id` (at most 128 visible ASCII characters): the request's name
+/// in logs and in `--trace-out` (a benchmark matches recorded outputs to prompts by it).
+fn request_id_header(headers: &HeaderMap) -> Option<String> {
+    headers
+        .get("x-request-id")
+        .and_then(|v| v.to_str().ok())
+        .map(str::trim)
+        .filter(|s| !s.is_empty() && s.len() <= 128 && s.chars().all(|c| c.is_ascii_graphic()))
+        .map(String::from)
 }
 
 fn workload_header(headers: &HeaderMap) -> Option<String> {

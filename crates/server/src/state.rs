@@ -39,6 +39,8 @@ pub struct ServerConfig {
     /// The model's own sampling settings (its generation config, else its model card: the CLI's
     /// `wring_model::ModelSampling`), for fields a request leaves out.
     pub generation_defaults: wring_model::GenerationDefaults,
+    /// Accept `replay_output` (benchmark mode; the engine must allow it too).
+    pub replay_outputs: bool,
 }
 
 impl Default for ServerConfig {
@@ -54,6 +56,7 @@ impl Default for ServerConfig {
             max_tokens_default: DEFAULT_MAX_TOKENS,
             generation_defaults: wring_model::GenerationDefaults::default(),
             tool_call_format: None,
+            replay_outputs: false,
         }
     }
 }

@@ -322,14 +322,25 @@ impl CudaBackend {
         self.opts.mma_splits.prefill > 0 && !self.prefill_kernel_takes(shape)
     }
 
-    /// The partials, counters and the tokens they cover for this model shape (allocated at
-    /// the first eager use).
-    fn mma_workspace(&mut self, shape: AttnShape) -> Option<(u64, u64, usize)> {
-        let tokens = if self.prefill_splits_on_mma(shape) {
+    /// Query tokens the split partials of this model shape cover.
+    fn mma_workspace_tokens(&self, shape: AttnShape) -> usize {
+        if self.prefill_splits_on_mma(shape) {
             self.opts.max_tokens
         } else {
             MMA_SPLIT_TOKENS.min(self.opts.max_tokens)
-        };
+        }
+    }
+
+    /// Bytes of the split partials and counters for this model shape.
+    pub(super) fn mma_workspace_bytes(&self, shape: AttnShape) -> usize {
+        let tokens = self.mma_workspace_tokens(shape);
+        4 * tokens * shape.n_heads * (MMA_MAX_SPLITS * (shape.head_dim + 2) + 1)
+    }
+
+    /// The partials, counters and the tokens they cover for this model shape (allocated at
+    /// the first eager use).
+    fn mma_workspace(&mut self, shape: AttnShape) -> Option<(u64, u64, usize)> {
+        let tokens = self.mma_workspace_tokens(shape);
         if let Some(w) = &self.mma_ws {
             if w.n_heads == shape.n_heads
                 && w.n_kv_heads == shape.n_kv_heads

@@ -509,12 +509,54 @@ impl CudaBackend {
             .map_err(|e| anyhow!("CUDA stream synchronisation failed: {e:?}"))
     }
 
-    fn alloc_arena(&mut self) -> Result<()> {
-        // Peak live activations of one layer stay under ~48 f32 values per token per unit
-        // of the widest dimension; logits take vocab f32 per row.
+    /// Bytes of the activation arena: what one step of `max_tokens` tokens holds at its
+    /// peak. Inside a layer at most ~6 f32 values per token per unit of the widest
+    /// non-vocabulary dimension are live (the residual, the normed input, a stacked
+    /// gate|up and its product, or q|k|v and the attention output); the logits and the
+    /// rows gathered for them take (vocab + 2 · widest) f32 per row, and any token may be a
+    /// logit row. The vocabulary is never the widest dimension: a separate lm head has as
+    /// many rows as the embedding (`note_dims`).
+    fn arena_bytes(&self) -> usize {
         let t = self.opts.max_tokens;
-        let bytes = t * 64 * self.widest.max(1) + t * self.vocab.max(1) * 4 + (64 << 20);
-        let buf = DeviceBuffer::alloc(bytes, "activations")?;
+        let w = self.widest.max(1);
+        t * 6 * 4 * w + t * (self.vocab.max(1) + 2 * w) * 4 + (64 << 20)
+    }
+
+    /// Device memory a step needs besides the KV pool and the weights: the arena, the
+    /// dequantisation scratch, the attention kernel's split partials for `attn`, the step
+    /// metadata and ids, and room for captured graphs and the libraries' own allocations.
+    fn step_memory_bytes(&self, attn: AttnShape, kv_blocks: usize) -> usize {
+        let scratch = if self.scratch.is_none() {
+            self.scratch_bytes
+        } else {
+            0
+        };
+        let meta =
+            4 * (5 * self.opts.max_tokens + 4 * kv_blocks + (1 << 16) + self.opts.max_tokens);
+        const GRAPHS_AND_LIBRARIES: usize = 768 << 20;
+        self.arena_bytes() + scratch + self.mma_workspace_bytes(attn) + meta + GRAPHS_AND_LIBRARIES
+    }
+
+    /// A weight upload that failed, with what is on the device and the flags that help.
+    fn weights_do_not_fit(&self, e: anyhow::Error) -> anyhow::Error {
+        let total = result::mem_get_info().map_or(0, |(_, t)| t);
+        e.context(format!(
+            "the weights do not fit on {}: {} MiB were uploaded before this matrix, the device has {} MiB; \
+             use smaller weights (--gpu-weights fp8 or int4) or split the model (--tensor-parallel-size)",
+            self.name,
+            self.weight_bytes >> 20,
+            total >> 20
+        ))
+    }
+
+    fn alloc_arena(&mut self) -> Result<()> {
+        let bytes = self.arena_bytes();
+        let buf = DeviceBuffer::alloc(bytes, "activations").with_context(|| {
+            format!(
+                "activations for steps of up to {} tokens; lower --max-num-batched-tokens",
+                self.opts.max_tokens
+            )
+        })?;
         let arena = Arena::new(buf.ptr(), bytes);
         self.arena = Some((buf, arena));
         if self.scratch_bytes > 0 && self.scratch.is_none() {
@@ -528,11 +570,12 @@ impl CudaBackend {
 
     /// Records the dimensions of an uploaded matrix (they size the activation arena).
     fn note_dims(&mut self, rows: usize, cols: usize) {
-        // The tallest matrix is the vocabulary (embedding / lm head); others size activations.
+        // The tallest matrix is the vocabulary (embedding / lm head, which has as many
+        // rows); others size activations.
         if rows > self.vocab {
             self.widest = self.widest.max(self.vocab);
             self.vocab = rows;
-        } else {
+        } else if rows < self.vocab {
             self.widest = self.widest.max(rows);
         }
         self.widest = self.widest.max(cols);
@@ -564,11 +607,13 @@ impl Backend for CudaBackend {
         if let Some(scheme) = self.opts.weights.filter(|_| !vocab_sized) {
             let d = quantize_for_load(scheme, &m)?;
             drop(m);
-            return self.upload_device(d);
+            return self
+                .upload_device(d)
+                .map_err(|e| self.weights_do_not_fit(e));
         }
         let bits = to_bf16_bits(&m.data);
         drop(m.data);
-        let buf = upload_slice(&bits, "weights")?;
+        let buf = upload_slice(&bits, "weights").map_err(|e| self.weights_do_not_fit(e))?;
         self.weight_bytes += bits.len() * 2;
         Ok(CudaMatrix {
             w: Weights::Bf16(buf),
@@ -593,6 +638,7 @@ impl Backend for CudaBackend {
         let d = DeviceMatrix::from_quant(m).expect("supported");
         self.note_dims(rows, cols);
         self.upload_device(d)
+            .map_err(|e| self.weights_do_not_fit(e))
     }
 
     fn upload_vector(&mut self, v: &[f32]) -> Result<CudaVector> {
@@ -639,6 +685,54 @@ impl Backend for CudaBackend {
             self.gemv_counter_words = words;
         }
         self.alloc_arena()
+    }
+
+    fn kv_blocks_for_memory(&self, utilization: f32, kv: KvSpec, attn: AttnShape) -> Result<usize> {
+        ensure!(
+            utilization > 0.0 && utilization <= 1.0,
+            "--gpu-memory-utilization must be in (0, 1]; got {utilization}"
+        );
+        self.bind()?;
+        let (free, total) = result::mem_get_info()
+            .map_err(|e| anyhow!("cannot read the GPU's free memory: {e:?}"))?;
+        let mib = |b: usize| b >> 20;
+        let cap = (total as f64 * utilization as f64) as usize;
+        let used = total - free;
+        let block_bytes = 2 * kv.layers * kv.block_size * kv.n_kv_heads * kv.head_dim * 2;
+        let scratch = self.opts.scratch_tokens().div_ceil(kv.block_size);
+        // The step's needs grow a little with the pool (block tables): size them for a
+        // pool of everything that is left, an upper bound.
+        let left = cap.saturating_sub(used);
+        let step = self.step_memory_bytes(attn, left / block_bytes.max(1));
+        let Some(for_kv) = left
+            .checked_sub(step)
+            .filter(|&b| b >= (scratch + 1) * block_bytes)
+        else {
+            bail!(
+                "{}: {} MiB of {} MiB may be used (--gpu-memory-utilization {utilization}); the weights ({} MiB),                  the CUDA context and other processes already take {} MiB and a step of up to {} tokens needs {} MiB                  (activations, workspaces, graphs), which leaves nothing for the KV cache. Raise                  --gpu-memory-utilization, lower --max-num-batched-tokens, use smaller weights (--gpu-weights fp8)                  or split the model (--tensor-parallel-size)",
+                self.name,
+                mib(cap),
+                mib(total),
+                mib(self.weight_bytes),
+                mib(used),
+                self.opts.max_tokens,
+                mib(step)
+            );
+        };
+        let blocks = for_kv / block_bytes - scratch;
+        tracing::info!(
+            "{}: KV cache {} MiB ({blocks} blocks of {} tokens) = {} MiB × {utilization} of {} MiB, less {} MiB in use              (weights {} MiB) and {} MiB for steps of up to {} tokens",
+            self.name,
+            mib(blocks * block_bytes),
+            kv.block_size,
+            mib(total),
+            mib(total),
+            mib(used),
+            mib(self.weight_bytes),
+            mib(step),
+            self.opts.max_tokens
+        );
+        Ok(blocks)
     }
 
     fn begin_step(&mut self, step: &StepInput) -> Result<()> {

@@ -96,7 +96,15 @@ impl SpecDecoder {
         cache: Option<&TimingsCache>,
     ) -> anyhow::Result<bool> {
         let t = std::time::Instant::now();
-        let ks = k_policy::calibrate::calibration_ks(self.policies.adaptive.candidates());
+        let candidates = self.policies.adaptive.candidates();
+        // A runner that replays one graph per padded shape has step times that are not
+        // linear in rows: every candidate K is timed, and padded steps are priced by
+        // their measured shape (`PaddedSteps`).
+        let ks = if self.pad && runner.captured_query_lens().is_some() {
+            candidates.to_vec()
+        } else {
+            k_policy::calibrate::calibration_ks(candidates)
+        };
         // Everything else a step's time depends on: the caller's key says the model and
         // the machine.
         let key = cache.map(|c| {

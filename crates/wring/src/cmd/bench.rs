@@ -9,6 +9,7 @@ use wring_bench::bench::{run_bench, summary_table, BenchConfig};
 use wring_bench::configs::{parse_config_list, with_weights, ServeConfig, REFERENCE_WEIGHTS};
 use wring_bench::corpus::{parse_corpus_list, CorpusSource};
 use wring_bench::replay::RequestConfig;
+use wring_bench::replay_source::ReplaySources;
 use wring_bench::tune::{self, discover_model, TuneConfig};
 
 #[derive(clap::Args)]
@@ -97,6 +98,16 @@ pub struct BenchFlags {
     pub request_timeout_s: u64,
     #[arg(long)]
     pub no_progress: bool,
+    /// Replay recorded outputs instead of letting the model choose its tokens (the server
+    /// must run `wring serve --replay-outputs`; `tune` starts its servers so): `reference`
+    /// (the responses that come with the corpora: ShareGPT's assistant turns, HumanEval's
+    /// canonical solutions, MBPP's code, SWE-bench's patches, GPT-4's Arena-Hard answers),
+    /// `own:FILE` (a real model's outputs for the same prompts, a `wring serve --trace-out`
+    /// file from a run of this benchmark), or both in order of preference
+    /// (`reference,own:FILE`; wildchat has no references). Every step still runs the model;
+    /// only which tokens come out, and so which drafts are accepted, is scripted.
+    #[arg(long, value_name = "SOURCE")]
+    pub replay: Option<String>,
 }
 
 #[derive(clap::Args)]
@@ -125,6 +136,12 @@ pub struct TuneArgs {
     pub weights: String,
     #[arg(long, default_value_t = 600)]
     pub startup_timeout_s: u64,
+    /// Configurations that differ only in their K policy (suffix-k4 … suffix-k12, adaptive,
+    /// dynamic: the padded ones, or the unpadded ones) run on one server, each sending its
+    /// policy with every request (`k_policy`): one start per group instead of one per
+    /// configuration, which for an 8B model saves most of a sweep's time.
+    #[arg(long)]
+    pub share_servers: bool,
     #[command(flatten)]
     pub bench: BenchFlags,
 }
@@ -169,6 +186,7 @@ fn bench_config(
             ignore_eos: flags.ignore_eos,
             continuous_usage: flags.continuous_usage,
             request_timeout: Duration::from_secs(flags.request_timeout_s),
+            k_policy: None,
         },
         corpora: parse_corpus_list(&flags.corpus)?,
         source: CorpusSource::new(flags.corpus_dir.clone().unwrap_or_else(default_corpus_dir)),
@@ -186,6 +204,11 @@ fn bench_config(
         device: flags.device.clone(),
         server_args: Vec::new(),
         show_progress: !flags.no_progress,
+        replay: flags
+            .replay
+            .as_deref()
+            .map(ReplaySources::parse)
+            .transpose()?,
     })
 }
 
@@ -237,6 +260,7 @@ pub fn run_tune(args: TuneArgs) -> Result<()> {
         serve_args: args.serve_args,
         startup_timeout: Duration::from_secs(args.startup_timeout_s),
         baseline: args.baseline,
+        share_servers: args.share_servers,
     };
     let outcome = tune::run_tune(&config)?;
     for path in &outcome.result_files {

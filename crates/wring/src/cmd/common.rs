@@ -31,13 +31,21 @@ pub struct ModelArgs {
     /// a correctness reference, not a speed-up. Alias: --tp.
     #[arg(long, visible_alias = "tp", default_value_t = 1, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=64))]
     pub tensor_parallel_size: usize,
-    /// Memory for the KV cache, in MiB.
-    #[arg(long, default_value_t = 2048)]
-    pub kv_cache_mib: usize,
+    /// Memory for the KV cache, in MiB. Default: 2048 on the CPU; on a GPU what
+    /// --gpu-memory-utilization leaves.
+    #[arg(long)]
+    pub kv_cache_mib: Option<usize>,
     /// Memory for the KV cache as a size (vLLM's flag): bytes, or with a unit (512MiB, 2GiB, 1.5GB);
-    /// overrides --kv-cache-mib.
+    /// overrides --kv-cache-mib and --gpu-memory-utilization.
     #[arg(long, value_parser = parse_byte_size, conflicts_with = "kv_cache_mib")]
     pub kv_cache_memory: Option<usize>,
+    /// On a GPU, the fraction of its memory wring may use (vLLM's flag): the KV cache takes
+    /// what is left of it after the weights, the CUDA context, other processes and what a
+    /// step of --max-num-batched-tokens tokens needs. Start-up says how it was split and
+    /// fails with the numbers when nothing is left. Ignored when --kv-cache-memory or
+    /// --kv-cache-mib gives the KV cache's size.
+    #[arg(long, default_value_t = 0.9)]
+    pub gpu_memory_utilization: f32,
     /// Tokens per KV block.
     #[arg(long, default_value_t = 16)]
     pub block_size: usize,
@@ -109,6 +117,9 @@ pub struct EngineArgs {
     #[arg(long, env = "WRING_WARM_UP", num_args = 0..=1, default_missing_value = "true",
           value_parser = clap::builder::BoolishValueParser::new())]
     pub warm_up: Option<bool>,
+    /// Accept recorded outputs with requests (`serve --replay-outputs` sets it).
+    #[arg(skip)]
+    pub replay_outputs: bool,
     #[command(flatten)]
     pub spec: SpecArgs,
 }
@@ -468,13 +479,27 @@ impl EngineArgs {
             trace_out: self.trace_out.clone(),
             step_log: self.step_log.clone(),
             warm_up: self.warm_up.unwrap_or(false),
+            replay_outputs: self.replay_outputs,
         };
         cfg.validate()?;
         Ok((cfg, vec![spec_line, steps_line]))
     }
 }
 
+/// The KV cache on the CPU (and on a GPU given neither size nor utilization): 2 GiB.
+const DEFAULT_KV_CACHE_BYTES: usize = 2 << 30;
+
 impl ModelArgs {
+    /// `--gpu-memory-utilization` where it sizes the KV cache: on a GPU whose KV size no
+    /// flag gives.
+    pub fn gpu_memory_utilization(&self) -> Option<f32> {
+        let sized = self.kv_cache_memory.is_some() || self.kv_cache_mib.is_some();
+        match self.device() {
+            Ok(Device::Cuda(_)) if !sized => Some(self.gpu_memory_utilization),
+            _ => None,
+        }
+    }
+
     pub fn spec(&self) -> anyhow::Result<ModelSpec> {
         Ok(ModelSpec {
             model: self.model.clone(),
@@ -573,7 +598,10 @@ pub fn start_engine(args: &CommonArgs) -> anyhow::Result<(EngineHandle, EngineIn
         kv_cache_bytes: args
             .model
             .kv_cache_memory
-            .unwrap_or(args.model.kv_cache_mib << 20),
+            .or(args.model.kv_cache_mib.map(|m| m << 20))
+            .unwrap_or(DEFAULT_KV_CACHE_BYTES),
+        gpu_memory_utilization: args.model.gpu_memory_utilization(),
+        max_step_tokens: cfg.max_num_batched_tokens,
         block_size: args.model.block_size,
         max_num_seqs: cfg.max_num_seqs,
         max_model_len,

@@ -46,6 +46,13 @@ pub struct Args {
     /// Seconds between throughput log lines (0 = off).
     #[arg(long, default_value_t = 10.0)]
     pub stats_interval: f64,
+    /// Benchmark mode: requests may carry `replay_output` (a recorded output, as text or
+    /// token ids), which the server emits instead of the model's own tokens while every
+    /// step still runs the whole forward pass; drafts are accepted as far as they match
+    /// the recording. Measures what speculation buys on a model whose own outputs cannot
+    /// be had (dummy weights) with real outputs. Off: such requests get a 400.
+    #[arg(long)]
+    pub replay_outputs: bool,
 }
 
 pub fn run(mut args: Args) -> anyhow::Result<()> {
@@ -70,8 +77,15 @@ pub fn run(mut args: Args) -> anyhow::Result<()> {
         max_body_bytes: args.max_body_bytes,
         drain_timeout: seconds("--drain-timeout", args.drain_timeout)?,
         stats_interval: seconds("--stats-interval", args.stats_interval)?,
+        replay_outputs: args.replay_outputs,
         ..ServerConfig::default()
     };
+    args.common.engine.replay_outputs = args.replay_outputs;
+    if args.replay_outputs {
+        tracing::warn!(
+            "--replay-outputs: requests with replay_output emit their recording, not the model's tokens (benchmark mode)"
+        );
+    }
     let model_sampling = model_sampling_defaults(&args.common.model);
     config.generation_defaults = model_sampling.defaults;
     if model_sampling.defaults.is_empty() {

@@ -124,6 +124,11 @@ impl AdaptiveK {
         if seqs.is_empty() {
             return 0;
         }
+        if pad && other == StepLoad::default() {
+            if let Some(k) = self.choose_by_shape(seqs, row_budget, cost) {
+                return k;
+            }
+        }
         let base = Self::plain_decode_secs(seqs, other, cost);
         let mut best = (f64::NEG_INFINITY, 0usize);
         for &k in &self.candidates {
@@ -150,6 +155,37 @@ impl AdaptiveK {
             }
         }
         best.1
+    }
+
+    /// A padded step with nothing beside it is one shape per K (on a GPU, one replayed
+    /// graph): the K whose expected tokens per second of that shape's measured time
+    /// ([`StepCostModel::padded_step`]) is highest. None when a candidate's shape was not
+    /// measured (the linear model prices the step then).
+    fn choose_by_shape(
+        &self,
+        seqs: &[DraftSeq],
+        row_budget: usize,
+        cost: &StepCostModel,
+    ) -> Option<usize> {
+        let b = seqs.len();
+        let contexts: usize = seqs.iter().map(|s| s.context).sum();
+        let mut best = (f64::NEG_INFINITY, 0usize);
+        for &k in &self.candidates {
+            if k > 0 && b * (1 + k) > row_budget {
+                continue;
+            }
+            let secs = cost.padded_step(b, 1 + k, contexts)?;
+            let tokens: f64 = seqs
+                .iter()
+                .map(|s| Self::expected_tokens(s.scores, k))
+                .sum();
+            let rate = tokens / secs;
+            // Strictly better only: ties keep the smaller K.
+            if rate > best.0 * (1.0 + 1e-9) {
+                best = (rate, k);
+            }
+        }
+        Some(best.1)
     }
 
     /// A K for each adaptive sequence of an unpadded step (at most [`Self::max_k`] and
@@ -202,6 +238,7 @@ impl AdaptiveK {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::spec_decode::k_policy::StepShape;
 
     const ANY_BUDGET: usize = usize::MAX;
 
@@ -369,5 +406,50 @@ mod tests {
         assert_eq!(long.candidates(), &[0, MAX_K]);
         // No graphs: today's list.
         assert_eq!(AdaptiveK::from_query_lens(None).candidates(), &FALLBACK_KS);
+    }
+
+    #[test]
+    fn padded_k_follows_the_measured_step_shapes() {
+        // 32 sequences whose drafts are accepted 90 % / 80 % / ... Per row the line says
+        // K = 12 pays; the measured shapes say 32 x 13 costs 2.8 x a decode step and
+        // 32 x 5 only 1.3 x (an 8B model's verify steps), so K = 4 wins.
+        let step = |b: usize, q: usize| {
+            let mut s = StepShape::default();
+            for _ in 0..b {
+                s = s.plus(StepShape::verify(0, q));
+            }
+            s
+        };
+        let mut pts = vec![];
+        for b in [1usize, 8, 16, 32] {
+            for (q, x) in [(1, 1.0), (5, 1.3), (7, 1.7), (9, 2.1), (13, 2.8)] {
+                let base = 0.010 + 0.0002 * b as f64;
+                pts.push((
+                    step(b, q),
+                    base * if b == 32 {
+                        x
+                    } else {
+                        1.0 + (x - 1.0) * b as f64 / 32.0
+                    },
+                ));
+            }
+        }
+        let cost = StepCostModel::fit_calibration(&pts);
+        let a = AdaptiveK::new(&[0, 4, 6, 8, 12]);
+        let falling: Vec<f32> = (0..12).map(|i| 0.9f32.powi(i + 1)).collect();
+        let many: Vec<DraftSeq> = (0..32).map(|_| seq(&falling)).collect();
+        assert_eq!(
+            a.choose(&many, StepLoad::default(), true, ANY_BUDGET, &cost),
+            4
+        );
+        // One sequence: its verify rows cost almost nothing, K = 12 pays.
+        assert_eq!(
+            a.choose(&many[..1], StepLoad::default(), true, ANY_BUDGET, &cost),
+            12
+        );
+        // Beside a prefill chunk the step is not one measured shape: the linear model.
+        let prefill = StepLoad { seqs: 1, rows: 64 };
+        let k = a.choose(&many, prefill, true, ANY_BUDGET, &cost);
+        assert!(a.candidates().contains(&k));
     }
 }

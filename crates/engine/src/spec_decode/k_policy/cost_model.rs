@@ -11,7 +11,7 @@
 //! could not pay (BENCHMARKS, issue 19 item 4).
 
 use crate::least_squares::nonnegative_fit;
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 
 /// Terms of the model: fixed, per sequence, per row, per logit row, per attended pair.
 const TERMS: usize = 5;
@@ -55,10 +55,68 @@ impl StepShape {
     }
 }
 
+/// Seconds of padded verify steps as the start-up probes measured them: `seqs`
+/// sequences of `q` rows each, every row with logits, from an empty context. On a GPU a
+/// step's time is not linear in its rows (GEMM tiles, attention blocks, a replayed graph
+/// per shape), so a padded K is priced from what its shape was measured to cost; a
+/// linear fit through K = 0, 4 and 12 put 32 × 9 between them wherever the line ran.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PaddedSteps {
+    /// q → (sequences, seconds), sorted by sequences.
+    by_q: BTreeMap<usize, Vec<(usize, f64)>>,
+}
+
+impl PaddedSteps {
+    /// The probes among `points` that are uniform verify steps from an empty context.
+    pub fn from_points(points: &[(StepShape, f64)]) -> Self {
+        let mut by_q: BTreeMap<usize, Vec<(usize, f64)>> = BTreeMap::new();
+        for &(s, secs) in points {
+            if s.seqs < 1.0 || s.rows != s.logit_rows || s.rows % s.seqs != 0.0 {
+                continue;
+            }
+            let q = (s.rows / s.seqs) as usize;
+            let fresh = s.seqs * (q * (q + 1)) as f64 / 2.0;
+            if (s.attended - fresh).abs() > 0.5 || !(secs.is_finite() && secs > 0.0) {
+                continue;
+            }
+            by_q.entry(q).or_default().push((s.seqs as usize, secs));
+        }
+        for v in by_q.values_mut() {
+            v.sort_by_key(|&(b, _)| b);
+            v.dedup_by_key(|&mut (b, _)| b);
+        }
+        Self { by_q }
+    }
+
+    /// Seconds of `seqs` sequences of `q` rows from an empty context: interpolated
+    /// linearly between the measured batch sizes (beyond them, along the nearest two).
+    /// None when `q` was not measured.
+    pub fn secs(&self, seqs: usize, q: usize) -> Option<f64> {
+        let v = self.by_q.get(&q)?;
+        let b = seqs as f64;
+        let at = |i: usize| (v[i].0 as f64, v[i].1);
+        match v.len() {
+            0 => None,
+            1 => Some(v[0].1 * b / v[0].0 as f64),
+            n => {
+                let i = v
+                    .iter()
+                    .position(|&(s, _)| s >= seqs)
+                    .unwrap_or(n - 1)
+                    .max(1);
+                let ((b0, t0), (b1, t1)) = (at(i - 1), at(i));
+                Some((t0 + (t1 - t0) * (b - b0) / (b1 - b0)).max(1e-9))
+            }
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct StepCostModel {
     /// (a, b, c, e, d): fixed, per sequence, per row, per logit row, per attended pair.
     coef: [f64; TERMS],
+    /// Measured padded verify steps (priced by shape where present).
+    padded: PaddedSteps,
     /// Recent (shape, seconds) observations.
     samples: VecDeque<(StepShape, f64)>,
     calibration: Vec<(StepShape, f64)>,
@@ -77,6 +135,7 @@ impl StepCostModel {
     pub fn from_terms(coef: [f64; TERMS]) -> Self {
         Self {
             coef,
+            padded: PaddedSteps::default(),
             samples: VecDeque::new(),
             calibration: Vec::new(),
             max_samples: 512,
@@ -89,8 +148,18 @@ impl StepCostModel {
     pub fn fit_calibration(points: &[(StepShape, f64)]) -> Self {
         let mut m = Self::from_terms([0.0; TERMS]);
         m.calibration = points.to_vec();
+        m.padded = PaddedSteps::from_points(points);
         m.refit();
         m
+    }
+
+    /// Seconds of a padded verify step of `seqs` sequences of `q` rows whose contexts
+    /// sum to `contexts` tokens: the measured step of that shape, plus the attention of
+    /// its rows over the contexts (the linear model's per-pair term). None when that
+    /// shape was not measured.
+    pub fn padded_step(&self, seqs: usize, q: usize, contexts: usize) -> Option<f64> {
+        let t = self.padded.secs(seqs, q)?;
+        Some(t + self.coef[4] * (q * contexts) as f64)
     }
 
     /// (fixed, per sequence, per row, per logit row, per attended pair).
@@ -260,5 +329,47 @@ mod tests {
         let got = m.row_cost(0, 0);
         let want = truth.row_cost(0, 0);
         assert!((got - want).abs() < 0.02 * want, "{got} vs {want}");
+    }
+
+    #[test]
+    fn padded_steps_are_priced_by_their_measured_shape() {
+        let step = |b: usize, q: usize| {
+            let mut s = StepShape::default();
+            for _ in 0..b {
+                s = s.plus(StepShape::verify(0, q));
+            }
+            s
+        };
+        // Not linear in rows: 32 x 9 costs as much as 32 x 13 (one GEMM tile more
+        // than 32 x 5), which a line through q = 1, 5, 13 cannot say.
+        let mut pts = vec![];
+        for (b, q, secs) in [
+            (8, 1, 0.0010),
+            (32, 1, 0.0012),
+            (8, 5, 0.0011),
+            (32, 5, 0.0015),
+            (8, 9, 0.0014),
+            (32, 9, 0.0030),
+            (8, 13, 0.0015),
+            (32, 13, 0.0031),
+        ] {
+            pts.push((step(b, q), secs));
+        }
+        // Neither a long-context probe nor a prefill probe is a padded step.
+        pts.push((step(32, 1).plus(StepShape::verify(512, 1)), 0.5));
+        pts.push((prefill(0, 128), 0.5));
+        let m = StepCostModel::fit_calibration(&pts);
+        assert_eq!(m.padded_step(32, 9, 0), Some(0.0030));
+        assert_eq!(m.padded_step(8, 5, 0), Some(0.0011));
+        let mid = m.padded_step(20, 5, 0).unwrap();
+        assert!((mid - 0.0013).abs() < 1e-9, "{mid}");
+        assert_eq!(m.padded_step(32, 7, 0), None, "never measured");
+        // Attention over real contexts is added by the per-pair term.
+        let with_ctx = m.padded_step(32, 5, 32 * 400).unwrap();
+        assert!(with_ctx >= 0.0015);
+        assert_eq!(
+            with_ctx - 0.0015,
+            m.coefficients()[4] * (5 * 32 * 400) as f64
+        );
     }
 }
