@@ -48,9 +48,9 @@ prepare() {
         > "$tmp/corpora/ShareGPT_V3_unfiltered_cleaned_split.json"
     tar -C "$tmp" -cJf .dev/ss1/corpora.tar.xz corpora
     rm -rf "$tmp"
-    head -c 30000000 "$model" > .dev/ss1/model.part0
-    tail -c +30000001 "$model" | head -c 34000000 > .dev/ss2/model.part1
-    tail -c +64000001 "$model" > .dev/ss3/model.part2
+    dd if="$model" of=.dev/ss1/model.part0 bs=1M count=32 status=none
+    dd if="$model" of=.dev/ss2/model.part1 bs=1M skip=32 count=34 status=none
+    dd if="$model" of=.dev/ss3/model.part2 bs=1M skip=66 status=none
     sha256sum "$model" | cut -c1-64 > .dev/ss3/model.sha256
     du -sh .dev/ss1 .dev/ss2 .dev/ss3
 }
@@ -153,11 +153,30 @@ own() {
     log "own trace rc=$?: $(wc -l < $d/own-trace.jsonl) requests"
     stop_server
     xz -T0 -k -f $d/own-trace.jsonl
-    # Live against replay of the same outputs, suffix padded K=8, three corpora.
+    # Live against replay of the same outputs, suffix padded K=8, three corpora; both runs
+    # record what they emitted.
     NAME=own-live CONFIGS=suffix-k8 CORPUS=humaneval,swebench,lmsys C=32 MAXT=${OWN_MAXT:-2048} SRC=live \
-        NP=${OWN_NP:-128} WARMUP=0 run_tune --model "$MODEL"
+        NP=${OWN_NP:-128} WARMUP=0 run_tune --model "$MODEL" --serve-arg=--trace-out=$d/live-k8.jsonl
     NAME=own-replay CONFIGS=suffix-k8 CORPUS=humaneval,swebench,lmsys C=32 MAXT=${OWN_MAXT:-2048} \
-        SRC=own:$d/own-trace.jsonl NP=${OWN_NP:-128} WARMUP=0 run_tune --model "$MODEL"
+        SRC=own:$d/own-trace.jsonl NP=${OWN_NP:-128} WARMUP=0 run_tune --model "$MODEL" \
+        --serve-arg=--trace-out=$d/replay-k8.jsonl
+    python3 - $d/own-trace.jsonl $d/live-k8.jsonl $d/replay-k8.jsonl <<'PY' | tee $d/compare.txt
+import json, sys
+def load(p):
+    try:
+        return {r["source_id"]: r["output_ids"] for r in map(json.loads, open(p))}
+    except OSError:
+        return {}
+own, live, replay = map(load, sys.argv[1:4])
+for name, run in (("live suffix-k8", live), ("replayed suffix-k8", replay)):
+    ids = [i for i in run if i in own]
+    same = sum(run[i] == own[i] for i in ids)
+    tok = sum(len(own[i]) for i in ids)
+    agree = sum(next((j for j, (a, b) in enumerate(zip(run[i], own[i])) if a != b),
+                     min(len(run[i]), len(own[i]))) for i in ids)
+    print(f"{name}: {same}/{len(ids)} requests token-identical to the recorded greedy outputs; "
+          f"{agree}/{tok} tokens before the first difference")
+PY
 }
 
 # Dummy Llama-3.1-8B (bf16): no-spec against suffix K in {4,6,8,12} padded and adaptive.

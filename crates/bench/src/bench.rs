@@ -57,8 +57,19 @@ pub fn run_bench(config: &BenchConfig) -> Result<BenchFile> {
 pub async fn run_bench_async(config: &BenchConfig) -> Result<BenchFile> {
     let client = http_client(config.concurrency)?;
     let mut results = Vec::new();
+    let mut without_recordings = Vec::new();
     for &corpus in &config.corpora {
-        let loaded = load_prompts(config, corpus)?;
+        // Under --replay a corpus none of whose prompts has a recording is left out (its
+        // reason logged); the run fails only when every corpus is.
+        let loaded = match load_prompts(config, corpus) {
+            Ok(l) => l,
+            Err(e) if config.replay.is_some() && config.corpora.len() > 1 => {
+                tracing::warn!("{corpus} left out: {e:#}");
+                without_recordings.push(format!("{e:#}"));
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
         tracing::info!(
             "{corpus}: {} prompts ({} records read{})",
             loaded.prompts.len(),
@@ -70,6 +81,9 @@ pub async fn run_bench_async(config: &BenchConfig) -> Result<BenchFile> {
             }
         );
         results.push(bench_corpus(config, &client, &loaded).await?);
+    }
+    if results.is_empty() {
+        bail!("no corpus could run: {}", without_recordings.join("; "));
     }
     Ok(BenchFile {
         wring_bench: FORMAT_VERSION,
