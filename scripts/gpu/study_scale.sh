@@ -52,6 +52,8 @@ prepare() {
     dd if="$model" of=.dev/ss2/model.part1 bs=1M skip=32 count=34 status=none
     dd if="$model" of=.dev/ss3/model.part2 bs=1M skip=66 status=none
     sha256sum "$model" | cut -c1-64 > .dev/ss3/model.sha256
+    # The device's copy of the repository may not know the commit the binary was built from.
+    git rev-parse --short=12 HEAD > .dev/ss1/commit
     du -sh .dev/ss1 .dev/ss2 .dev/ss3
 }
 
@@ -63,7 +65,7 @@ stage() {
     done
     if [ -f .dev/ss1/wring.xz ]; then
         xz -dc .dev/ss1/wring.xz > $S/wring && chmod +x $S/wring || return 1
-        cp .dev/ss1/vocab.gguf $S/ && tar -C $S -xJf .dev/ss1/corpora.tar.xz || return 1
+        cp .dev/ss1/vocab.gguf .dev/ss1/commit $S/ && tar -C $S -xJf .dev/ss1/corpora.tar.xz || return 1
     fi
     nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used,clocks.sm,clocks.mem --format=csv,noheader | tee $S/device.txt
     ls $S
@@ -82,6 +84,7 @@ setup() {
         echo "$(cat $S/model.sha256)  $MODEL" | sha256sum -c - || { rm -f "$MODEL"; exit 1; }
     fi
     CORPORA=$S/corpora
+    [ -f $S/commit ] && export WRING_COMMIT=$(cat $S/commit)
     DEVICE="$(cut -d, -f1 $S/device.txt 2>/dev/null | head -1)"
 }
 
@@ -107,7 +110,7 @@ stop_server() {
     kill -9 $SERVER 2>/dev/null
 }
 
-# Item 0: an 8B model starts on this GPU with default flags and answers.
+# An 8B model starts on this GPU with default flags and answers.
 start8b() {
     setup
     local d=$OUT/start8b && mkdir -p $d
@@ -163,10 +166,15 @@ own() {
     python3 - $d/own-trace.jsonl $d/live-k8.jsonl $d/replay-k8.jsonl <<'PY' | tee $d/compare.txt
 import json, sys
 def load(p):
+    # The first line of an id, as `--replay own:FILE` takes it (a prompt of a corpus is
+    # recorded again in the mix run, and a GPU's greedy output may differ there).
+    out = {}
     try:
-        return {r["source_id"]: r["output_ids"] for r in map(json.loads, open(p))}
+        for r in map(json.loads, open(p)):
+            out.setdefault(r["source_id"], r["output_ids"])
     except OSError:
-        return {}
+        pass
+    return out
 own, live, replay = map(load, sys.argv[1:4])
 for name, run in (("live suffix-k8", live), ("replayed suffix-k8", replay)):
     ids = [i for i in run if i in own]

@@ -235,8 +235,8 @@ impl<B: Backend> LlamaRunner<B> {
                 ensure!(
                     n >= min_blocks,
                     "{}: the KV cache that fits under --gpu-memory-utilization {utilization} holds {n} blocks of \
-                     {block_size} tokens, fewer than one sequence of the context length needs ({min_blocks}); raise \
-                     --gpu-memory-utilization, lower --max-model-len, or use smaller weights (--gpu-weights fp8)",
+ {block_size} tokens, fewer than one sequence of the context length needs ({min_blocks}); raise \
+ --gpu-memory-utilization, lower --max-model-len, or use smaller weights (--gpu-weights fp8)",
                     backend.name()
                 );
                 n

@@ -542,7 +542,7 @@ impl CudaBackend {
         let total = result::mem_get_info().map_or(0, |(_, t)| t);
         e.context(format!(
             "the weights do not fit on {}: {} MiB were uploaded before this matrix, the device has {} MiB; \
-             use smaller weights (--gpu-weights fp8 or int4) or split the model (--tensor-parallel-size)",
+ use smaller weights (--gpu-weights fp8 or int4) or split the model (--tensor-parallel-size)",
             self.name,
             self.weight_bytes >> 20,
             total >> 20
@@ -709,7 +709,7 @@ impl Backend for CudaBackend {
             .filter(|&b| b >= (scratch + 1) * block_bytes)
         else {
             bail!(
-                "{}: {} MiB of {} MiB may be used (--gpu-memory-utilization {utilization}); the weights ({} MiB),                  the CUDA context and other processes already take {} MiB and a step of up to {} tokens needs {} MiB                  (activations, workspaces, graphs), which leaves nothing for the KV cache. Raise                  --gpu-memory-utilization, lower --max-num-batched-tokens, use smaller weights (--gpu-weights fp8)                  or split the model (--tensor-parallel-size)",
+                "{}: {} MiB of {} MiB may be used (--gpu-memory-utilization {utilization}); the weights ({} MiB), the CUDA context and other processes already take {} MiB and a step of up to {} tokens needs {} MiB (activations, workspaces, graphs), which leaves nothing for the KV cache. Raise --gpu-memory-utilization, lower --max-num-batched-tokens, use smaller weights (--gpu-weights fp8) or split the model (--tensor-parallel-size)",
                 self.name,
                 mib(cap),
                 mib(total),
@@ -721,11 +721,10 @@ impl Backend for CudaBackend {
         };
         let blocks = for_kv / block_bytes - scratch;
         tracing::info!(
-            "{}: KV cache {} MiB ({blocks} blocks of {} tokens) = {} MiB × {utilization} of {} MiB, less {} MiB in use              (weights {} MiB) and {} MiB for steps of up to {} tokens",
+            "{}: KV cache {} MiB ({blocks} blocks of {} tokens): {utilization} × {} MiB, less {} MiB in use (weights {} MiB) and {} MiB for steps of up to {} tokens",
             self.name,
             mib(blocks * block_bytes),
             kv.block_size,
-            mib(total),
             mib(total),
             mib(used),
             mib(self.weight_bytes),
