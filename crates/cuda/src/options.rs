@@ -138,7 +138,7 @@ pub struct CudaOptions {
     pub pdl: bool,
     /// q|k|v and gate|up weights concatenated at upload: one GEMM each, RoPE fused into
     /// the q/k/v split and SiLU·mul reading the gate|up halves (`WRING_CUDA_FUSED`; on by
-    /// default: 135M decode 1.67 → 1.37 ms, 8B 7.34 → 6.70 ms, scripts/gpu/results/run6).
+    /// default: 135M decode 1.67 → 1.37 ms, 8B 7.34 → 6.70 ms, results/2026-11-30-cuda-h200/runs/run6).
     pub fused: bool,
     /// With `fused`: the q/k/v split writes K and V straight into the layer's KV pool
     /// slots (bf16, the values `kv_store` would write), one launch less per layer
