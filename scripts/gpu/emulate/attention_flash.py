@@ -9,7 +9,7 @@ mma.sync m16n8k16 emulated from the PTX ISA's fragment layouts (written independ
 kernel), shared memory as a flat array of bf16 values, and compares every row with plain
 attention in float64. Registers holding two bf16 values are modelled as (lo, hi) pairs.
 
-    python3 scripts/gpu/emulate_attention_flash.py   # prints max errors, exits 1 on failure
+    python3 scripts/gpu/emulate flash   # prints max errors, exits 1 on failure
 """
 import os
 import sys

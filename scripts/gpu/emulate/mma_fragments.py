@@ -1,6 +1,6 @@
 """PTX fragment layouts of mma.sync m16n8k16 (.bf16 inputs, f32 accumulators) and bf16
-rounding, for the lane-level kernel emulators (emulate_attention_mma.py,
-emulate_attention_flash.py). Written from the PTX ISA's fragment tables, independently of
+rounding, for the lane-level kernel emulators (attention_mma.py,
+attention_flash.py). Written from the PTX ISA's fragment tables, independently of
 the kernels. Registers holding two bf16 values are (lo, hi) pairs of floats."""
 import numpy as np
 

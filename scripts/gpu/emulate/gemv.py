@@ -573,7 +573,7 @@ def qkv_epilogue(res, rows, D, T, interleaved):
 if __name__ == "__main__":
     import sys
     ok = True
-    # `emulate_gemv.py multi`: the multi-tile checks only.
+    # `emulate gemv multi`: the multi-tile checks only.
     for fmt in [] if sys.argv[1:] == ["multi"] else ["bf16", "fp8", "int4", "nvfp4"]:
         # K = 320: 4-bit chunks of 128 end half way (the partial chunk); 96 rows: a store
         # group with two idle warps.
@@ -606,3 +606,4 @@ if __name__ == "__main__":
         ok &= check_same_as_8_token_builds(fmt, 128, 2560, 16, 13, "silu")
         ok &= check_same_as_8_token_builds(fmt, 96, 320, 64, 40, "store")
     print("ALL OK" if ok else "FAILURES")
+    sys.exit(0 if ok else 1)

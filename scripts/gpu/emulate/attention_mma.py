@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Lane-level emulation of crates/cuda/kernels/attention_mma.cu on the CPU (numpy).
+"""Lane-level emulation of crates/cuda/kernels/attention/mma.cu on the CPU (numpy).
 
 The kernel's index arithmetic (which lane loads which bytes, how mma/movmatrix fragments
 are laid out) cannot be checked on a machine without a GPU, and device time is scarce.
@@ -8,7 +8,7 @@ movmatrix.trans and __byte_perm emulated from the PTX ISA's fragment layouts (wr
 independently of the kernel), and compares the result with plain attention in float64.
 Registers holding two bf16 values are modelled as (lo, hi) pairs of bf16-rounded floats.
 
-    python3 scripts/gpu/emulate_attention_mma.py      # prints max errors, exits 1 on failure
+    python3 scripts/gpu/emulate mma   # prints max errors, exits 1 on failure
 """
 import os
 import sys
