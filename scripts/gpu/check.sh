@@ -51,7 +51,7 @@ if [ -z "${GPU_CHECK:-}" ]; then
 fi
 [ -x "$GPU_CHECK" ] || { echo "no $GPU_CHECK: carry a prepared DIR or run stage.sh first"; exit 1; }
 echo "$GPU_CHECK ($(cat "${DIR:-/nonexistent}/commit" 2>/dev/null || echo "staged")); $(device_line)" | tee "$G/summary.md"
-env | grep '^WRING_CUDA' | tee -a "$G/summary.md"
+env | grep '^WRING_CUDA_' | tee -a "$G/summary.md"
 LIMIT_S=${LIMIT_S:-290}
 status=0
 

@@ -5,6 +5,7 @@
 //! `env = "WRING_X"`), a shell expansion (`$WRING_X`, `${WRING_X:-..}`) or a Python
 //! `os.environ.get("WRING_X")` / `os.environ["WRING_X"]` / `os.getenv("WRING_X")`.
 //! A name ending in `_` (`WRING_CUDA_*`) names a family: some read switch must start with it.
+//! A C preprocessor constant (`#define WRING_INF ...` in a kernel) is not a switch.
 //! `results/` is history (it records the switches of its day) and is not checked.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -34,8 +35,10 @@ fn walked(path: &Path) -> bool {
             || (name.starts_with('.') && name != ".ci"));
     }
     let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("");
-    matches!(ext, "md" | "sh" | "py" | "rs" | "cu" | "cuh" | "toml" | "txt")
-        || path.parent().and_then(|p| p.file_name()) == Some(".ci".as_ref())
+    matches!(
+        ext,
+        "md" | "sh" | "py" | "rs" | "cu" | "cuh" | "toml" | "txt"
+    ) || path.parent().and_then(|p| p.file_name()) == Some(".ci".as_ref())
 }
 
 /// The files checked under `workspace`, relative to it.
@@ -54,12 +57,22 @@ fn files(workspace: &Path) -> Vec<PathBuf> {
 /// One line per switch named but never read: `WRING_X: named in a/b.md:12, c.sh:3`.
 pub fn unread_switches(workspace: &Path) -> Result<Vec<String>> {
     let name = Regex::new(r"WRING_[A-Z0-9_]*")?;
-    let rust_read = Regex::new(r#"(\w+!?)\(\s*"(WRING_[A-Z0-9_]+)"|\benv\s*=\s*"(WRING_[A-Z0-9_]+)""#)?;
+    let rust_read =
+        Regex::new(r#"(\w+!?)\(\s*"(WRING_[A-Z0-9_]+)"|\benv\s*=\s*"(WRING_[A-Z0-9_]+)""#)?;
     let shell_read = Regex::new(r"\$\{?(WRING_[A-Z0-9_]+)")?;
-    let python_read =
-        Regex::new(r#"(?:environ\.get|environ\.setdefault|getenv)\(\s*["'](WRING_[A-Z0-9_]+)|environ\[\s*["'](WRING_[A-Z0-9_]+)"#)?;
+    let defined = Regex::new(r"#define\s+(WRING_[A-Z0-9_]+)")?;
+    let python_read = Regex::new(
+        r#"(?:environ\.get|environ\.setdefault|getenv)\(\s*["'](WRING_[A-Z0-9_]+)|environ\[\s*["'](WRING_[A-Z0-9_]+)"#,
+    )?;
     // Calls that take a switch's name without reading it.
-    let not_reads = ["set_var", "remove_var", "contains", "starts_with", "format!", "bail!"];
+    let not_reads = [
+        "set_var",
+        "remove_var",
+        "contains",
+        "starts_with",
+        "format!",
+        "bail!",
+    ];
     let mut read = BTreeSet::new();
     let mut named: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for rel in files(workspace) {
@@ -73,6 +86,9 @@ pub fn unread_switches(workspace: &Path) -> Result<Vec<String>> {
             } else if !not_reads.contains(&&c[1]) {
                 read.insert(c[2].to_string());
             }
+        }
+        for c in defined.captures_iter(&text) {
+            read.insert(c[1].to_string());
         }
         for c in shell_read.captures_iter(&text).filter(|_| ext != "rs") {
             read.insert(c[1].to_string());

@@ -19,7 +19,8 @@ fn generator(args: &[&str]) -> (bool, String) {
         .args(args)
         .output()
         .expect("python3 runs scripts/benchmarks.py");
-    let text = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
     (out.status.success(), text)
 }
 
@@ -54,7 +55,10 @@ fn a_page_that_disagrees_with_its_data_fails_the_check() {
     // A raw number changes: the page no longer matches.
     let raw = dir.path().join(run).join("wring_c1.json");
     let json = std::fs::read_to_string(&raw).unwrap();
-    let changed = json.replace("\"output_throughput_median\": 104.3", "\"output_throughput_median\": 94.3");
+    let changed = json.replace(
+        "\"output_throughput_median\": 104.3",
+        "\"output_throughput_median\": 94.3",
+    );
     assert_ne!(json, changed, "the raw file's layout changed");
     std::fs::write(&raw, changed).unwrap();
     let (ok, text) = generator(&["--check", "--root", root]);
@@ -83,11 +87,24 @@ fn study_scale_runs_show_the_best_config_per_group_and_the_geomean() {
         entry("mbpp", "nospec", 1000.0),
         entry("mbpp", "suffix-k8", 1250.0),
     ];
-    std::fs::write(run.join("serving.json"), format!("[{}]", entries.join(",\n"))).unwrap();
+    std::fs::write(
+        run.join("serving.json"),
+        format!("[{}]", entries.join(",\n")),
+    )
+    .unwrap();
     assert!(generator(&["--root", root]).0);
     let page = std::fs::read_to_string(dir.path().join("BENCHMARKS.md")).unwrap();
-    assert!(!page.contains("no `results/<date>-study-scale/serving.json`"), "{page}");
-    assert!(page.contains("| humaneval | suffix-k4 | 1,800 | ×1.80 |"), "{page}");
-    assert!(page.contains("| mbpp | suffix-k8 | 1,250 | ×1.25 |"), "{page}");
+    assert!(
+        !page.contains("no `results/<date>-study-scale/serving.json`"),
+        "{page}"
+    );
+    assert!(
+        page.contains("| humaneval | suffix-k4 | 1,800 | ×1.80 |"),
+        "{page}"
+    );
+    assert!(
+        page.contains("| mbpp | suffix-k8 | 1,250 | ×1.25 |"),
+        "{page}"
+    );
     assert!(page.contains("| **geomean** |  |  | **×1.50** |"), "{page}");
 }

@@ -34,11 +34,18 @@ fn a_switch_only_a_script_sets_is_reported_with_where_it_is_named() {
             "WRING_KEPT=1 WRING_GONE=on wring serve\necho ${WRING_SCRIPT_VAR:-x}\n",
         ),
         ("README.md", "Set `WRING_SCRIPT_VAR` or `WRING_GONE`.\n"),
-        ("results/2026-01-01-x/NOTES.md", "WRING_HISTORY=on was measured\n"),
+        (
+            "results/2026-01-01-x/NOTES.md",
+            "WRING_HISTORY=on was measured\n",
+        ),
     ]);
     let p = unread_switches(d.path()).unwrap();
     assert_eq!(p.len(), 1, "{p:?}");
-    assert!(p[0].starts_with("WRING_GONE: named in README.md:1, scripts/x.sh:1"), "{}", p[0]);
+    assert!(
+        p[0].starts_with("WRING_GONE: named in README.md:1, scripts/x.sh:1"),
+        "{}",
+        p[0]
+    );
 }
 
 #[test]
