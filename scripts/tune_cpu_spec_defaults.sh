@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 19 item 4: is `--speculative suffix` (the CPU default: unpadded, adaptive K) ever
+# Is `--speculative suffix` (the CPU default: unpadded, adaptive K) ever
 # slower than no speculation on this CPU? `wring tune` on all seven corpora at concurrency
 # 1, 8 and 64, default weights (`--cpu-weights auto`), greedy, 64 output tokens. Run it on a
 # quiet machine (nothing else compiling); writes $OUT/c{1,8,64}/report.md.
