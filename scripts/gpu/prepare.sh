@@ -20,13 +20,12 @@
 #   A=.dev/tp MODEL=0 TP=1 scripts/gpu/prepare.sh       # tensor parallelism: one carry, no model
 #   A=.dev/k1 MODEL=0 WRING=0 scripts/gpu/prepare.sh    # gpu_check alone (dummy weights only)
 #
-# SPLIT defaults to 43 MB (45 MB without gpu_check; 42.3 MB with llama.cpp's source instead).
+# SPLIT (bytes of the xz stream in $A) defaults to what leaves .dev/b just under the limit.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 T=${CARGO_TARGET_DIR:-$PWD/target}
 A=${A:-.dev/pa} PROFILE=${PROFILE:-release}
 MODEL=${MODEL:-1} WRING=${WRING:-1} GPU_CHECK=${GPU_CHECK:-1} TP=${TP:-0}
-SPLIT=${SPLIT:-43000000}
 model=${WRING_HOME:-$HOME/.cache/wring}/models/SmolLM2-135M-Instruct.Q4_1.gguf
 shared=${WRING_SHARED:-$PWD/../shared}
 corpora=${WRING_CORPORA_CACHE:-$HOME/.cache/wring/corpora}
@@ -58,22 +57,35 @@ if [ "$TP" = 1 ]; then
     python3 scripts/gpu/vocab_gguf.py "$model" "$tmp/vocab.gguf" > /dev/null && xz -c "$tmp/vocab.gguf" > "$A/vocab.gguf.xz"
     cp "$shared/corpora/mbpp_974.jsonl" "$A/corpora/"
 fi
+tracked=$(git ls-files -z | xargs -0 stat -c %s 2>/dev/null | awk '{s += $1} END {print s}')
+size() { find "$@" -type f -printf '%s\n' 2>/dev/null | awk '{s += $1} END {print s + 0}'; }
 if [ "$MODEL" = 1 ]; then
     rm -rf .dev/b && mkdir -p .dev/b/corpora
-    xz -T2 -6 -c "$model" > "$tmp/model.xz"
-    head -c "$SPLIT" "$tmp/model.xz" > "$A/model.part00"
-    tail -c +"$((SPLIT + 1))" "$tmp/model.xz" > .dev/b/model.part01
-    : > .dev/b/model.xz
-    sha256sum "$model" | cut -c1-64 > .dev/b/model.sha256
     cp "$shared"/corpora/*.json* .dev/b/corpora/
     cp "$corpora/HumanEval.jsonl.gz" .dev/b/corpora/
     head -c "${SHAREGPT_BYTES:-300000}" "$corpora/ShareGPT_V3_unfiltered_cleaned_split.json" \
         > .dev/b/corpora/ShareGPT_V3_unfiltered_cleaned_split.json
     cp "$shared/golden/smollm2_q41_f32_greedy.jsonl" .dev/b/
+    xz -T2 -6 -c "$model" > "$tmp/model.xz"
+    # SPLIT: the model's first part as small as .dev/b allows, so $A keeps room for binaries.
+    budget=$(( 64 * 1048576 - tracked - 1048576 ))
+    total=$(stat -c %s "$tmp/model.xz")
+    SPLIT=${SPLIT:-$(( total - (budget - $(size .dev/b)) ))}
+    [ "$SPLIT" -lt 0 ] && SPLIT=0
+    head -c "$SPLIT" "$tmp/model.xz" > "$A/model.part00"
+    tail -c +"$((SPLIT + 1))" "$tmp/model.xz" > .dev/b/model.part01
+    : > .dev/b/model.xz
+    sha256sum "$model" | cut -c1-64 > .dev/b/model.sha256
 fi
-tracked=$(git ls-files -z | xargs -0 stat -c %s 2>/dev/null | awk '{s += $1} END {print s}')
+over=0
 for d in "$A" .dev/b; do
     [ -d "$d" ] || continue
-    find "$d" -type f -printf '%s\n' | awk -v d="$d" -v t="$tracked" \
-        '{s += $1} END {printf "%s: %.1f MiB with the tracked files (64 at most)\n", d, (s + t) / 1048576}'
+    mib=$(( ($(size "$d") + tracked) / 1048576 ))
+    echo "$d: $mib MiB with the tracked files (64 at most)"
+    [ "$mib" -lt 64 ] || over=1
 done
+if [ "$over" = 1 ]; then
+    results=$(git ls-files -z results | xargs -0 stat -c %s 2>/dev/null | awk '{s += $1} END {print int(s / 1048576)}')
+    echo "over the limit: move results/ ($results MiB, data the device does not need) out of the checkout"
+    echo "for the device calls, and set SPLIT by hand if the parts still do not fit"
+fi
