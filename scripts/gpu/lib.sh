@@ -14,18 +14,8 @@ export WRING_HOME=/tmp/wring-home
 B=${CARRY_B:-.dev/b}
 mkdir -p "$OUT" "$STAGE" "$WRING_HOME/models"
 
-# The driver's libcuda and nvrtc/cublas/nccl (from the toolkit or the PyPI wheels).
-cuda_libdirs=$(python3 - <<'PY' 2>/dev/null
-import glob, os, site
-dirs = set()
-for sp in site.getsitepackages():
-    for lib in glob.glob(os.path.join(sp, "nvidia", "**", "lib*.so*"), recursive=True):
-        if any(n in lib for n in ("nvrtc", "cublas", "nccl")):
-            dirs.add(os.path.dirname(lib))
-print(":".join(sorted(dirs)))
-PY
-)
-export LD_LIBRARY_PATH="${cuda_libdirs}:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+# The driver's libcuda and nvrtc/cublas/nccl on LD_LIBRARY_PATH.
+. scripts/gpu/cuda_env.sh
 
 start_s=$(date +%s)
 # Seconds since the script started.
