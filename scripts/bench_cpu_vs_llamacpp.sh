@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 2's measurement: wring serve vs llama.cpp's llama-server on this machine's CPU, the same
+# wring serve vs llama.cpp's llama-server on this machine's CPU, the same
 # model (SmolLM2-135M-Instruct Q4_1 GGUF), closed loop at concurrency 1, 8 and 32, 256 max tokens,
 # prompts from the real corpora (`mix`), both driven by the same client (`wring bench serve`).
 # Writes one raw result JSON per (server, concurrency) and a markdown table to $OUT/table.md.

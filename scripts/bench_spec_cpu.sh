@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 4's CPU table: output tokens/s per corpus for no-spec, ngram and suffix
+# The CPU speculation table: output tokens/s per corpus for no-spec, ngram and suffix
 # (K 4/6/8/12, padded and unpadded), dynamic and adaptive K, with acceptance rate
 # and mean accepted length per verify step, plus the geometric mean over corpora.
 # The suffix global tree is reset before every cell (cold); pass --warm to keep it.

@@ -11,7 +11,7 @@ occurred earlier in the answer. Counts, not timings: fine on a busy machine.
     cargo build --release -p wring
     python3 scripts/chat_defaults_quality.py --wring target/release/wring --seeds 10
 
-Settings: `default` (no sampling flag: what the binary resolves by itself), `old` (session 9's
+Settings: `default` (no sampling flag: what the binary resolves by itself), `old` (the earlier
 defaults as flags: temperature 0.7, top_p 0.95, min_p 0.05), `card` (SmolLM2's model card,
 temperature 0.2, top_p 0.9, as flags), `card_rp` (the card with repetition penalty 1.1), `greedy`
 (temperature 0, one run: seeds do not matter); each with DRY off (`--dry-multiplier 0`, since

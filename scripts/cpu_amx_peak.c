@@ -1,4 +1,4 @@
-// Throughput of AMX-BF16 tile products on one core (BENCHMARKS, session 21: the tile
+// Throughput of AMX-BF16 tile products on one core (results/2026-12-05-cpu-prefill-bf16: the tile
 // products are ~5 % of the bf16 prompt-attention kernel's time). Build and run:
 //   gcc -O2 -mamx-tile -mamx-bf16 -o /tmp/amx scripts/cpu_amx_peak.c && /tmp/amx
 // Four independent 16x16 f32 accumulators, A and B held in tiles (no loads in the loop).

@@ -1,4 +1,4 @@
-// The FMA peak of one core, 8 and 16 lanes (BENCHMARKS, session 20: the ceiling the CPU
+// The FMA peak of one core, 8 and 16 lanes (results/2026-12-05-cpu-prefill-simd: the ceiling the CPU
 // attention kernels are measured against). Build and run:
 //   gcc -O3 -mavx512f -mfma -o /tmp/fma scripts/cpu_fma_peak.c && /tmp/fma
 // Twelve independent FMA chains a width (more than latency x ports), 200M iterations each.

@@ -1,6 +1,6 @@
 // The CPU attention kernel's output loop (6 query rows x 64 dimensions, one FMA per key and
 // lane, V rows 768 B apart as in SmolLM2's pool) on one core, as a share of the FMA peak of
-// scripts/cpu_fma_peak.c (6.4 zmm FMAs/ns on the session-22 box). BENCHMARKS, session 22:
+// scripts/cpu_fma_peak.c (6.4 zmm FMAs/ns on the 2-vCPU Xeon). results/2026-12-05-cpu-attention-aligned:
 // 77-85 % with V on 64-byte lines, 6-8 points less with V 16 bytes off (where a large Rust
 // Vec starts), ~62 % when V walks 4,096 keys (L3). Build and run:
 //   gcc -O3 -funroll-all-loops -mavx512f -o /tmp/pv scripts/cpu_pv_loop.c

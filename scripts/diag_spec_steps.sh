@@ -6,7 +6,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 W=${WRING:-target/release/wring}
-OUT=${OUT:-results/diag-spec-steps}
+OUT=${OUT:-results/$(date +%F)-diag-spec-steps}
 CORPUS=${CORPUS:-humaneval}; C=${C:-64}; N=${N:-64}; CHARS=${CHARS:-1500}
 mkdir -p "$OUT"
 port=${PORT:-39400}

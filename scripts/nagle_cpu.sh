@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# TCP_NODELAY on the CPU server (issue 19's streams): `wring serve --device cpu` with
+# TCP_NODELAY on the CPU server (streams at a steady pace): `wring serve --device cpu` with
 # WRING_HTTP_NODELAY=off (Nagle on, the old behaviour) and with the default, alternated
 # ROUNDS times; `wring bench serve` on humaneval at concurrency 1 and 4 (8 prompts,
 # max_tokens 64). Prints tok/s, median TTFT and the median of each stream's longest gap.

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Table of `--speculative suffix` (defaults) over no speculation, per corpus and concurrency,
 from the result JSONs `scripts/tune_cpu_spec_defaults.sh` writes (sequential or PAIRED=1 layout).
-    scripts/spec_defaults_table.py results/tune-cpu-spec-defaults-<date>/paired
+    scripts/spec_defaults_table.py results/<date>-cpu-spec-defaults/paired
 With several folders (passes of the same run, e.g. FLIP=0 and FLIP=1), each cell is the
 geometric mean of the passes' ratios, with their range, and the throughputs are the passes' means."""
 import glob, json, math, os, sys

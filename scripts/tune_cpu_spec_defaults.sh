@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
-# Issue 19 item 4: is `--speculative suffix` (the CPU default: unpadded, adaptive K) ever
+# Is `--speculative suffix` (the CPU default: unpadded, adaptive K) ever
 # slower than no speculation on this CPU? `wring tune` on all seven corpora at concurrency
 # 1, 8 and 64, default weights (`--cpu-weights auto`), greedy, 64 output tokens. Run it on a
 # quiet machine (nothing else compiling); writes $OUT/c{1,8,64}/report.md.
-#   OUT=results/tune-cpu-spec-defaults-<date> scripts/tune_cpu_spec_defaults.sh
+#   OUT=results/<date>-cpu-spec-defaults scripts/tune_cpu_spec_defaults.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
 W=${WRING:-target/release/wring}
-OUT=${OUT:-results/tune-cpu-spec-defaults-$(date +%F)}
+OUT=${OUT:-results/$(date +%F)-cpu-spec-defaults}
 CORPORA=${CORPUS_DIR:-../shared/corpora}
 mkdir -p "$OUT"
 base=(--max-tokens 64 --runs 1 --max-spread 1 --corpus-dir "$CORPORA" --no-progress)

@@ -1,6 +1,7 @@
-# Sourced by the device scripts: puts the driver's libcuda and nvrtc/cublas/nccl (from the
-# toolkit or the PyPI wheels) on LD_LIBRARY_PATH.
-libdirs=$(python3 - <<'PY' 2>/dev/null
+# shellcheck shell=bash
+# Sourced on the device (scripts/gpu/lib.sh, study_scale.sh): puts the driver's libcuda and
+# nvrtc/cublas/nccl (from the toolkit or the PyPI wheels) on LD_LIBRARY_PATH.
+cuda_libdirs=$(python3 - <<'PY' 2>/dev/null
 import glob, os, site
 dirs = set()
 for sp in site.getsitepackages():
@@ -10,4 +11,4 @@ for sp in site.getsitepackages():
 print(":".join(sorted(dirs)))
 PY
 )
-export LD_LIBRARY_PATH="${libdirs}:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+export LD_LIBRARY_PATH="${cuda_libdirs}:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""What a grammar-constrained step costs on a running wring server (issue 20).
+"""What a grammar-constrained step costs on a running wring server.
 
 The same chat prompts are sent twice at each concurrency: plain, and with a
 `response_format` json_schema (the mask is computed on the host and the step's logits

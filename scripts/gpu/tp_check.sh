@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Tensor parallelism (issue 16; issue 17 on 4 and 8 GPUs) in one device call, N = the
-# GPUs nvidia-smi lists. Dummy weights throughout (the 135M model file is used only if
-# it was left under /tmp/wring-stage by an earlier call); tokenizer from .dev/tp/vocab.gguf.
+# Tensor parallelism in one device call on N GPUs (N = the GPUs nvidia-smi lists; the same
+# command runs on 2, 4 and 8). Dummy weights throughout (the 135M model file is used only if
+# an earlier call left it under /tmp/wring-stage); tokenizer from $TP_DIR/vocab.gguf.
 #   1. how the GPUs are linked, and NCCL's all-reduce alone (`gpu_check tp allreduce`)
 #   2. TP=N vs TP=1 logits within bf16 tolerance: dummy 8B, the 135M shape (9 heads in
 #      3 KV groups: uneven split / replicated KV), the real 135M if staged
@@ -11,28 +11,28 @@
 #      (dummy 8B TP=1 and TP=N, 70B TP=N; N >= 4 adds qwen2.5-72b, N = 8 llama-3.1-405b)
 #   5. `wring serve --tensor-parallel-size N` on the 70B shape through HTTP at
 #      concurrency 32, without and with suffix K=4 (`wring bench serve`)
-# Here: scripts/gpu/tp_prepare.sh  (in the checkout the device call sends).
-# Device: run(command="bash scripts/gpu/tp_check.sh", carry=[".dev/tp"], kind="nvidia-h200-x2")
+# Here: A=.dev/tp MODEL=0 TP=1 BUILD=1 scripts/gpu/prepare.sh
+# Device (a multi-GPU kind): bash scripts/gpu/tp_check.sh   (carry .dev/tp)
 # Budget: ~8 minutes on 2 GPUs (BUDGET_S, default 450: later parts are skipped past it;
-# on 4 or 8 GPUs the bigger shapes load longer: BUDGET_S=560 and timeout_s=600).
+# on 4 or 8 GPUs the bigger shapes load longer: BUDGET_S=560 and a 600 s call).
+# TP_PARTS picks parts (default checks,cli,steps,serve); TP_CONFIGS the step-time shapes.
 set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/../.." || exit 1
 T0=$(date +%s)
-OUT=${OUT:-/tmp/wring-out}
+TP_DIR=${TP_DIR:-.dev/tp}
+. scripts/gpu/lib.sh
 # At most 8 files come back from $OUT: logs go to $LOG, tarred into $OUT/tp.tgz at the end.
 LOG=/tmp/tp-log
 rm -rf "$LOG" && mkdir -p "$OUT" "$LOG"
-. "$(dirname "${BASH_SOURCE[0]}")/cuda_env.sh"
 # NVLink multicast stays off on shared hosts (wring sets this too).
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-export WRING_HOME=/tmp/wring-home
-mkdir -p "$WRING_HOME"
 BUDGET_S=${BUDGET_S:-450}
 left() { echo $(( BUDGET_S - ($(date +%s) - T0) )); }
 W=/tmp/wring; G=/tmp/gpu_check; C="$G tp"
-[ -x $W ] || { xz -dc .dev/tp/wring.xz > $W && chmod +x $W; } || exit 1
-[ -f .dev/tp/vocab.gguf ] || { xz -dc .dev/tp/vocab.gguf.xz > .dev/tp/vocab.gguf; } || exit 1
-[ -x $G ] || { xz -dc .dev/tp/gpu_check.xz > $G && chmod +x $G; } || exit 1
-VOCAB=$PWD/.dev/tp/vocab.gguf
+[ -x $W ] || { xz -dc $TP_DIR/wring.xz > $W && chmod +x $W; } || exit 1
+[ -f $TP_DIR/vocab.gguf ] || { xz -dc $TP_DIR/vocab.gguf.xz > $TP_DIR/vocab.gguf; } || exit 1
+[ -x $G ] || { xz -dc $TP_DIR/gpu_check.xz > $G && chmod +x $G; } || exit 1
+VOCAB=$PWD/$TP_DIR/vocab.gguf
 N=$(nvidia-smi -L | grep -c '^GPU')
 {
     nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv,noheader
@@ -82,7 +82,7 @@ if part cli && [ "$(left)" -gt 120 ]; then
     fi
 fi
 
-# TP_CONFIGS overrides the list (issue 17's scaling table: e.g. "llama-3.1-8b:1
+# TP_CONFIGS overrides the list (a scaling table: e.g. "llama-3.1-8b:1
 # llama-3.1-8b:2 llama-3.1-8b:4 llama-3.1-8b:8 llama-3.1-70b:2 ...").
 configs="llama-3.1-8b:1 llama-3.1-8b:$N llama-3.1-70b:$N"
 [ "$N" -ge 4 ] && configs="$configs qwen2.5-72b:$N"
@@ -105,7 +105,7 @@ serve_bench() { # label serve-flags...
         [ $t -ge 240 ] && { echo "== serve $label: not ready after 240 s"; kill $pid; return; }
     done
     timeout $(( $(left) > 150 ? 150 : $(left) )) $W bench serve --base-url "http://127.0.0.1:$PORT" \
-        --corpus mbpp --corpus-dir .dev/tp/corpora --concurrency 32 --num-prompts 64 --runs 1 \
+        --corpus mbpp --corpus-dir $TP_DIR/corpora --concurrency 32 --num-prompts 64 --runs 1 \
         --warmup 8 --max-tokens 128 --ignore-eos --max-prompt-chars 4000 --device "H200x$N" \
         --label "70b-tp$N-$label" --no-progress --result-json "$OUT/serve-$label.json" \
         > "$LOG/bench-$label.log" 2>&1

@@ -116,7 +116,7 @@ pub trait Backend: Send {
     /// size. Called while no sequence holds a block, after start-up probes (the adaptive
     /// policy's calibration, warm-up). The CPU needs it: decode steps of 30+ sequences
     /// whose K/V lay in pages the probes had written ran 8–10 % slower than on new pages
-    /// (BENCHMARKS, session 20). Elsewhere a no-op.
+    /// (results/2026-12-05-cpu-spec-renew-kv). Elsewhere a no-op.
     fn renew_kv(&mut self) -> anyhow::Result<()> {
         Ok(())
     }

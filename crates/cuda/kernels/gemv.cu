@@ -48,7 +48,7 @@
 // columns). mma k-step s of the chunk takes the lane's staged columns 4s .. 4s + 3 as its
 // logical k 2c, 2c + 1 (a0a1, b0b1) and 2c + 8, 2c + 9 (a4a5, b2b3): a permutation of k inside
 // the chunk, applied to the weights and the tokens alike. Requires K % 32 == 0, rows % 16 == 0.
-// scripts/gpu/emulate_gemv.py emulates the indexing and the bit tricks against numpy.
+// `python3 scripts/gpu/emulate gemv` emulates the indexing and the bit tricks against numpy.
 
 #define GV_WARPS 4
 // Columns of K one block stages (the host keeps chunks_per_split * 4W at or below this).

@@ -6,7 +6,7 @@
 //! candidates and the fastest is kept for that (tokens, n_in, n_out) from then on, so an
 //! eager step and the graph captured from the same shape run the same algorithm.
 //! Why: cuBLAS's default for skinny decode GEMMs (a few tokens × a large weight) reads the
-//! weights well below the HBM bandwidth on an H200 (issue 7's 8B roofline numbers).
+//! weights well below the HBM bandwidth on an H200 (results/2026-11-30-cuda-h200: the 8B roofline numbers).
 
 use crate::blaslt::BlasLt;
 use crate::gemm::Gemm;

@@ -10,7 +10,7 @@ use std::ffi::c_void;
 /// is finished when it returns (a pageable `cuMemcpyHtoD` returns once the data is staged,
 /// before its DMA lands; a memset is asynchronous), and the backend's non-blocking stream is
 /// not ordered after them, so its next kernel could read the destination half-written
-/// (seen in `gpu_check attention`, session 13: the last rows of a 3 MB activation upload
+/// (seen in `gpu_check attention`, results/2026-12-02-flash-prefill: the last rows of a 3 MB activation upload
 /// were still the previous run's when attention read them).
 pub fn wait_legacy_stream() -> Result<(), result::DriverError> {
     // SAFETY: the null stream is the context's legacy default stream.

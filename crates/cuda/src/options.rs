@@ -28,16 +28,16 @@ pub enum AttentionKernel {
     Mma,
     /// `Mma` with each warp's K/V tiles copied by cp.async into its own ring in shared
     /// memory (no tile held in registers, one barrier to merge the warps). Faster than `Mma`
-    /// at batch 1 and at 32 × 13, slower at 32 × 1 (both models; session 13, graph
-    /// replay), so not the default. (Session 12's one failed check of it was, by every sign,
-    /// the upload race `copy_htod_landed` closes: session 13 saw the same kind of failure in
-    /// every kernel.)
+    /// at batch 1 and at 32 × 13, slower at 32 × 1 (both models, graph replay;
+    /// results/2026-12-02-flash-prefill), so not the default. (Its one failed check in
+    /// results/2026-12-02-staged-attention was, by every sign, the upload race
+    /// `copy_htod_landed` closes: the same kind of failure later showed in every kernel.)
     MmaStaged,
     /// `Mma` with prefill chunks on the decode/verify kernel too (head_dim 64 prefill
     /// before attention_flash), kept to measure against.
     MmaOnly,
     /// Prefill chunks on the decode/verify kernel too, each tile's K/V loads waited for
-    /// before its math (the default of session 9), kept to measure against.
+    /// before its math (the default before results/2026-12-01-prefill-attention), kept to measure against.
     MmaSerial,
     /// One block per (token, head) with the keys split over 4 blocks plus a combine
     /// kernel for decode/verify steps: the default before `Mma`, kept to measure against.
@@ -52,9 +52,9 @@ pub const DEFAULT_SMALL_LINEAR_MAX_T: usize = 8;
 
 /// How bf16/fp8 (dense) linears of steps of at most `small_linear_max_t` tokens run
 /// (`WRING_CUDA_SMALL_STEP_PATH`). The gemv path is faster than cuBLAS for the 135M model at
-/// batch 1 and slower at batch 8 and for the 8B model (BENCHMARKS). Default cuBLAS: `auto`
+/// batch 1 and slower at batch 8 and for the 8B model (results/2026-12-01-gemv). Default cuBLAS: `auto`
 /// may keep gemv for a key whose first (eager) step ran on cuBLAS, so that step's bits
-/// differ from its replays (`gpu_check graphs`: batch 1 × q 1 and q 2 DIFFERENT, session 9).
+/// differ from its replays (`gpu_check graphs`: batch 1 × q 1 and q 2 DIFFERENT, results/2026-12-01-fused-norm).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SmallStepPath {
     /// Each captured graph key of at most 8 tokens is captured on both paths, each replayed
@@ -69,8 +69,7 @@ pub enum SmallStepPath {
 
 /// The default of `WRING_CUDA_GEMV_4BIT_MAX_T`: int4 and nvfp4 weights take the gemv kernels
 /// for steps of up to 8 tokens (H200, dummy Llama-3.1-8B decode: 1.37× and 1.81× faster than
-/// the tensor-core dequantising kernel at batch 1; BENCHMARKS "Quantized weights on the gemv
-/// kernels"), and steps of 9 to 64 may take the multi-tile builds ([`MultiGemvPath`]).
+/// the tensor-core dequantising kernel at batch 1; results/2026-12-01-gemv), and steps of 9 to 64 may take the multi-tile builds ([`MultiGemvPath`]).
 pub const DEFAULT_GEMV_4BIT_MAX_T: usize = 64;
 
 /// How int4/nvfp4 linears of steps of 9 to `gemv_4bit_max_t` (at most 64) tokens run
@@ -85,7 +84,7 @@ pub enum MultiGemvPath {
     /// the tensor-core kernel unless their key already chose the gemv.
     Auto,
     /// Always the multi-tile gemv (the default: 1.3–1.9× faster whole 8B steps at 16–32
-    /// tokens than the tensor-core kernel, BENCHMARKS session 9).
+    /// tokens than the tensor-core kernel, results/2026-12-01-gemv-multi).
     Gemv,
     /// Always the tensor-core kernel.
     TensorCore,
@@ -125,7 +124,7 @@ pub struct CudaOptions {
     /// 5 launches a layer instead of 7; `WRING_CUDA_FUSED_NORM` = on | off, default off). Never
     /// on a tensor-parallel rank. Off by default because it measured no faster anywhere on the
     /// H200 (135M batch 1: 1.009 vs 0.989 ms; batch 8: 1.726 vs 1.382; dummy 8B int4 at 8
-    /// tokens 9.83 vs 6.08 ms — every block re-reads the residual rows; BENCHMARKS, session 9).
+    /// tokens 9.83 vs 6.08 ms — every block re-reads the residual rows; results/2026-12-01-gemv-multi).
     pub fused_norm: bool,
     /// The same fusion on 4-bit steps of 9 to 64 tokens (the multi-tile gemv;
     /// `WRING_CUDA_MULTI_FUSED_NORM` = on | off, default off): every block of the prologue
@@ -138,7 +137,7 @@ pub struct CudaOptions {
     pub pdl: bool,
     /// q|k|v and gate|up weights concatenated at upload: one GEMM each, RoPE fused into
     /// the q/k/v split and SiLU·mul reading the gate|up halves (`WRING_CUDA_FUSED`; on by
-    /// default: 135M decode 1.67 → 1.37 ms, 8B 7.34 → 6.70 ms, scripts/gpu/results/run6).
+    /// default: 135M decode 1.67 → 1.37 ms, 8B 7.34 → 6.70 ms, results/2026-11-30-cuda-h200/runs/run6).
     pub fused: bool,
     /// With `fused`: the q/k/v split writes K and V straight into the layer's KV pool
     /// slots (bf16, the values `kv_store` would write), one launch less per layer
@@ -154,14 +153,14 @@ pub struct CudaOptions {
     /// Run a quantized checkpoint's weights through the quantized kernels (fp8 cuBLASLt,
     /// int4/nvfp4 dequantising GEMM) instead of dequantising them to bf16 at upload
     /// (`WRING_CUDA_QUANT_KERNELS` = on; implied by `WRING_CUDA_WEIGHTS`). The kernels
-    /// match a host reference on the H200 (`gpu_check qgemm`, BENCHMARKS run 9) but are
+    /// match a host reference on the H200 (`gpu_check qgemm`, results/2026-11-30-cuda-h200, run 9) but are
     /// slower than bf16 there, so a checkpoint runs dequantised to bf16 unless asked.
     pub quant_kernels: bool,
     /// FP8 W8A8 without passes of its own (`WRING_CUDA_FP8_FUSED` = on | off, default on):
     /// the RMSNorm and SiLU·mul before an FP8 GEMM write E4M3 codes + per-token scales,
     /// and the kernel after it (q/k/v split, SiLU·mul, add + RMSNorm) applies the per-token
     /// × per-channel rescale. Off: a quantise and a rescale launch around every FP8 GEMM,
-    /// the same bits (kept as the reference `scripts/gpu/quant_speed.sh` compares against).
+    /// the same bits (kept as the reference `gpu_check fp8-fused` compares against).
     pub fp8_fused: bool,
     /// Time cuBLAS against cuBLASLt candidates per GEMM shape at its first eager use and
     /// keep the fastest (`blas.rs`).
@@ -185,7 +184,7 @@ pub struct CudaOptions {
     /// them host-bound; a chunk graph step ran 1.02–2.03× faster than the eager one (135M, H200).
     /// Why off: through the server (c=32, 128 prompts a corpus) bestKpad measured 0.93–1.00×
     /// of off in four runs (c=1 K=4: 0.98–1.02×) — likely the captures of a short run's many
-    /// keys, each paid back only after ~6 replays (BENCHMARKS, session 17); on the 8B
+    /// keys, each paid back only after ~6 replays (results/2026-12-04-chunk-graphs); on the 8B
     /// graphs of chunks over 256 tokens lost to the eager step (pad and grid of the bucket).
     pub chunk_graph_max: usize,
 }
@@ -248,7 +247,7 @@ pub fn chunk_short_query_len(bucket: usize, rows_q: usize) -> usize {
 pub struct MmaSplits {
     /// Keys per split of a decode/verify sequence, per query token (512: decode steps at
     /// batch 1–32 and contexts 256–1024 faster than with 128, verify steps the same;
-    /// session 12, BENCHMARKS "Staged K/V").
+    /// results/2026-12-02-staged-attention).
     pub per_q: usize,
     /// Keys per split of a prefill chunk that runs on `attention_mma` (0: unsplit).
     pub prefill: usize,

@@ -1,8 +1,8 @@
 //! The step shapes a fresh server would otherwise meet cold (`Backend::warm_up_steps`):
 //! each graph key's first sighting runs eagerly and its second is captured (a capture step
 //! ~6.2 ms on the 135M, a replay ~1.8 ms), and an eager step of a new token bucket pays
-//! cuBLAS's per-shape set-up (2–13 ms on the H200, session 15). Session 17's step log
-//! (BENCHMARKS, "Chunk graphs and a chunk step's attention"): a fresh server's eager prompt
+//! cuBLAS's per-shape set-up (2–13 ms on the H200, results/2026-12-03-eager-pad). The step log of
+//! results/2026-12-04-chunk-graphs: a fresh server's eager prompt
 //! steps cost 5.3 ms against 2.5 ms in a second pass. Which shapes: the rules of
 //! `graphs.rs` and `options.rs`, enumerated — nothing here decides a key.
 

@@ -1,8 +1,8 @@
 //! One long-lived thread that runs a job beside the engine's steps: the drafter's deferred
 //! tree updates, submitted before the model's forward and waited for before the next draft,
 //! so they overlap the forward and the emitting of its tokens. A thread spawned per step
-//! instead left 0.116 ms a step in no host phase on the H200 host (BENCHMARKS, "Drafter work
-//! beside the model", run 1).
+//! instead left 0.116 ms a step in no host phase on the H200 host (results/2026-12-01-drafter-deferred,
+//! run 1).
 
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::thread::JoinHandle;

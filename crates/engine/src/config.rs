@@ -207,8 +207,8 @@ impl Default for SuffixParams {
 impl SuffixParams {
     /// Padded to K, a draft shorter than K leaves verify slots empty that cost the same,
     /// so the length cap (match length × factor) and the 0.1 probability floor only throw
-    /// tokens away: no cap below K, floor 0.05 (BENCHMARKS.md, "Our parameters for
-    /// padded-K verification": +5 % tokens a step at K 4, +9 % at K 8 on the trace).
+    /// tokens away: no cap below K, floor 0.05 (results/2026-11-29-suffix-drafter,
+    /// "Our parameters for padded-K verification": +5 % tokens a step at K 4, +9 % at K 8 on the trace).
     pub fn padded() -> Self {
         Self {
             max_spec_factor: 100.0,

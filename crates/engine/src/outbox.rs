@@ -3,7 +3,7 @@
 //! Each event wakes the request's HTTP task on the tokio runtime; sent from the engine
 //! thread, that wake-up (often a futex call for a parked worker) sat on the step's critical
 //! path, inside the `verify_emit` host phase (0.130 ms a step for ~25 sequences, no-spec,
-//! concurrency 32 on the H200 host; BENCHMARKS "Host work per step"). The engine queues a
+//! concurrency 32 on the H200 host; results/2026-12-02-host-outbox). The engine queues a
 //! step's events here and hands them over in one batch after the step; the delivery thread
 //! sends them in order, so a request's events keep their order (all of a request's events
 //! go through one outbox).

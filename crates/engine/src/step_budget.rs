@@ -35,7 +35,7 @@ pub const MIN_PREFILL_TOKENS: usize = 8;
 /// stream's next token waits on it, so it may run longer and prefill in larger, more
 /// efficient chunks; the bound keeps a request that arrives meanwhile waiting ~0.5 s at
 /// most. On the 2-core CPU a lone 2,000-token prompt took 14.1–15.3 s to its first token
-/// with 120 ms steps, 11.0–11.3 s with 500 ms ones, 9.5–12.4 s unchunked (BENCHMARKS).
+/// with 120 ms steps, 11.0–11.3 s with 500 ms ones, 9.5–12.4 s unchunked (results/2026-12-01-cpu-prefill-alone).
 pub const PREFILL_ALONE_TARGET: Duration = Duration::from_millis(500);
 
 /// Steps kept for the fit: enough to span a long prefill's changing positions,

@@ -1,7 +1,7 @@
 //! `--warm-up`: before serving, every step shape the runner names
 //! (`ModelRunner::warm_up_steps`: on CUDA its graph keys and eager token buckets) runs three
 //! times — first sighting, capture, first replay on a graph backend — so the first requests
-//! do not pay for captures and per-shape set-up (BENCHMARKS, session 17: a fresh server's
+//! do not pay for captures and per-shape set-up (results/2026-12-04-chunk-graphs: a fresh server's
 //! eager prompt steps cost 5.3 ms against 2.5 ms in a second pass). The steps use real K/V blocks
 //! from the pool, freed after; nothing reaches the drafter, the metrics or the prefix cache.
 

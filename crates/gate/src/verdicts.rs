@@ -15,8 +15,8 @@ use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 use wring_model::{CpuWeights, PrefillAttention};
 
-/// The CPU formats, fastest first (decode tokens/s on the CPU: BENCHMARKS.md, "4-bit CPU
-/// weights"). f32 is the reference and needs no verdict.
+/// The CPU formats, fastest first (decode tokens/s on the CPU:
+/// results/2026-11-30-cpu-matmul-kernels). f32 is the reference and needs no verdict.
 pub const FASTEST_FIRST: [CpuWeights; 3] = [CpuWeights::Q4, CpuWeights::Q8, CpuWeights::F32];
 
 /// Verdicts shipped for the default model (file name, size in bytes, JSON).

@@ -110,7 +110,7 @@ fn f32_vs_q8_cpu_weights_verdict_is_stable() {
         a.metrics.max_abs_logprob_diff
     );
     assert_eq!(a.positions_over_logprob_threshold > 0, !a.checks.logprob_ok);
-    // Recorded on this model (mbpp+lmsys, 2 prompts each, 12 new tokens): see BENCHMARKS.md.
+    // Recorded on this model (mbpp+lmsys, 2 prompts each, 12 new tokens): see results/2026-11-30-gate.
     eprintln!(
         "f32 vs q8: {} (max |Δ logprob| {:.4}, ppl_rel {:+.5})",
         a.verdict, a.metrics.max_abs_logprob_diff, a.metrics.ppl_rel

@@ -1,4 +1,4 @@
-//! Issue 8's CI check: quantize the default model with every scheme on the CPU, gate each
+//! CI check: quantize the default model with every scheme on the CPU, gate each
 //! against the original, and check that the verdicts are stable (a second run reproduces the
 //! metrics exactly) and ordered as the schemes' precision says they must be.
 

@@ -3,12 +3,16 @@
 //! a path in code or in a macro's arguments; test-only code excluded). A cycle
 //! means neither file can be read, tested or moved without the other.
 //! `crates/lint/tests/import_cycles.rs` runs it over `crates/*` with the README's
-//! test command.
+//! test command. [`switches::unread_switches`]: no script, doc or comment names a
+//! `WRING_*` switch that no code reads (`tests/wring_switches.rs`). And
+//! `tests/benchmarks_page.rs` keeps BENCHMARKS.md equal to what `scripts/benchmarks.py`
+//! makes of the data under `results/`.
 
 pub mod graph;
 pub mod items;
 pub mod modules;
 pub mod refs;
+pub mod switches;
 
 use std::path::{Path, PathBuf};
 

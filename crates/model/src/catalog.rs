@@ -30,8 +30,8 @@ const SMOLLM2_CARD: GenerationDefaults = GenerationDefaults {
 /// An empty system turn. SmolLM2's template otherwise inserts "You are a helpful AI assistant
 /// named SmolLM, trained by Hugging Face", which on the 135M model flattens the first token of
 /// short factual answers: for "What is the capital of France?" (q8 weights) "The" 0.14 vs "L"
-/// 0.13 with it, "The" 0.53 with an empty one (BENCHMARKS.md, "Why the default chat's first
-/// answer … varies"); `wring chat` at the card's temperature 0.2, seeds 1–3, named Paris 1 of
+/// 0.13 with it, "The" 0.53 with an empty one (results/2026-12-04-host-and-drafts,
+/// "Why the default chat's first answer … varies"); `wring chat` at the card's temperature 0.2, seeds 1–3, named Paris 1 of
 /// 3 times with it and 3 of 3 without. Only the 135M was measured, so only it gets this.
 const SMOLLM2_135M_CLI_SYSTEM: &str = "";
 

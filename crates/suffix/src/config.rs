@@ -50,7 +50,7 @@ impl SuffixConfig {
     /// extra verify work: no cap from the match length (a one-token match may draft up to K)
     /// and a lower probability floor. On the fixed llama.cpp trace this gives 5.2-12.1 % more
     /// tokens per step than the ArcticInference defaults at K 4-16 in path mode, 7.4-19.8 % in
-    /// tree mode (BENCHMARKS.md, drafter section).
+    /// tree mode (results/2026-11-29-suffix-drafter).
     pub fn for_padded_k() -> Self {
         Self {
             max_tree_depth: 64,

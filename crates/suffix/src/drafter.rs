@@ -26,7 +26,7 @@ const EXPECTED_OUTPUT_TOKENS: usize = 512;
 /// `MIN_PER_TASK`. In serving the pool sleeps through each model step, and waking it costs
 /// more than it saves: 32 drafts after a 2.5 ms idle gap took 150-220 µs through rayon vs
 /// 70-90 µs in a loop, and 35-43 vs 21-23 µs without the gap (`serving_steps` example,
-/// BENCHMARKS.md "Drafter work beside the model").
+/// results/2026-12-01-drafter-deferred).
 const PARALLEL_FROM: usize = 128;
 const MIN_PER_TASK: usize = 16;
 

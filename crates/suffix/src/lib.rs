@@ -1,4 +1,4 @@
-//! Suffix-tree drafter for model-free speculative decoding (issue 3).
+//! Suffix-tree drafter for model-free speculative decoding.
 //!
 //! Each active request has a suffix tree over its own prompt and output; one global tree
 //! indexes the outputs of past (and in-flight) requests. A draft follows the most frequent

@@ -10,8 +10,7 @@
 //! larger than serving's, freed before serving) cost ~1 % of throughput at concurrency 64
 //! for the server's whole life: 0.983–0.991 of no speculation (three sets of 8 alternating
 //! pairs), 0.997 ± 0.004 with these thresholds, while no speculation itself did not move
-//! (1.000 ± 0.002; BENCHMARKS, "CPU speculation at concurrency 64: the allocator's
-//! thresholds"). Fixed, a step costs the same whatever ran before it.
+//! (1.000 ± 0.002; results/2026-12-05-cpu-spec-malloc-thresholds). Fixed, a step costs the same whatever ran before it.
 
 /// Blocks from this size up are mapped on their own: glibc's own ceiling for the
 /// adaptive value, so the buffers of serving's steps stay on the heap (only outsized

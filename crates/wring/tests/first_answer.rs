@@ -67,9 +67,9 @@ fn everyday_questions_get_answers_not_loops() {
 }
 
 #[test]
-fn the_loop_detector_catches_the_answer_issue_19_saw() {
+fn the_loop_detector_catches_the_q4_first_answer() {
     let model = wring_model::load_model(&wring_model::ModelSpec::default()).expect("default model");
-    // What `--cpu-weights q4` answered greedily to the first question (issue 19).
+    // What `--cpu-weights q4` answered greedily to the first question (results/2026-12-01-gate-cpu-formats).
     let seen = "L'Étoile, la Marsebeau, la France, la France, la France, la France, la France, la France, la France, la France, la France";
     assert!(is_loop(&model.tokenizer.encode(seen).unwrap()));
     let fine = "The capital of France is Paris. It is known for the Eiffel Tower, the Louvre museum and its cafés along the Seine.";
@@ -97,8 +97,8 @@ fn has_word(text: &str, words: &[&str]) -> bool {
 /// With the template's system turn France's first token is nearly tied (The 0.14, L 0.13), so
 /// sampling started "L'Étoile, la ..." at seeds 2 and 3; with the empty one "The" is 0.53 and
 /// every seed names Paris, which is why France must be right at all three seeds. Without DRY
-/// both the card's settings and session 9's 0.7/0.95/0.05 looped (BENCHMARKS.md, "Chat
-/// defaults of the default model").
+/// both the card's settings and the earlier 0.7/0.95/0.05 looped
+/// (results/2026-12-01-chat-defaults).
 #[test]
 fn default_chat_sampling_answers_known_questions_right_without_loops() {
     let model = wring_model::load_model(&wring_model::ModelSpec::default()).expect("default model");

@@ -2,7 +2,7 @@
 //!
 //! A large `Vec` starts 16 bytes past a page boundary (the allocator's header), so
 //! every 512-bit load from it spans two cache lines; the attention kernel over such
-//! K/V pools measured ~10 % slower (BENCHMARKS, session 22). An [`Aligned`] buffer is a zeroed `Vec` a little longer than
+//! K/V pools measured ~10 % slower (results/2026-12-05-cpu-attention-aligned). An [`Aligned`] buffer is a zeroed `Vec` a little longer than
 //! asked, used from its first 64-byte boundary. The `Vec` comes from `calloc`, which
 //! maps fresh zero pages and touches none of them, so a large pool costs memory only
 //! where it is written (a KV pool is sized for the whole context but mostly unused).

@@ -459,7 +459,7 @@ pub(crate) unsafe fn attend_bf16(
             // Output: O(16 rows × 16 dims) += P(16 × 32 keys) · V(32 keys × 16 dims) as
             // Phi·Vhi + Pres·Vhi + Phi·Vres, in chunks of four output tiles (tmm4–7).
             // (Blocking the keys so that every group reuses a block's V tiles from cache
-            // measured no faster: attention_bench, session 21.)
+            // measured no faster: attention_bench, results/2026-12-05-cpu-prefill-bf16.)
             let acc = s.acc.as_mut_ptr();
             let acc_at = |g: usize, c: usize| acc.add(g * T * d + 16 * c);
             for g in 0..groups {

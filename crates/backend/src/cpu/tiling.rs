@@ -142,8 +142,8 @@ pub(crate) fn grouped(
     micro: impl Fn(usize, usize, usize, &mut [[f32; GROUP]; 4]) + Sync,
 ) -> Vec<f32> {
     // Every cell is written exactly once below, so the buffer is not cleared first (a
-    // memset of the whole output per matmul was ~2 % of a CPU server's time, session 13's
-    // profile); its length is set once the writes are done.
+    // memset of the whole output per matmul was ~2 % of a CPU server's time in the profile of
+    // results/2026-12-02-cpu-matmul-no-clear); its length is set once the writes are done.
     let n = t_rows * w_rows;
     let mut out: Vec<f32> = Vec::with_capacity(n);
     let groups = w_rows.div_ceil(GROUP);

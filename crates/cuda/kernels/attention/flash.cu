@@ -19,7 +19,7 @@
 // Shared memory: per stage FL_KEYS rows of K then FL_KEYS rows of V, D bf16 each; the 16-byte
 // pieces of a row are XOR-swizzled by (key & 7), so the eight rows an ldmatrix reads at one
 // logical piece land in eight different bank groups. FL_STAGES(D) buffers filled by cp.async
-// (the next stages' copies run under this stage's math). scripts/gpu/emulate_attention_flash.py
+// (the next stages' copies run under this stage's math). `python3 scripts/gpu/emulate flash`
 // emulates the lane arithmetic against float64.
 
 #define FL_WARPS 4

@@ -20,9 +20,8 @@
 // a.prefill_split_keys, 0 = unsplit) and how many blocks take a (sequence, KV head, chunk)'s
 // splits (a.grid_splits: a block runs splits split0, split0 + grid_splits, ...) come from
 // the host (WRING_CUDA_MMA_SPLITS). Giving every split its own block and splitting prefill
-// chunks measured no faster in session 11 (prefill slower): the time is in how fast a
-// block walks its keys, not in how the keys are spread (BENCHMARKS, "Where attention_mma's
-// time goes").
+// chunks measured no faster (prefill slower; results/2026-12-02-attention-splits): the time is in
+// how fast a block walks its keys, not in how the keys are spread.
 //
 // Arithmetic, transposed so that the rows are the mma's N dimension (8 rows a tile: a
 // decode step of a GQA-4 model wastes half a tile, not three quarters):
@@ -65,7 +64,7 @@ __device__ __forceinline__ uint4 ld_nc_v4(const void* p) {
 // registers); STAGED copies its next MMA_STAGES(D) - 1 tiles with cp.async into its own ring
 // in dynamic shared memory (no registers held, no block barrier in the loop), reads each
 // tile's fragments from there, and merges the warps through the ring after one barrier
-// (WRING_CUDA_ATTENTION=mma-staged; session 13, graph replay: faster than the register paths
+// (WRING_CUDA_ATTENTION=mma-staged; results/2026-12-02-flash-prefill, graph replay: faster than the register paths
 // at batch 1 and 32 x 13, slower at 32 x 1 for both models: not the default).
 #define MMA_SERIAL 0
 #define MMA_PREFETCH 1
@@ -584,7 +583,7 @@ __device__ __forceinline__ void attention_mma(const AttnArgs& a) {
 // One entry point per (head_dim, row tiles) the host may pick (MMA_ROW_TILES in
 // crates/cuda/src/params.rs); written out so the loader can find the names. The default
 // (WRING_CUDA_ATTENTION=mma) prefetches for head_dim 64 and takes `_serial` for 128;
-// `_staged` is `mma-staged`; `mma-serial` takes `_serial` everywhere (session 9's default).
+// `_staged` is `mma-staged`; `mma-serial` takes `_serial` everywhere (the earlier default).
 extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32) attention_mma_d64_n1(AttnArgs a) { pdl_entry(); attention_mma<64, 1, MMA_PREFETCH>(a); }
 extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32) attention_mma_d64_n2(AttnArgs a) { pdl_entry(); attention_mma<64, 2, MMA_PREFETCH>(a); }
 extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32) attention_mma_d64_n3(AttnArgs a) { pdl_entry(); attention_mma<64, 3, MMA_PREFETCH>(a); }

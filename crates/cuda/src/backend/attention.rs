@@ -36,7 +36,7 @@ const FLASH_ROWS: usize = 16 * FLASH_WARPS;
 /// Head dims whose `attention_mma` prefetches each warp's next K/V tile: faster for the 135M
 /// shape (64: verify 32 x 5 1.243 vs 1.390 ms, decode 32 x 1 1.141 vs 1.184) and slower for
 /// the 8B one (128: decode 8 x 1 5.64 vs 5.31 ms, 32 x 1 6.91 vs 6.60; twice the tile's
-/// registers). Session 10, BENCHMARKS "K/V prefetch and a prefill kernel".
+/// registers). results/2026-12-01-prefill-attention.
 const PREFETCH_HEAD_DIMS: [usize; 1] = [64];
 /// Tokens of a step whose rows may split their keys when prefill chunks run on
 /// attention_flash (decode and verify rows only: 256 sequences of up to 16 tokens); rows of later
@@ -145,7 +145,7 @@ impl CudaBackend {
                     // The step's shorter sequences (decode, verify, short chunks), on
                     // blocks sized for the longest of them: sized for 16 tokens, a chunk
                     // step's decode rows took 0.55 ms of attention instead of 0.35–0.38
-                    // (135M, 32 × 1 and 32 × 5 beside 55 prompt tokens; session 17).
+                    // (135M, 32 × 1 and 32 × 5 beside 55 prompt tokens; results/2026-12-04-chunk-graphs).
                     let short = self.short_query_len;
                     let (nt, chunks) =
                         mma_tiles(shape.head_dim, short * group, usize::MAX).expect("built above");

@@ -1,4 +1,4 @@
-//! `gpu_check fused-norm [OUT_DIR]` (issue 15): the gemv path with the RMSNorm in the q|k|v
+//! `gpu_check fused-norm [OUT_DIR]`: the gemv path with the RMSNorm in the q|k|v
 //! and gate|up prologue and the residual add in the o and down epilogue
 //! (`WRING_CUDA_FUSED_NORM`), on dummy SmolLM2-135M and Llama-3.1-8B weights
 //! (`FUSED_NORM_MODELS=dummy,dummy-8b`):

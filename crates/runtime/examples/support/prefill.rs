@@ -5,7 +5,7 @@
 //! Logits only for each sequence's last token, as the engine asks. Variants
 //! (`PREFILL_VARIANTS`, default `flash,mma-only`): `flash` = attention_flash takes the chunks
 //! (the default), `mma-only` = attention_mma takes them, `staged` = flash with mma-staged for
-//! the decode rows. (Session 13 also timed prefill.cu's kernel, since deleted: BENCHMARKS.) Each
+//! the decode rows. (results/2026-12-02-flash-prefill also timed prefill.cu's kernel, since deleted.) Each
 //! round times every variant once per shape, the variants' order rotating by round
 //! (`PREFILL_ROUNDS`, default 5); the table has each median. Writes `OUT_DIR/prefill.json`.
 

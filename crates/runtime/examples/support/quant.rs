@@ -306,7 +306,7 @@ pub fn check(model: &str, golden: Option<&str>) -> Result<()> {
 /// of 9 to 64 tokens on the multi-tile gemv / the tensor-core kernel, `multi-fused` = multi
 /// with the norm fused into those steps' gemv too) and step shape (QUANT_BENCH_SHAPES, default
 /// 1x1,8x1,32x1,32x5), against each scheme's own HBM roofline. OUT: a `.json` path, or a
-/// folder for `quant.json` — issue 21's rows plus the variant, rewritten after each scheme
+/// folder for `quant.json` — one row per (scheme, shape, variant), rewritten after each scheme
 /// so a call cut short keeps what finished. QUANT_BENCH_GATE=PREFIX: after loading scheme X,
 /// wait for PREFIX.X.go before timing and create PREFIX.X.done after, so several schemes can
 /// load in parallel processes while their timings run one at a time.

@@ -9,8 +9,8 @@
 //! that `WRING_CUDA_MMA_SPLITS`, `+` for `,`).
 //! `STEPS_SHAPES=1x1,8x1` restricts the batch × q shapes; `STEPS_CTX=1024` times both models
 //! at that context instead of 256 (135M) and 512 (8B).
-//! Writes `OUT_DIR/steps.json` (issue 14: decode at batch 1/8/32, verify 32 × (1 + K),
-//! K ∈ {4, 6, 8, 12}) and `OUT_DIR/latency.json` (issue 15: decode at batch 1 and 8 with
+//! Writes `OUT_DIR/steps.json` (decode at batch 1/8/32, verify 32 × (1 + K),
+//! K ∈ {4, 6, 8, 12}) and `OUT_DIR/latency.json` (decode at batch 1 and 8 with
 //! the kernels a replayed step launches).
 
 use super::time_steps;

@@ -68,7 +68,7 @@ pub struct ModelArgs {
     /// lm head stay bf16): bf16, fp8 (W8A8 through cuBLASLt), int4 (W4A16, group 128) or nvfp4
     /// (weight-only on Hopper: no FP4 tensor cores before Blackwell). Sets WRING_CUDA_WEIGHTS.
     /// Saves memory (int4 2.7x less than bf16); on the H200 every scheme was slower than bf16
-    /// before fp8's fused activation path (BENCHMARKS run 9; issue 21). A `wring quantize`
+    /// before fp8's fused activation path (results/2026-11-30-cuda-h200, run 9). A `wring quantize`
     /// checkpoint or a published FP8 checkpoint runs dequantised to bf16 unless
     /// WRING_CUDA_QUANT_KERNELS=on. `wring tune --weights` sweeps these as a configuration axis.
     #[arg(long, value_parser = ["bf16", "fp8", "int4", "nvfp4"])]
@@ -236,7 +236,7 @@ pub const CHAT_TOP_P: f32 = 0.95;
 pub const CHAT_MIN_P: f32 = 0.05;
 /// DRY for chat (no model card or generation config sets it): the default model under any
 /// chat sampling falls into phrase loops ("la France, la France, …") that DRY penalises
-/// without touching single repeated tokens (BENCHMARKS.md, issue 19 item 1).
+/// without touching single repeated tokens (results/2026-12-01-chat-defaults).
 pub const CHAT_DRY_MULTIPLIER: f32 = 0.8;
 
 impl SamplingArgs {
@@ -520,8 +520,7 @@ impl ModelArgs {
 
 /// [`start_engine`] for the commands that run one request at a time (`generate`, `chat`):
 /// at most one sequence, so the adaptive K policy's start-up probes time batch 1 only
-/// instead of every batch size up to `--max-num-seqs` (BENCHMARKS, "CPU speculation at
-/// concurrency 64: the allocator's thresholds").
+/// instead of every batch size up to `--max-num-seqs` (results/2026-12-05-cpu-spec-malloc-thresholds).
 pub fn start_one_stream_engine(args: &CommonArgs) -> anyhow::Result<(EngineHandle, EngineInfo)> {
     let mut args = args.clone();
     args.engine.max_num_seqs = 1;

@@ -310,7 +310,7 @@ mod tests {
 
     #[test]
     fn a_compute_bound_batch_drafts_nothing() {
-        // Issue 19 item 4: a CPU step of 32 sequences, 13 ms fixed + 1.3 ms a row (rows
+        // results/2026-12-02-cpu-spec-row-price: a CPU step of 32 sequences, 13 ms fixed + 1.3 ms a row (rows
         // cost what decode rows cost). Plain decode gives 32 / 54.6 ms; a drafted row
         // pays only if accepted with probability > 1.3 × 32 / 54.6 ≈ 0.76. Drafts
         // accepted 35–55 % of the time (what the corpora measured) buy no row, so the

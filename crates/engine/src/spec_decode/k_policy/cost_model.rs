@@ -8,7 +8,7 @@
 //! row of a sequence hundreds of tokens long costs what it really does. Without those
 //! two terms, refits over real steps (mostly prefill rows beside decode rows on the
 //! CPU) priced a verify row below its cost and the adaptive policy drafted where it
-//! could not pay (BENCHMARKS, issue 19 item 4).
+//! could not pay (results/2026-12-02-cpu-spec-row-price).
 
 use crate::least_squares::nonnegative_fit;
 use std::collections::{BTreeMap, VecDeque};
