@@ -123,7 +123,7 @@ def test_readiness_says_loading_then_ready_then_draining(tmp_path):
         # A long stream is running when SIGTERM arrives: the server drains it.
         async def drain():
             async with httpx.AsyncClient(base_url=srv.base, timeout=300) as client:
-                body = {"model": "smol", "prompt": "Count slowly:", "max_tokens": 96,
+                body = {"model": "smol", "prompt": "Count slowly:", "max_tokens": 256,
                         "ignore_eos": True, "stream": True, "temperature": 0}
                 async with client.stream("POST", "/v1/completions", json=body) as resp:
                     assert resp.status_code == 200
