@@ -69,6 +69,42 @@ class Server:
         raise KeyError(name)
 
 
+def spawn(args, log_path: pathlib.Path, wait_path: str | None = "/health", timeout: float = 300):
+    """Starts `wring serve ARGS` on a free loopback port; waits for `wait_path` to answer 200
+    (None: returns at once). The caller stops it (`stop`)."""
+    port = free_port()
+    cmd = [wring_bin(), "serve", "--host", "127.0.0.1", "--port", str(port)] + list(args)
+    log = open(log_path, "w")
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+    srv = Server(proc, f"http://127.0.0.1:{port}", log_path)
+    if wait_path is None:
+        return srv
+    deadline = time.time() + timeout
+    while True:
+        if proc.poll() is not None:
+            raise RuntimeError(f"wring serve exited with {proc.returncode}:\n{srv.log()}")
+        try:
+            if httpx.get(srv.base + wait_path, timeout=2).status_code == 200:
+                return srv
+        except httpx.HTTPError:
+            pass
+        if time.time() > deadline:
+            proc.kill()
+            raise RuntimeError(f"wring serve did not answer {wait_path}:\n{srv.log()}")
+        time.sleep(0.2)
+
+
+def stop(srv: "Server", timeout: float = 60) -> int:
+    """SIGTERM, then the exit code (killed and raised past `timeout`)."""
+    if srv.proc.poll() is None:
+        srv.proc.send_signal(signal.SIGTERM)
+    try:
+        return srv.proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        srv.proc.kill()
+        raise
+
+
 @pytest.fixture(scope="session")
 def server(tmp_path_factory):
     port = free_port()

@@ -2,30 +2,22 @@
 //! automatic prefix caching of full blocks.
 //!
 //! A full block whose tokens are all committed gets a hash chained over the hash of
-//! the previous block and its own token ids. Blocks are refcounted; a block whose
-//! refcount drops to zero goes to the tail of an LRU free queue but keeps its hash,
-//! so a later request with the same prefix can take it back. Allocation takes from
-//! the head of the queue and evicts the block's hash at that moment.
+//! the previous block and its own token ids (`kv_events.rs`: the scheme prefix-cache-aware
+//! routers recompute from prompt tokens; a sequence's first block chains from the root
+//! hash). Blocks are refcounted; a block whose refcount drops to zero goes to the tail of
+//! an LRU free queue but keeps its hash, so a later request with the same prefix can take
+//! it back. Allocation takes from the head of the queue and evicts the block's hash at that
+//! moment. With a [`KvEventSink`] attached, every block that enters or leaves the cache is
+//! reported (`BlockStored` / `BlockRemoved`), so a router can mirror the cache.
 
 use std::collections::HashMap;
-use std::hash::{Hash, Hasher};
+
+pub use crate::kv_events::BlockHash;
+use crate::kv_events::{hash_block, KvEvent, KvEventSink, KvEventsConfig};
 
 pub type BlockId = u32;
-/// Chained hash of a full block (see [`hash_block`]).
-pub type BlockHash = u64;
 
 const NIL: u32 = u32::MAX;
-
-/// Hash of one full block given the previous block's hash (0 for the first block).
-pub fn hash_block(parent: BlockHash, tokens: &[u32]) -> BlockHash {
-    // SipHash with fixed keys: deterministic across runs, good spread.
-    #[allow(deprecated)]
-    let mut h = std::hash::SipHasher::new_with_keys(0x77_72_69_6e_67, 0x6b_76);
-    parent.hash(&mut h);
-    tokens.hash(&mut h);
-    // Never 0, so 0 can stand for "no parent".
-    h.finish().max(1)
-}
 
 #[derive(Debug, Clone)]
 struct Block {
@@ -57,6 +49,10 @@ pub struct BlockManager {
     cached: HashMap<BlockHash, BlockId>,
     enable_caching: bool,
     stats: PrefixCacheStats,
+    /// Parent hash of every sequence's first block.
+    root: BlockHash,
+    /// Where cache changes are reported (None: nowhere).
+    events: Option<KvEventSink>,
 }
 
 impl BlockManager {
@@ -81,6 +77,8 @@ impl BlockManager {
             cached: HashMap::new(),
             enable_caching,
             stats: PrefixCacheStats::default(),
+            root: KvEventsConfig::default().root(),
+            events: None,
         };
         for id in 0..num_blocks as u32 {
             m.push_free_tail(id);
@@ -114,6 +112,46 @@ impl BlockManager {
         self.blocks[id as usize].ref_count
     }
 
+    /// Chains hashes from `cfg`'s root and reports cache changes to its sink from now on,
+    /// starting with `AllBlocksCleared` (a router may hold this server's blocks from an
+    /// earlier run). Every cached hash is dropped first: they were chained from the old root.
+    pub fn attach_kv_events(&mut self, cfg: &KvEventsConfig) {
+        let ids: Vec<BlockId> = self.cached.values().copied().collect();
+        for id in ids {
+            let b = &mut self.blocks[id as usize];
+            b.hash = None;
+            b.key = None;
+        }
+        self.cached.clear();
+        self.root = cfg.root();
+        self.events = cfg.sink.clone();
+        self.emit(KvEvent::AllCleared);
+    }
+
+    /// The parent hash of a sequence's first block.
+    pub fn root_hash(&self) -> BlockHash {
+        self.root
+    }
+
+    /// Every hash in the prefix cache (unordered): what a router mirroring the events holds.
+    pub fn cached_hashes(&self) -> Vec<BlockHash> {
+        self.cached.keys().copied().collect()
+    }
+
+    fn emit(&self, e: KvEvent) {
+        if let Some(sink) = &self.events {
+            sink.send(e);
+        }
+    }
+
+    fn parent_of(&self, hashes: &[BlockHash], i: usize) -> BlockHash {
+        if i == 0 {
+            self.root
+        } else {
+            hashes[i - 1]
+        }
+    }
+
     /// Blocks needed to hold `num_tokens` tokens.
     pub fn blocks_for(&self, num_tokens: usize) -> usize {
         num_tokens.div_ceil(self.block_size)
@@ -125,7 +163,7 @@ impl BlockManager {
         let full = tokens.len() / self.block_size;
         while hashes.len() < full {
             let i = hashes.len();
-            let parent = if i == 0 { 0 } else { hashes[i - 1] };
+            let parent = self.parent_of(hashes, i);
             let chunk = &tokens[i * self.block_size..(i + 1) * self.block_size];
             hashes.push(hash_block(parent, chunk));
         }
@@ -145,7 +183,7 @@ impl BlockManager {
         }
         for (i, h) in hashes.iter().enumerate().take(max_blocks) {
             let Some(&id) = self.cached.get(h) else { break };
-            let parent = if i == 0 { 0 } else { hashes[i - 1] };
+            let parent = self.parent_of(hashes, i);
             let chunk = &tokens[i * self.block_size..(i + 1) * self.block_size];
             match &self.blocks[id as usize].key {
                 Some((p, t)) if *p == parent && t.as_slice() == chunk => hits.push(id),
@@ -229,22 +267,39 @@ impl BlockManager {
         if !self.enable_caching {
             return full.max(already);
         }
+        // Newly cached blocks, reported as runs of consecutive blocks (one event each).
+        let mut run: Option<(usize, usize)> = None;
         for i in already..full {
             let id = table[i];
             let h = hashes[i];
             if self.blocks[id as usize].hash.is_some() || self.cached.contains_key(&h) {
                 // Already cached (ours via a hit, or an identical block computed by
                 // another request at the same time): keep ours unhashed.
+                self.report_stored(run.take(), tokens, hashes);
                 continue;
             }
-            let parent = if i == 0 { 0 } else { hashes[i - 1] };
+            let parent = self.parent_of(hashes, i);
             let chunk = tokens[i * self.block_size..(i + 1) * self.block_size].to_vec();
             let b = &mut self.blocks[id as usize];
             b.hash = Some(h);
             b.key = Some((parent, chunk));
             self.cached.insert(h, id);
+            run = Some(run.map_or((i, i + 1), |(start, _)| (start, i + 1)));
         }
+        self.report_stored(run, tokens, hashes);
         full.max(already)
+    }
+
+    /// A `BlockStored` event for blocks `start..end` of a sequence.
+    fn report_stored(&self, run: Option<(usize, usize)>, tokens: &[u32], hashes: &[BlockHash]) {
+        let (Some(sink), Some((start, end))) = (&self.events, run) else {
+            return;
+        };
+        sink.send(KvEvent::Stored {
+            hashes: hashes[start..end].to_vec(),
+            parent: (start > 0).then(|| hashes[start - 1]),
+            tokens: tokens[start * self.block_size..end * self.block_size].to_vec(),
+        });
     }
 
     /// Puts an idle pool back in its first state: every block free, none cached, the free
@@ -255,7 +310,14 @@ impl BlockManager {
         if self.num_free != self.blocks.len() {
             return false;
         }
+        let had_cached = !self.cached.is_empty();
+        let (root, events) = (self.root, self.events.take());
         *self = Self::new(self.blocks.len(), self.block_size, self.enable_caching);
+        self.root = root;
+        self.events = events;
+        if had_cached {
+            self.emit(KvEvent::AllCleared);
+        }
         true
     }
 
@@ -289,6 +351,9 @@ impl BlockManager {
             b.key = None;
             if self.cached.get(&h) == Some(&id) {
                 self.cached.remove(&h);
+                if let Some(sink) = &self.events {
+                    sink.send(KvEvent::Removed { hashes: vec![h] });
+                }
             }
         }
     }
@@ -511,5 +576,93 @@ mod tests {
         assert!(m.allocate(&mut t, 4));
         m.commit_full_blocks(&t, &a, &h, 0, 4);
         assert!(m.find_cached_prefix(&a, &h, 2).is_empty());
+    }
+
+    /// Applies events to a set, as a router's index would.
+    fn mirror(src: &mut crate::kv_events::KvEventSource, set: &mut std::collections::HashSet<u64>) {
+        while let Ok(e) = src.rx.try_recv() {
+            match e {
+                KvEvent::Stored { hashes, .. } => set.extend(hashes),
+                KvEvent::Removed { hashes } => {
+                    for h in hashes {
+                        assert!(set.remove(&h), "removed a hash that was never stored");
+                    }
+                }
+                KvEvent::AllCleared => set.clear(),
+            }
+        }
+    }
+
+    #[test]
+    fn events_mirror_the_cache_and_chain_from_the_root() {
+        let (sink, mut src) = crate::kv_events::kv_event_channel(1024);
+        let cfg = KvEventsConfig {
+            hash_seed: "7".into(),
+            model_name: "m".into(),
+            sink: Some(sink),
+        };
+        let mut m = BlockManager::new(4, 2, true);
+        m.attach_kv_events(&cfg);
+        assert_eq!(src.rx.try_recv().unwrap(), KvEvent::AllCleared);
+        let a = toks(5, 10);
+        let mut ha = Vec::new();
+        m.extend_hashes(&a, &mut ha);
+        assert_eq!(ha[0], hash_block(cfg.root(), &a[..2]));
+        assert_eq!(ha[1], hash_block(ha[0], &a[2..4]));
+        let mut ta = Vec::new();
+        assert!(m.allocate(&mut ta, 5));
+        m.commit_full_blocks(&ta, &a, &ha, 0, 5);
+        assert_eq!(
+            src.rx.try_recv().unwrap(),
+            KvEvent::Stored {
+                hashes: ha.clone(),
+                parent: None,
+                tokens: a[..4].to_vec()
+            },
+            "one event for the run of two blocks"
+        );
+        m.free_all(&mut ta);
+        // Four new blocks evict both cached ones.
+        let mut t = Vec::new();
+        assert!(m.allocate(&mut t, 8));
+        let mut set = std::collections::HashSet::new();
+        set.extend(ha.iter().copied());
+        mirror(&mut src, &mut set);
+        assert!(set.is_empty());
+        assert!(m.cached_hashes().is_empty());
+        // A sequence whose first block is already cached reports the rest with a parent.
+        m.free_all(&mut t);
+        let b = toks(6, 10);
+        let mut hb = Vec::new();
+        m.extend_hashes(&b, &mut hb);
+        let mut t1 = Vec::new();
+        assert!(m.allocate(&mut t1, 2));
+        m.commit_full_blocks(&t1, &b, &hb, 0, 2);
+        let mut t2 = Vec::new();
+        assert!(m.allocate(&mut t2, 6));
+        m.commit_full_blocks(&t2, &b, &hb, 0, 6);
+        let mut events = Vec::new();
+        while let Ok(e) = src.rx.try_recv() {
+            events.push(e);
+        }
+        assert_eq!(
+            events.last().unwrap(),
+            &KvEvent::Stored {
+                hashes: hb[1..].to_vec(),
+                parent: Some(hb[0]),
+                tokens: b[2..6].to_vec()
+            }
+        );
+        let mut mirrored: Vec<u64> = events
+            .iter()
+            .flat_map(|e| match e {
+                KvEvent::Stored { hashes, .. } => hashes.clone(),
+                _ => Vec::new(),
+            })
+            .collect();
+        let mut cached = m.cached_hashes();
+        mirrored.sort_unstable();
+        cached.sort_unstable();
+        assert_eq!(mirrored, cached);
     }
 }

@@ -18,6 +18,8 @@ pub(crate) enum Command {
     Submit(Box<Submission>),
     Abort(u64),
     ResetSuffixCache,
+    /// The prefix cache's block hashes (admin listing).
+    CachedBlocks(tokio::sync::oneshot::Sender<Vec<u64>>),
     Shutdown(Duration),
 }
 

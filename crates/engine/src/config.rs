@@ -39,6 +39,9 @@ pub struct EngineConfig {
     /// Accept requests that carry a recorded output to emit instead of the model's own
     /// tokens (`GenerateRequest::replay_output`): a benchmark mode, off unless asked for.
     pub replay_outputs: bool,
+    /// How prefix-cache block hashes are chained, and where cache changes are reported
+    /// (`kv_events.rs`).
+    pub kv_events: crate::kv_events::KvEventsConfig,
 }
 
 impl Default for EngineConfig {
@@ -55,6 +58,7 @@ impl Default for EngineConfig {
             step_log: None,
             warm_up: false,
             replay_outputs: false,
+            kv_events: Default::default(),
         }
     }
 }

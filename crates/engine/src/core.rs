@@ -169,6 +169,8 @@ impl EngineCore {
             core.runner.renew_kv()?;
             core.sched.blocks.reset_when_idle();
         }
+        // Block hashes chain from the configured root; cache changes reach the sink.
+        core.sched.blocks.attach_kv_events(&core.cfg.kv_events);
         Ok((core, max_model_len))
     }
 
@@ -245,6 +247,9 @@ impl EngineCore {
                 }
             }
             Command::ResetSuffixCache => self.spec.proposer().reset_global(),
+            Command::CachedBlocks(reply) => {
+                let _ = reply.send(self.sched.blocks.cached_hashes());
+            }
             Command::Shutdown(drain) => {
                 let d = Instant::now() + drain;
                 self.drain_deadline = Some(self.drain_deadline.map_or(d, |x| x.min(d)));

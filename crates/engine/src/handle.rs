@@ -81,6 +81,11 @@ impl Engine {
         cfg: EngineConfig,
     ) -> anyhow::Result<(EngineHandle, EngineInfo)> {
         cfg.validate()?;
+        let mut cfg = cfg;
+        if cfg.kv_events.model_name.is_empty() {
+            // Block hashes chain from a root named after the model routers see.
+            cfg.kv_events.model_name = model.name.clone();
+        }
         let ServedModel {
             name,
             tokenizer,
@@ -211,6 +216,16 @@ impl EngineHandle {
     /// to control cache state).
     pub fn reset_suffix_cache(&self) {
         self.shared.send(Command::ResetSuffixCache);
+    }
+
+    /// Every block hash in the prefix cache, read on the engine thread between steps
+    /// (None when the engine has stopped).
+    pub async fn cached_block_hashes(&self) -> Option<Vec<u64>> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        if !self.shared.send(Command::CachedBlocks(tx)) {
+            return None;
+        }
+        rx.await.ok()
     }
 
     /// Stops admitting, lets running requests finish until `drain` has passed,

@@ -12,21 +12,27 @@
 //! - `tokenize`: vLLM's `/tokenize` and `/detokenize`.
 //! - `metrics`: `/metrics` in Prometheus text with vLLM's names; `stats`: the
 //!   periodic throughput log line.
-//! - `serve`: run until a shutdown signal, then drain the engine within a timeout.
+//! - `ops`: `/ready` (not ready while loading or draining), the loading-phase server, the
+//!   prefix cache's block listing; `kv_publisher`: KV-cache events over ZMQ for routers.
+//! - `serve`: run until a shutdown signal, then drain the engine within a timeout (the
+//!   port stays open meanwhile: `/ready` says `draining`, new requests get 503).
 
 pub mod body;
 pub mod choice;
 pub mod cors;
 pub mod error;
 pub mod generate;
+pub mod kv_publisher;
 pub mod logprobs;
 pub mod messages;
 pub mod metrics;
+pub mod ops;
 pub mod params;
 pub mod prom;
 pub mod prompt;
 pub mod prompts;
 pub mod protocol;
+pub mod readiness;
 pub mod routes;
 pub mod state;
 pub mod stats;
@@ -66,33 +72,51 @@ pub fn nodelay(
     })
 }
 
-/// Serves `state` on `listener` until `shutdown` resolves; then stops accepting
-/// connections, lets running requests finish for up to the drain timeout, aborts
-/// the rest and stops the engine.
+/// Serves `state` on `listener` until `shutdown` resolves; then says `draining` on
+/// `/ready`, refuses new requests (503), lets running ones finish for up to the drain
+/// timeout, aborts the rest, stops the engine and closes the listener.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     state: Arc<AppState>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     let (signalled_tx, signalled_rx) = tokio::sync::oneshot::channel::<()>();
-    let graceful = async move {
+    let (drained_tx, drained_rx) = tokio::sync::oneshot::channel::<()>();
+    let watch = async move {
         shutdown.await;
         let _ = signalled_tx.send(());
     };
-    let server = tokio::spawn(
+    let watch = tokio::spawn(watch);
+    // The listener stays open through the drain, so probes and routers see `draining`.
+    let mut server = tokio::spawn(
         axum::serve(nodelay(listener), router(state.clone()))
-            .with_graceful_shutdown(graceful)
+            .with_graceful_shutdown(async move {
+                let _ = drained_rx.await;
+            })
             .into_future(),
     );
     let stats = stats::spawn(state.clone());
 
-    // Resolves on the signal, or early if the server itself failed.
-    let _ = signalled_rx.await;
+    // The signal, or the server ending on its own (it failed).
+    let ended = tokio::select! {
+        _ = signalled_rx => None,
+        r = &mut server => Some(r),
+    };
+    watch.abort();
+    if let Some(r) = ended {
+        let engine = state.engine.clone();
+        tokio::task::spawn_blocking(move || engine.shutdown(Duration::ZERO)).await?;
+        stats.abort();
+        r??;
+        anyhow::bail!("the HTTP server stopped on its own");
+    }
+    state.readiness.set(readiness::Phase::Draining);
     let drain = state.config.drain_timeout;
     tracing::info!("shutting down: running requests get up to {drain:?} to finish");
     let engine = state.engine.clone();
     tokio::task::spawn_blocking(move || engine.shutdown(drain)).await?;
     stats.abort();
+    let _ = drained_tx.send(());
     match tokio::time::timeout(FLUSH_GRACE, server).await {
         Ok(joined) => joined??,
         Err(_) => {

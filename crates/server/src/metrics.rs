@@ -13,13 +13,33 @@ use crate::state::AppState;
 
 pub async fn handler(State(state): State<Arc<AppState>>) -> impl IntoResponse {
     let snapshot = state.engine.metrics();
+    let mut text = render(&snapshot, state.model_name());
+    text.push_str(&cache_config_info(
+        state.info.block_size,
+        state.info.num_kv_blocks,
+        state.model_name(),
+    ));
     (
         [(
             header::CONTENT_TYPE,
             "text/plain; version=0.0.4; charset=utf-8",
         )],
-        render(&snapshot, state.model_name()),
+        text,
     )
+}
+
+/// `vllm:cache_config_info`: the KV cache's block size and block count as labels (what the
+/// Gateway API Inference Extension's prefix-cache scorer reads). No LoRA metric: this server
+/// serves no adapters, so `vllm:lora_requests_info` is absent rather than empty.
+pub fn cache_config_info(block_size: usize, num_blocks: usize, model_name: &str) -> String {
+    let mut p = PromText::new(&[("model_name", model_name)]);
+    let (bs, nb) = (block_size.to_string(), num_blocks.to_string());
+    p.info(
+        "vllm:cache_config_info",
+        "KV cache configuration (labels; value 1).",
+        &[("block_size", bs.as_str()), ("num_gpu_blocks", nb.as_str())],
+    );
+    p.finish()
 }
 
 pub fn render(m: &MetricsSnapshot, model_name: &str) -> String {
@@ -216,6 +236,12 @@ mod tests {
         m.count_verify(3, 2);
         m.ttft.observe(0.03);
         let text = render(&m, "smol");
+        assert!(!text.contains("lora"), "no adapters, no LoRA metric");
+        let info = cache_config_info(16, 1234, "smol");
+        assert!(info.contains("# TYPE vllm:cache_config_info gauge"));
+        assert!(info.contains(
+            "vllm:cache_config_info{model_name=\"smol\",block_size=\"16\",num_gpu_blocks=\"1234\"} 1"
+        ));
         for line in [
             "vllm:num_requests_running{model_name=\"smol\"} 2",
             "vllm:kv_cache_usage_perc{model_name=\"smol\"} 0.25",

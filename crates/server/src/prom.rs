@@ -49,6 +49,13 @@ impl PromText {
         self.sample(name, &[], value);
     }
 
+    /// An info metric: one sample of value 1 whose labels carry the information (vLLM's
+    /// `*_info` gauges, e.g. `vllm:cache_config_info`).
+    pub fn info(&mut self, name: &str, help: &str, labels: &[(&str, &str)]) {
+        self.header(name, "gauge", help);
+        self.sample(name, labels, 1.0);
+    }
+
     /// `name` must end in `_total`.
     pub fn counter(&mut self, name: &str, help: &str, value: f64) {
         self.labeled_counter(name, help, &[(&[], value)]);

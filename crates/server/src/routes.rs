@@ -34,6 +34,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/tokenize", post(crate::tokenize::tokenize))
         .route("/detokenize", post(crate::tokenize::detokenize))
         .route("/admin/suffix-cache/reset", post(reset_suffix_cache))
+        .route("/admin/kv-cache/blocks", get(crate::ops::cached_blocks))
         .route_layer(middleware::from_fn_with_state(
             state.clone(),
             require_api_key,
@@ -41,6 +42,7 @@ pub fn router(state: Arc<AppState>) -> Router {
     let router = Router::new()
         .merge(protected)
         .route("/health", get(health))
+        .route("/ready", get(crate::ops::ready))
         .route("/metrics", get(crate::metrics::handler))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed);

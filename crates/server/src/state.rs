@@ -69,6 +69,8 @@ pub struct AppState {
     pub started_unix: u64,
     /// Structured-output grammar compiler (built on first use).
     pub grammars: Grammars,
+    /// Ready, or draining after a shutdown signal (`ops.rs`: `/ready`).
+    pub readiness: crate::readiness::Readiness,
     id_prefix: u32,
     next_id: AtomicU64,
 }
@@ -87,6 +89,7 @@ impl AppState {
             config,
             started_unix: now.as_secs(),
             grammars: Grammars::default(),
+            readiness: crate::readiness::Readiness::new(crate::readiness::Phase::Ready),
             // Distinguishes ids across restarts without a random source.
             id_prefix: now.subsec_nanos() ^ (now.as_secs() as u32).rotate_left(16),
             next_id: AtomicU64::new(1),

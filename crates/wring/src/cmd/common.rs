@@ -122,6 +122,9 @@ pub struct EngineArgs {
     pub replay_outputs: bool,
     #[command(flatten)]
     pub spec: SpecArgs,
+    /// Block-hash chaining and KV-event sink (set by `serve`'s --kv-events-* flags).
+    #[arg(skip)]
+    pub kv_events: wring_engine::KvEventsConfig,
 }
 
 #[derive(clap::Args, Debug, Clone)]
@@ -480,6 +483,7 @@ impl EngineArgs {
             step_log: self.step_log.clone(),
             warm_up: self.warm_up.unwrap_or(false),
             replay_outputs: self.replay_outputs,
+            kv_events: self.kv_events.clone(),
         };
         cfg.validate()?;
         Ok((cfg, vec![spec_line, steps_line]))

@@ -53,7 +53,24 @@ pub struct Args {
     /// be had (dummy weights) with real outputs. Off: such requests get a 400.
     #[arg(long)]
     pub replay_outputs: bool,
+    /// Publish KV-cache events (BlockStored / BlockRemoved / AllBlocksCleared) on this ZMQ
+    /// endpoint, in vLLM's wire format, for prefix-cache-aware routers (llm-d, Dynamo):
+    /// `tcp://*:5557` binds, `tcp://HOST:PORT` connects to a subscriber that binds.
+    #[arg(long, value_name = "ENDPOINT")]
+    pub kv_events_endpoint: Option<String>,
+    /// Topic frame of every KV-event message (llm-d reads `kv@<pod>@<model>`).
+    #[arg(long, default_value = "")]
+    pub kv_events_topic: String,
+    /// Seed of the block-hash chain (the router's `hashSeed`): block hashes are
+    /// FNV-64a over canonical CBOR of [parent, tokens, null], the first block's parent
+    /// derived from this seed and the served model name, as llm-d's indexer computes them.
+    #[arg(long, default_value = "")]
+    pub kv_events_hash_seed: String,
 }
+
+/// KV events the engine may report before the publisher sends them; more are dropped
+/// (counted and logged) rather than stall a step.
+const KV_EVENT_QUEUE: usize = 1 << 16;
 
 pub fn run(mut args: Args) -> anyhow::Result<()> {
     let addr: SocketAddr = format!("{}:{}", args.host, args.port)
@@ -100,20 +117,72 @@ pub fn run(mut args: Args) -> anyhow::Result<()> {
         );
     }
     args.common.engine.warm_up = Some(warm_up(&args));
-    let (engine, info) = start_engine(&args.common)?;
+    // The hash root names the model routers see (the first served name; the engine falls
+    // back to the model's own name).
+    let kv = &mut args.common.engine.kv_events;
+    kv.hash_seed = args.kv_events_hash_seed.clone();
+    kv.model_name = args.served_model_name.first().cloned().unwrap_or_default();
+    let kv_publisher = match &args.kv_events_endpoint {
+        Some(endpoint) => {
+            wring_server::kv_publisher::check_endpoint(endpoint).context("--kv-events-endpoint")?;
+            let (sink, source) = wring_engine::kv_event_channel(KV_EVENT_QUEUE);
+            kv.sink = Some(sink);
+            let medium = if args.common.model.device.starts_with("cuda") {
+                "GPU"
+            } else {
+                "CPU"
+            };
+            Some((
+                wring_server::kv_publisher::KvPublisherConfig {
+                    endpoint: endpoint.clone(),
+                    topic: args.kv_events_topic.clone(),
+                    block_size: args.common.model.block_size,
+                    medium: medium.into(),
+                },
+                source,
+            ))
+        }
+        None => None,
+    };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("wring-http")
         .build()
         .context("starting the async runtime")?;
     runtime.block_on(async move {
-        let listener = match tokio::net::TcpListener::bind(addr).await {
-            Ok(l) => l,
-            Err(e) => {
-                engine.shutdown(Duration::ZERO);
-                return Err(e).with_context(|| format!("binding {addr}"));
-            }
-        };
+        // The port answers from the start (503 `loading` on /health and /ready), so an
+        // orchestrator can tell a loading server from a dead one.
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("binding {addr}"))?;
+        let listener = listener.into_std()?;
+        let (loaded_tx, loaded_rx) = tokio::sync::oneshot::channel::<()>();
+        let loading = tokio::spawn(wring_server::ops::serve_while_loading(
+            tokio::net::TcpListener::from_std(listener.try_clone()?)?,
+            loaded_rx,
+        ));
+        tracing::info!(
+            "listening on http://{}: not ready until the model is loaded",
+            listener.local_addr()?
+        );
+        if let Some((cfg, source)) = kv_publisher {
+            wring_server::kv_publisher::spawn(cfg, source)?;
+        }
+        let common = args.common.clone();
+        let (started_tx, started_rx) = tokio::sync::oneshot::channel();
+        std::thread::Builder::new()
+            .name("wring-load".into())
+            .spawn(move || {
+                let _ = started_tx.send(start_engine(&common));
+            })
+            .context("starting the model-loading thread")?;
+        let started = started_rx
+            .await
+            .context("the model-loading thread ended without an answer")?;
+        let _ = loaded_tx.send(());
+        let _ = loading.await;
+        let (engine, info) = started?;
+        let listener = tokio::net::TcpListener::from_std(listener)?;
         let state = AppState::new(engine, info, config);
         tracing::info!(
             "serving {:?} on http://{}{}",
