@@ -97,6 +97,48 @@ fn json_object_allows_any_object_but_not_other_values() {
 }
 
 #[test]
+fn json_object_strings_keys_and_numbers_are_bounded_so_a_loop_must_close() {
+    use wring_grammar::{JSON_OBJECT_MAX_KEY, JSON_OBJECT_MAX_STRING};
+    let value = |len: usize| {
+        format!(
+            r#"{{"a": "{}"}}"#,
+            "la France, ".repeat(len / 11 + 1)[..len].to_string()
+        )
+    };
+    let (ok, n, mut m) = feed(&GrammarSpec::JsonObject, &value(JSON_OBJECT_MAX_STRING));
+    assert_eq!(ok, n, "a string of the longest allowed length");
+    assert!(eos_allowed(&mut m));
+    // One character more: the string must have closed before it.
+    let (ok, n, _) = feed(&GrammarSpec::JsonObject, &value(JSON_OBJECT_MAX_STRING + 1));
+    assert!(ok < n, "a string past {JSON_OBJECT_MAX_STRING} characters");
+    let key = |len: usize| format!(r#"{{"{}": 1}}"#, "k".repeat(len));
+    assert_eq!(
+        feed(&GrammarSpec::JsonObject, &key(JSON_OBJECT_MAX_KEY)).0,
+        ids(&key(JSON_OBJECT_MAX_KEY)).len()
+    );
+    let (ok, n, _) = feed(&GrammarSpec::JsonObject, &key(JSON_OBJECT_MAX_KEY + 1));
+    assert!(ok < n, "a key past {JSON_OBJECT_MAX_KEY} characters");
+    let (ok, n, _) = feed(
+        &GrammarSpec::JsonObject,
+        &format!(r#"{{"n": {}}}"#, "1".repeat(40)),
+    );
+    assert!(ok < n, "a 40-digit number");
+    // Escapes, nesting, every kind of value, and an empty object still parse.
+    for text in [
+        r#"{"s": "a \"quoted\" word\n\u00e9", "x": -1.5e3, "t": true, "f": false, "z": null, "o": {"p": [1, {}, []]}}"#,
+        "{}",
+        "{ \"a\" : [ ] }",
+    ] {
+        let (ok, n, mut m) = feed(&GrammarSpec::JsonObject, text);
+        assert_eq!(ok, n, "{text}");
+        assert!(eos_allowed(&mut m), "{text}");
+        serde_json::from_str::<serde_json::Value>(text).expect("the test's text is JSON");
+    }
+    let (ok, n, _) = feed(&GrammarSpec::JsonObject, "{\"a\": \"x\u{1}\"}");
+    assert!(ok < n, "a raw control character inside a string");
+}
+
+#[test]
 fn regex_choice_and_grammars() {
     let rx = GrammarSpec::Regex("[0-9]{3}-[a-z]+".into());
     let (ok, n, mut m) = feed(&rx, "123-abc");

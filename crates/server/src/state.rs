@@ -30,7 +30,7 @@ pub struct ServerConfig {
     pub drain_timeout: Duration,
     /// Period of the throughput log line (zero = off).
     pub stats_interval: Duration,
-    /// Origins allowed to call from a browser (`*` = any; empty = no CORS headers).
+    /// Origins allowed to call from a browser (`*` = any; empty, the default = no CORS headers).
     pub allowed_origins: Vec<String>,
     /// `max_tokens` of a chat request that sends none (0 = the rest of the context).
     pub max_tokens_default: u32,
@@ -39,6 +39,12 @@ pub struct ServerConfig {
     /// The model's own sampling settings (its generation config, else its model card: the CLI's
     /// `wring_model::ModelSampling`), for fields a request leaves out.
     pub generation_defaults: wring_model::GenerationDefaults,
+    /// `dry_multiplier` of a chat request that sends none: 0 (off, OpenAI's semantics) unless the
+    /// model is measured to loop without the DRY penalty (`wring serve` decides; llama.cpp's
+    /// other DRY settings, the ones `wring chat` uses, come with it).
+    pub dry_multiplier_default: f32,
+    /// Socket settings: listen backlog, connection cap, header-read and idle timeouts.
+    pub listen: crate::listen::ListenConfig,
 }
 
 impl Default for ServerConfig {
@@ -50,10 +56,12 @@ impl Default for ServerConfig {
             retry_after_s: 1,
             drain_timeout: Duration::from_secs(30),
             stats_interval: Duration::from_secs(10),
-            allowed_origins: vec!["*".into()],
+            allowed_origins: Vec::new(),
             max_tokens_default: DEFAULT_MAX_TOKENS,
             generation_defaults: wring_model::GenerationDefaults::default(),
             tool_call_format: None,
+            dry_multiplier_default: 0.0,
+            listen: crate::listen::ListenConfig::default(),
         }
     }
 }
