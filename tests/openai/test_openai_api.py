@@ -208,9 +208,11 @@ def test_client_errors_map_to_openai_exceptions(client, server):
 
 def test_plain_requests_end_without_looping_to_the_cap(client):
     """What most clients send: no temperature, no max_tokens. For the default model the server
-    fills in its card's sampling and the DRY loop penalty (what `wring chat` uses), says so in
-    /v1/models, and every answer ends by itself."""
-    defaults = client.models.retrieve(MODEL).model_extra["sampling_defaults"]
+    fills in its card's sampling, the DRY loop penalty and the empty system message (what
+    `wring chat` uses), says so in /v1/models, and every answer ends by itself."""
+    card = client.models.retrieve(MODEL).model_extra
+    assert card["default_system_message"] == "", "wring chat's system message for this model"
+    defaults = card["sampling_defaults"]
     assert defaults["dry_multiplier"] == pytest.approx(0.8)
     assert defaults["dry_base"] == pytest.approx(1.75) and defaults["dry_allowed_length"] == 2
     assert defaults["temperature"] == pytest.approx(0.2) and defaults["max_tokens"] == 2048

@@ -416,6 +416,10 @@ pub struct ModelCard {
     pub max_model_len: usize,
     /// What a request gets for the fields it leaves out (wring's extension).
     pub sampling_defaults: SamplingDefaults,
+    /// The system message a chat request without one (and without tools) gets in place of
+    /// the template's own; absent = the template's (wring's extension).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub default_system_message: Option<String>,
 }
 
 /// The sampling a request gets for fields it leaves out, where that is not OpenAI's

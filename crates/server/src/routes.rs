@@ -261,6 +261,7 @@ fn model_card(state: &AppState, name: &str) -> ModelCard {
         owned_by: "wring",
         max_model_len: state.info.max_model_len,
         sampling_defaults: sampling_defaults(&state.config),
+        default_system_message: state.config.default_system.clone(),
     }
 }
 

@@ -43,6 +43,10 @@ pub struct ServerConfig {
     /// model is measured to loop without the DRY penalty (`wring serve` decides; llama.cpp's
     /// other DRY settings, the ones `wring chat` uses, come with it).
     pub dry_multiplier_default: f32,
+    /// System message of a chat request that sends none (and offers no tools), in place of
+    /// the one the template inserts: `wring serve` sets the one `wring chat` uses where it
+    /// measured better (the default model's: empty). None = the template's own.
+    pub default_system: Option<String>,
     /// Socket settings: listen backlog, connection cap, header-read and idle timeouts.
     pub listen: crate::listen::ListenConfig,
 }
@@ -61,6 +65,7 @@ impl Default for ServerConfig {
             generation_defaults: wring_model::GenerationDefaults::default(),
             tool_call_format: None,
             dry_multiplier_default: 0.0,
+            default_system: None,
             listen: crate::listen::ListenConfig::default(),
         }
     }

@@ -30,7 +30,7 @@ pub struct Args {
     /// browser pages on other origins cannot read the API's answers).
     #[arg(long, num_args = 1.., default_value = "none")]
     pub allowed_origins: Vec<String>,
-    /// `dry_multiplier` of a request that sends none: `auto` turns the DRY loop penalty on
+    /// `dry_multiplier` of a chat request that sends none: `auto` turns the DRY loop penalty on
     /// (0.8, with llama.cpp's base 1.75, allowed length 2, the whole context: what `wring
     /// chat` uses) for a model measured to loop without it (the default model, BENCHMARKS.md
     /// "Server defaults of the default model") and leaves it off for others; or a number
@@ -113,12 +113,19 @@ pub fn run(mut args: Args) -> anyhow::Result<()> {
     if dry > 0.0 {
         let engine = wring_engine::api::SamplingParams::default();
         tracing::info!(
-            "loop penalty for requests that send no dry_multiplier: DRY {dry} (base {}, allowed length {}, whole context; {why}); a request's dry_multiplier overrides it, 0 turns it off",
+            "loop penalty for chat requests that send no dry_multiplier: DRY {dry} (base {}, allowed length {}, whole context; {why}); a request's dry_multiplier overrides it, 0 turns it off",
             engine.dry_base,
             engine.dry_allowed_length
         );
     } else {
         tracing::info!("loop penalty: off unless a request sends dry_multiplier ({why})");
+    }
+    config.default_system = system_default(&args.common.model);
+    match &config.default_system {
+        Some(s) => tracing::info!(
+            "system message of chat requests that send none (and no tools): {s:?}, what `wring chat` uses for this model (measured better than the template's own)"
+        ),
+        None => tracing::info!("system message of chat requests that send none: the template's own"),
     }
     if let Some(limit) = wring_server::listen::raise_open_files_limit() {
         if (limit as usize) < config.listen.max_connections + 64 {
@@ -192,6 +199,17 @@ fn dry_default(flag: &str, model: &super::common::ModelArgs) -> anyhow::Result<(
             "no measurement says this model needs it; --default-dry-multiplier sets one".into(),
         ),
     })
+}
+
+/// The system message `wring chat` sends for this model when none is given, where one
+/// measured better than the template's (`wring_model::cli_system_default`); none for dummy
+/// weights.
+fn system_default(model: &super::common::ModelArgs) -> Option<String> {
+    if model.load_format == "dummy" {
+        return None;
+    }
+    let path = wring_model::resolve_model_path(model.model.as_deref()).ok()?;
+    wring_model::cli_system_default(&path).map(str::to_string)
 }
 
 /// The socket settings the flags ask for.
