@@ -257,6 +257,7 @@ impl Conn {
             let deadline = activity.deadline(&self.config);
             tokio::select! {
                 _ = conn.as_mut() => return,
+                _ = activity.changed.notified() => {}
                 _ = sleep_until(deadline) => {
                     if let Some(why) = activity.expired(&self.config) {
                         tracing::debug!("closing a connection: {why}");
@@ -287,6 +288,8 @@ async fn sleep_until(deadline: Option<Instant>) {
 struct Activity {
     in_flight: AtomicUsize,
     state: Mutex<Quiet>,
+    /// Wakes the connection's watch when its deadline may have moved.
+    changed: tokio::sync::Notify,
 }
 
 #[derive(Clone, Copy)]
@@ -305,6 +308,7 @@ impl Activity {
                 idle_since: Instant::now(),
                 head_started: None,
             }),
+            changed: tokio::sync::Notify::new(),
         }
     }
 
@@ -318,9 +322,16 @@ impl Activity {
 
     fn on_read(&self) {
         if self.in_flight.load(Ordering::Acquire) == 0 {
+            let mut first = false;
             self.update(|q| {
-                q.head_started.get_or_insert_with(Instant::now);
+                if q.head_started.is_none() {
+                    q.head_started = Some(Instant::now());
+                    first = true;
+                }
             });
+            if first {
+                self.changed.notify_one();
+            }
         }
     }
 
@@ -357,6 +368,7 @@ impl InFlight {
     fn begin(activity: Arc<Activity>) -> Self {
         activity.in_flight.fetch_add(1, Ordering::AcqRel);
         activity.update(|q| q.head_started = None);
+        activity.changed.notify_one();
         Self(activity)
     }
 }
@@ -368,6 +380,7 @@ impl Drop for InFlight {
             q.head_started = None;
         });
         self.0.in_flight.fetch_sub(1, Ordering::AcqRel);
+        self.0.changed.notify_one();
     }
 }
 

@@ -110,6 +110,19 @@ pub fn run(mut args: Args) -> anyhow::Result<()> {
     }
     let (dry, why) = dry_default(&args.default_dry_multiplier, &args.common.model)?;
     config.dry_multiplier_default = dry;
+    if dry > 0.0
+        && args.default_dry_multiplier == "auto"
+        && config.generation_defaults.temperature.is_some()
+    {
+        // Through the API (a 2,048-token cap, not the chat command's 256) the card's
+        // temperature 0.2 with DRY still let 2 of 46 everyday answers ramble to the cap;
+        // greedy with DRY answered all 8 questions right, the longest in 308 tokens
+        // (BENCHMARKS.md, "Server defaults of the default model").
+        config.generation_defaults.temperature = Some(0.0);
+        tracing::info!(
+            "temperature of requests that send none: 0 (greedy), not the model card's: with the loop penalty it answers everyday questions right and ends them (BENCHMARKS.md); a request's temperature wins"
+        );
+    }
     if dry > 0.0 {
         let engine = wring_engine::api::SamplingParams::default();
         tracing::info!(
