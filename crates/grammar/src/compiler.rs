@@ -97,39 +97,37 @@ pub fn with_json_layout(schema: &Value) -> Value {
     schema
 }
 
-/// Longest string value of a `json_object` output, in characters (an escape counts as one).
+/// Longest string of a `json_object` output (values; keys are free), in characters (an escape
+/// counts as one).
 pub const JSON_OBJECT_MAX_STRING: usize = 1024;
-/// Longest key of a `json_object` output, in characters.
-pub const JSON_OBJECT_MAX_KEY: usize = 128;
 
-/// `response_format: {"type": "json_object"}`: any JSON object, but bounded where a model
-/// can loop without ever closing it: each string at most [`JSON_OBJECT_MAX_STRING`]
-/// characters (keys [`JSON_OBJECT_MAX_KEY`]), numbers at most 16 digits before and after the
-/// point, whitespace as [`JSON_WHITESPACE`]. A model that repeats itself inside a string
+/// `response_format: {"type": "json_object"}`: any JSON object, but with every string value at
+/// most [`JSON_OBJECT_MAX_STRING`] characters, so a model that repeats itself inside a string
 /// (the default model did, to the token limit) has to close it, and the object then closes
 /// like any other; an output cut by `max_tokens` still ends with `finish_reason: "length"`.
-/// Written in llguidance's Lark, which, unlike a JSON schema, can bound keys and numbers.
-fn json_object_grammar() -> String {
-    // A character: anything but a quote, a backslash or a control character, or an escape
-    // (`\/` is left out: `/` needs none, and it would end the Lark regex).
-    let ch = r#"[^"\\\x00-\x1F\x7F]|\\["\\bfnrt]|\\u[0-9a-fA-F]{4}"#;
-    format!(
-        r#"start: object
-value: object | array | STRING | NUMBER | "true" | "false" | "null"
-object: "{{" "}}" | "{{" pair ("," pair)* "}}"
-pair: KEY ":" value
-array: "[" "]" | "[" value ("," value)* "]"
-KEY: /"({ch}){{1,{JSON_OBJECT_MAX_KEY}}}"/
-STRING: /"({ch}){{0,{JSON_OBJECT_MAX_STRING}}}"/
-NUMBER: /-?(0|[1-9][0-9]{{0,15}})(\.[0-9]{{1,16}})?([eE][+-]?[0-9]{{1,3}})?/
-%ignore /{JSON_WHITESPACE}/
-"#
-    )
+/// Whitespace is bounded as for every JSON constraint ([`JSON_WHITESPACE`]).
+fn json_object_schema() -> Value {
+    json!({
+        "type": "object",
+        "additionalProperties": {"$ref": "#/$defs/value"},
+        "$defs": {
+            "value": {"anyOf": [
+                {"type": "string", "maxLength": JSON_OBJECT_MAX_STRING},
+                {"type": "number"},
+                {"type": "boolean"},
+                {"type": "null"},
+                {"type": "array", "items": {"$ref": "#/$defs/value"}},
+                {"type": "object", "additionalProperties": {"$ref": "#/$defs/value"}}
+            ]}
+        }
+    })
 }
 
 fn top_level(spec: &GrammarSpec) -> Result<TopLevelGrammar, GrammarError> {
     Ok(match spec {
-        GrammarSpec::JsonObject => TopLevelGrammar::from_lark(json_object_grammar()),
+        GrammarSpec::JsonObject => {
+            TopLevelGrammar::from_json_schema(with_json_layout(&json_object_schema()))
+        }
         GrammarSpec::JsonSchema(schema) => {
             if !schema.is_object() && !schema.is_boolean() {
                 return Err(GrammarError::Invalid(

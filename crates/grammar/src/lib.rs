@@ -18,8 +18,7 @@ mod matcher;
 mod spec;
 
 pub use compiler::{
-    with_json_layout, GrammarCompiler, GrammarError, JSON_OBJECT_MAX_KEY, JSON_OBJECT_MAX_STRING,
-    JSON_WHITESPACE,
+    with_json_layout, GrammarCompiler, GrammarError, JSON_OBJECT_MAX_STRING, JSON_WHITESPACE,
 };
 pub use matcher::{GrammarMatcher, TokenMask};
 pub use spec::GrammarSpec;

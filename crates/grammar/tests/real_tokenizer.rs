@@ -97,32 +97,20 @@ fn json_object_allows_any_object_but_not_other_values() {
 }
 
 #[test]
-fn json_object_strings_keys_and_numbers_are_bounded_so_a_loop_must_close() {
-    use wring_grammar::{JSON_OBJECT_MAX_KEY, JSON_OBJECT_MAX_STRING};
+fn json_object_strings_are_bounded_so_a_loop_must_close() {
+    use wring_grammar::JSON_OBJECT_MAX_STRING;
     let value = |len: usize| {
         format!(
-            r#"{{"a": "{}"}}"#,
-            "la France, ".repeat(len / 11 + 1)[..len].to_string()
+            r#"{{"a": {{"b": ["{}"]}}}}"#,
+            &"la France, ".repeat(len / 11 + 1)[..len]
         )
     };
     let (ok, n, mut m) = feed(&GrammarSpec::JsonObject, &value(JSON_OBJECT_MAX_STRING));
-    assert_eq!(ok, n, "a string of the longest allowed length");
+    assert_eq!(ok, n, "a string of the longest allowed length, nested");
     assert!(eos_allowed(&mut m));
     // One character more: the string must have closed before it.
     let (ok, n, _) = feed(&GrammarSpec::JsonObject, &value(JSON_OBJECT_MAX_STRING + 1));
     assert!(ok < n, "a string past {JSON_OBJECT_MAX_STRING} characters");
-    let key = |len: usize| format!(r#"{{"{}": 1}}"#, "k".repeat(len));
-    assert_eq!(
-        feed(&GrammarSpec::JsonObject, &key(JSON_OBJECT_MAX_KEY)).0,
-        ids(&key(JSON_OBJECT_MAX_KEY)).len()
-    );
-    let (ok, n, _) = feed(&GrammarSpec::JsonObject, &key(JSON_OBJECT_MAX_KEY + 1));
-    assert!(ok < n, "a key past {JSON_OBJECT_MAX_KEY} characters");
-    let (ok, n, _) = feed(
-        &GrammarSpec::JsonObject,
-        &format!(r#"{{"n": {}}}"#, "1".repeat(40)),
-    );
-    assert!(ok < n, "a 40-digit number");
     // Escapes, nesting, every kind of value, and an empty object still parse.
     for text in [
         r#"{"s": "a \"quoted\" word\n\u00e9", "x": -1.5e3, "t": true, "f": false, "z": null, "o": {"p": [1, {}, []]}}"#,

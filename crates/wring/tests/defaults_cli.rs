@@ -139,7 +139,10 @@ fn generate_answers_a_question_through_the_chat_template_and_raw_continues_the_t
         answer.contains("Paris"),
         "an instruct model answers a user message: {answer:?}"
     );
-    assert!(log.contains("a user message in the model's chat template"), "{log}");
+    assert!(
+        log.contains("a user message in the model's chat template"),
+        "{log}"
+    );
     // The bare text, as before: this instruct model ends it at once.
     let (ok, raw, log) = generate(&["--raw", "--prompt", q]);
     assert!(ok, "{log}");
