@@ -385,6 +385,13 @@ def structured():
     return t.render()
 
 
+def chat_defaults():
+    t = Table(["server defaults", "answered right", "loops", "at the 2,048-token cap", "longest answer (tokens)"])
+    for r in rows_of("chat-defaults"):
+        t.row([r["settings"], r["right"], r["loops"], r["at_cap"], num(r["longest"])], r)
+    return t.render()
+
+
 def study_scale():
     files = sorted(glob.glob(os.path.join(RESULTS, "*", "serving.json")))
     files = [f for f in files if "study-scale" in os.path.basename(os.path.dirname(f))]
@@ -431,6 +438,7 @@ TOPICS = {
     "cpu-spec": {"key": ["concurrency"]},
     "drafter": {"key": ["k"]},
     "structured": {"key": ["device", "concurrency"]},
+    "chat-defaults": {"key": ["settings"]},
 }
 
 SECTIONS = [
@@ -465,6 +473,10 @@ SECTIONS = [
     ("Structured-output cost", structured,
      "The same chat prompts plain and with a `response_format` json_schema, output tokens/s "
      "(constrained requests stop when the object is complete)."),
+    ("Everyday answers through the API with the server's defaults", chat_defaults,
+     "`scripts/chat_defaults_quality.py --api`: 8 everyday questions × seeds 1–10, each request "
+     "carrying only its messages and seed, so the server's defaults decide; the default model "
+     "on the CPU."),
     ("Study-scale runs", study_scale,
      "Larger models and tensor parallelism: the best configuration per (model, corpus, "
      "concurrency, max tokens, source) and its ratio over no speculation, with the geometric "

@@ -19,6 +19,15 @@ chat turns DRY on by default). `old_dry`, `card_dry`, `greedy_dry`: the same wit
 `--dry-multiplier` M (--dry, default 0.8) and llama.cpp's base 1.75 and allowed length 2.
 
     python3 scripts/chat_defaults_quality.py --settings old_dry,card_dry,greedy_dry --dry 0.8
+
+Through the HTTP API instead (`--api URL` of a running `wring serve`): each question × seed is one
+`POST /v1/chat/completions` with only `messages` and `seed` (no temperature, no max_tokens:
+what most clients send, so the server's defaults decide everything), setting `api`; or `api_nodry`
+(the same with `dry_multiplier: 0`). Besides right and loops it counts answers that reached the
+cap (`finish_reason` "length") and prints the longest answer's tokens.
+
+    wring serve --port 8000 &
+    python3 scripts/chat_defaults_quality.py --api http://127.0.0.1:8000 --settings api --seeds 10
 """
 
 import argparse
@@ -26,6 +35,7 @@ import json
 import re
 import subprocess
 import sys
+import urllib.request
 
 # (question, words any of which counts as the right answer); the first five are the test's
 # (crates/wring/tests/first_answer.rs), all eight answered right greedily by the default model.
@@ -79,6 +89,20 @@ def answer(wring, question, seed, flags, max_tokens):
     return out.stdout.strip()
 
 
+API_SETTINGS = {"api": {}, "api_nodry": {"dry_multiplier": 0}}
+
+
+def api_answer(base, question, seed, extra, api_key):
+    """(text, finish_reason, completion_tokens) of one plain chat request to `base`."""
+    body = {"messages": [{"role": "user", "content": question}], "seed": seed, **extra}
+    req = urllib.request.Request(base.rstrip("/") + "/v1/chat/completions", data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json", "Authorization": f"Bearer {api_key}"})
+    with urllib.request.urlopen(req, timeout=600) as r:
+        out = json.load(r)
+    c = out["choices"][0]
+    return c["message"]["content"] or "", c["finish_reason"], out["usage"]["completion_tokens"]
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--wring", default="target/release/wring")
@@ -87,27 +111,39 @@ def main():
     ap.add_argument("--settings", default="old,default,greedy", help=f"comma-separated, of {list(SETTINGS)}")
     ap.add_argument("--dry", default="0.8", help="DRY multiplier of the *_dry settings")
     ap.add_argument("--json", help="write every answer here")
+    ap.add_argument("--api", help="base URL of a running `wring serve`: ask through the HTTP API (settings api, api_nodry)")
+    ap.add_argument("--api-key", default="none", help="with --api: the server's key, if it has one")
     args = ap.parse_args()
     for flags in SETTINGS.values():
         flags[:] = [args.dry if f == "DRY" else f for f in flags]
     rows, answers = [], []
     for name in args.settings.split(","):
         seeds = [1] if name.startswith("greedy") else range(1, args.seeds + 1)
-        total_ok = total_loop = total = 0
+        if name.startswith("api") and not args.api:
+            sys.exit(f"setting {name} needs --api URL")
+        total_ok = total_loop = total_capped = total = longest = 0
         for q, words in QUESTIONS:
-            ok = loops = 0
+            ok = loops = capped = 0
             for s in seeds:
-                a = answer(args.wring, q, s, SETTINGS[name], args.max_tokens)
+                if name.startswith("api"):
+                    a, finish, tokens = api_answer(args.api, q, s, API_SETTINGS[name], args.api_key)
+                else:
+                    a, finish, tokens = answer(args.wring, q, s, SETTINGS[name], args.max_tokens), None, None
                 good, looped = has_word(a, words), is_loop(a.split())
                 ok += good
                 loops += looped
-                answers.append({"setting": name, "question": q, "seed": s, "right": good, "loop": looped, "answer": a})
+                capped += finish == "length"
+                longest = max(longest, tokens or 0)
+                answers.append({"setting": name, "question": q, "seed": s, "right": good, "loop": looped,
+                                "finish_reason": finish, "completion_tokens": tokens, "answer": a})
             n = len(seeds)
             rows.append((name, q, ok, loops, n))
-            total_ok, total_loop, total = total_ok + ok, total_loop + loops, total + n
-            print(f"{name:8} {q:50} right {ok}/{n}  loops {loops}/{n}", flush=True)
+            total_ok, total_loop, total_capped, total = total_ok + ok, total_loop + loops, total_capped + capped, total + n
+            cap = f"  capped {capped}/{n}" if name.startswith("api") else ""
+            print(f"{name:8} {q:50} right {ok}/{n}  loops {loops}/{n}{cap}", flush=True)
         rows.append((name, "all", total_ok, total_loop, total))
-        print(f"{name:8} {'all':50} right {total_ok}/{total} ({total_ok / total:.0%})  loops {total_loop}/{total}", flush=True)
+        cap = f"  capped {total_capped}/{total}  longest {longest} tokens" if name.startswith("api") else ""
+        print(f"{name:8} {'all':50} right {total_ok}/{total} ({total_ok / total:.0%})  loops {total_loop}/{total}{cap}", flush=True)
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"rows": rows, "answers": answers}, f, indent=1)

@@ -115,6 +115,8 @@ def server(tmp_path_factory):
         # The float32 reference: test_completions_on_token_ids_match_the_golden_outputs
         # compares against its greedy outputs (the default, auto, runs the file's 4 bits).
         "--cpu-weights", "f32",
+        # CORS is off by default; test_cors_preflight_from_a_browser checks one allowed origin.
+        "--allowed-origins", "http://localhost:5173",
     ] + shlex.split(os.environ.get("WRING_SERVE_ARGS", ""))
     log = open(log_path, "w")
     proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs the OpenAI-client test suite against a real `wring serve`.
-# Installs tests/requirements.txt (exact pins) into a venv under target/ (reused while the
-# file is unchanged) and builds the wring binary unless WRING_BIN names one.
+# Installs tests/requirements.txt and tests/requirements-nodeps.txt (exact pins) into a venv
+# under target/ (reused while the files are unchanged) and builds the wring binary unless WRING_BIN names one.
 #   tests/openai/run.sh [pytest args...]
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/../.." && pwd)"
@@ -10,10 +10,12 @@ if [ ! -x "$venv/bin/python" ]; then
     python3 -m venv "$venv"
 fi
 requirements="$repo/tests/requirements.txt"
+nodeps="$repo/tests/requirements-nodeps.txt"
 stamp="$venv/.requirements.sha256"
-want="$(sha256sum "$requirements" | cut -d' ' -f1)"
+want="$(cat "$requirements" "$nodeps" | sha256sum | cut -d' ' -f1)"
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
     "$venv/bin/pip" install --quiet --disable-pip-version-check -r "$requirements"
+    "$venv/bin/pip" install --quiet --disable-pip-version-check --no-deps -r "$nodeps"
     echo "$want" > "$stamp"
 fi
 if [ -z "${WRING_BIN:-}" ]; then

@@ -204,3 +204,22 @@ def test_client_errors_map_to_openai_exceptions(client, server):
     bad = openai.OpenAI(base_url=server.base + "/v1", api_key="wrong", max_retries=0)
     with pytest.raises(openai.AuthenticationError):
         chat(bad, max_tokens=2)
+
+
+def test_plain_requests_end_without_looping_to_the_cap(client):
+    """What most clients send: no temperature, no max_tokens. For the default model the server
+    fills in its card's sampling, the DRY loop penalty and the empty system message (what
+    `wring chat` uses), says so in /v1/models, and every answer ends by itself."""
+    card = client.models.retrieve(MODEL).model_extra
+    assert card["default_system_message"] == "", "wring chat's system message for this model"
+    defaults = card["sampling_defaults"]
+    assert defaults["dry_multiplier"] == pytest.approx(0.8)
+    assert defaults["dry_base"] == pytest.approx(1.75) and defaults["dry_allowed_length"] == 2
+    assert defaults["temperature"] == 0 and defaults["max_tokens"] == 2048, "greedy: measured to end every answer"
+    for seed in (1, 2, 3, 4):
+        r = client.chat.completions.create(model=MODEL, messages=QUESTION, seed=seed)
+        assert r.choices[0].finish_reason == "stop", (seed, r.choices[0].message.content[-300:])
+        assert r.usage.completion_tokens < 256, (seed, r.usage)
+    # A request's own dry_multiplier wins; 0 turns the penalty off.
+    off = client.chat.completions.create(model=MODEL, messages=QUESTION, max_tokens=4, extra_body={"dry_multiplier": 0})
+    assert off.choices[0].message.content

@@ -124,13 +124,18 @@ def test_tokenize_matches_chat_usage_and_detokenize_round_trips(client, server):
 
 
 def test_cors_preflight_from_a_browser(server):
+    """The session's server allows one origin (`--allowed-origins http://localhost:5173`):
+    its preflights are answered, other origins get no CORS headers."""
+    origin = "http://localhost:5173"
     r = httpx.options(server.base + "/v1/chat/completions", timeout=30, headers={
-        "Origin": "http://localhost:5173",
+        "Origin": origin,
         "Access-Control-Request-Method": "POST",
         "Access-Control-Request-Headers": "authorization, content-type",
     })
     assert r.status_code == 200
-    assert r.headers["access-control-allow-origin"] == "*"
+    assert r.headers["access-control-allow-origin"] == origin
     assert "authorization" in r.headers["access-control-allow-headers"].lower()
-    r = httpx.get(server.base + "/v1/models", headers={**AUTH, "Origin": "http://localhost:5173"}, timeout=30)
-    assert r.headers["access-control-allow-origin"] == "*"
+    r = httpx.get(server.base + "/v1/models", headers={**AUTH, "Origin": origin}, timeout=30)
+    assert r.headers["access-control-allow-origin"] == origin
+    r = httpx.get(server.base + "/v1/models", headers={**AUTH, "Origin": "http://evil.example"}, timeout=30)
+    assert "access-control-allow-origin" not in r.headers

@@ -97,10 +97,36 @@ pub fn with_json_layout(schema: &Value) -> Value {
     schema
 }
 
+/// Longest string of a `json_object` output (values; keys are free), in characters (an escape
+/// counts as one).
+pub const JSON_OBJECT_MAX_STRING: usize = 1024;
+
+/// `response_format: {"type": "json_object"}`: any JSON object, but with every string value at
+/// most [`JSON_OBJECT_MAX_STRING`] characters, so a model that repeats itself inside a string
+/// (the default model did, to the token limit) has to close it, and the object then closes
+/// like any other; an output cut by `max_tokens` still ends with `finish_reason: "length"`.
+/// Whitespace is bounded as for every JSON constraint ([`JSON_WHITESPACE`]).
+fn json_object_schema() -> Value {
+    json!({
+        "type": "object",
+        "additionalProperties": {"$ref": "#/$defs/value"},
+        "$defs": {
+            "value": {"anyOf": [
+                {"type": "string", "maxLength": JSON_OBJECT_MAX_STRING},
+                {"type": "number"},
+                {"type": "boolean"},
+                {"type": "null"},
+                {"type": "array", "items": {"$ref": "#/$defs/value"}},
+                {"type": "object", "additionalProperties": {"$ref": "#/$defs/value"}}
+            ]}
+        }
+    })
+}
+
 fn top_level(spec: &GrammarSpec) -> Result<TopLevelGrammar, GrammarError> {
     Ok(match spec {
         GrammarSpec::JsonObject => {
-            TopLevelGrammar::from_json_schema(with_json_layout(&json!({"type": "object"})))
+            TopLevelGrammar::from_json_schema(with_json_layout(&json_object_schema()))
         }
         GrammarSpec::JsonSchema(schema) => {
             if !schema.is_object() && !schema.is_boolean() {

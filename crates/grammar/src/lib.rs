@@ -17,6 +17,8 @@ mod gbnf;
 mod matcher;
 mod spec;
 
-pub use compiler::{with_json_layout, GrammarCompiler, GrammarError, JSON_WHITESPACE};
+pub use compiler::{
+    with_json_layout, GrammarCompiler, GrammarError, JSON_OBJECT_MAX_STRING, JSON_WHITESPACE,
+};
 pub use matcher::{GrammarMatcher, TokenMask};
 pub use spec::GrammarSpec;

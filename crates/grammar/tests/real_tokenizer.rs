@@ -97,6 +97,36 @@ fn json_object_allows_any_object_but_not_other_values() {
 }
 
 #[test]
+fn json_object_strings_are_bounded_so_a_loop_must_close() {
+    use wring_grammar::JSON_OBJECT_MAX_STRING;
+    let value = |len: usize| {
+        format!(
+            r#"{{"a": {{"b": ["{}"]}}}}"#,
+            &"la France, ".repeat(len / 11 + 1)[..len]
+        )
+    };
+    let (ok, n, mut m) = feed(&GrammarSpec::JsonObject, &value(JSON_OBJECT_MAX_STRING));
+    assert_eq!(ok, n, "a string of the longest allowed length, nested");
+    assert!(eos_allowed(&mut m));
+    // One character more: the string must have closed before it.
+    let (ok, n, _) = feed(&GrammarSpec::JsonObject, &value(JSON_OBJECT_MAX_STRING + 1));
+    assert!(ok < n, "a string past {JSON_OBJECT_MAX_STRING} characters");
+    // Escapes, nesting, every kind of value, and an empty object still parse.
+    for text in [
+        r#"{"s": "a \"quoted\" word\né", "x": -1.5e3, "t": true, "f": false, "z": null, "o": {"p": [1, {}, []]}}"#,
+        "{}",
+        "{ \"a\" : [ ] }",
+    ] {
+        let (ok, n, mut m) = feed(&GrammarSpec::JsonObject, text);
+        assert_eq!(ok, n, "{text}");
+        assert!(eos_allowed(&mut m), "{text}");
+        serde_json::from_str::<serde_json::Value>(text).expect("the test's text is JSON");
+    }
+    let (ok, n, _) = feed(&GrammarSpec::JsonObject, "{\"a\": \"x\u{1}\"}");
+    assert!(ok < n, "a raw control character inside a string");
+}
+
+#[test]
 fn regex_choice_and_grammars() {
     let rx = GrammarSpec::Regex("[0-9]{3}-[a-z]+".into());
     let (ok, n, mut m) = feed(&rx, "123-abc");

@@ -268,25 +268,45 @@ impl Run {
         mut outs: Vec<ChoiceOut>,
         events: Vec<ChoiceEvents>,
     ) -> Result<Response, ApiError> {
+        // Each choice's first token time, for the request log's time to first token.
         let runs = outs.iter_mut().zip(events).map(|(out, mut ev)| async move {
+            let mut first_token = None;
             loop {
                 match next_step(&mut ev).await {
-                    Step::Tokens { text, logprobs, .. } => {
+                    Step::Tokens {
+                        ids,
+                        text,
+                        logprobs,
+                    } => {
+                        if !ids.is_empty() {
+                            first_token.get_or_insert_with(Instant::now);
+                        }
                         out.on_tokens(&text, logprobs);
                     }
                     Step::Finished(reason, usage) => {
                         out.on_finished(reason, usage);
-                        return Ok(());
+                        return Ok(first_token);
                     }
                     Step::Failed(e) => return Err(e),
                 }
             }
         });
-        let results = futures::future::join_all(runs).await;
-        if let Some(Err(e)) = results.into_iter().find(Result::is_err) {
-            self.log.failed(&e);
-            return Err(e);
+        let mut first_token: Option<Instant> = None;
+        for result in futures::future::join_all(runs).await {
+            match result {
+                Ok(t) => {
+                    first_token = match (first_token, t) {
+                        (Some(a), Some(b)) => Some(a.min(b)),
+                        (a, b) => a.or(b),
+                    }
+                }
+                Err(e) => {
+                    self.log.failed(&e);
+                    return Err(e);
+                }
+            }
         }
+        self.log.first_token = first_token;
         let usage = total_usage(&outs);
         self.log.finished(&outs, &usage);
         let usage_info = UsageInfo::from(&usage);
@@ -631,10 +651,12 @@ impl RequestLog {
         self.completion_tokens += n;
     }
 
-    fn ttft_ms(&self) -> f64 {
-        self.first_token
-            .map(|t| (t - self.started).as_secs_f64() * 1e3)
-            .unwrap_or(f64::NAN)
+    /// Milliseconds to the first token, `-` when no token came.
+    fn ttft_ms(&self) -> String {
+        self.first_token.map_or_else(
+            || "-".to_string(),
+            |t| format!("{:.1}", (t - self.started).as_secs_f64() * 1e3),
+        )
     }
 
     fn finished(&mut self, outs: &[ChoiceOut], usage: &Usage) {
@@ -653,7 +675,7 @@ impl RequestLog {
             draft_tokens = usage.draft_tokens,
             accepted_tokens = usage.accepted_tokens,
             finish = finish.join(","),
-            ttft_ms = format_args!("{:.1}", self.ttft_ms()),
+            ttft_ms = %self.ttft_ms(),
             latency_ms = format_args!("{:.1}", latency * 1e3),
             "request done"
         );

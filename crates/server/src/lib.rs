@@ -14,6 +14,8 @@
 //!   periodic throughput log line.
 //! - `ops`: `/ready` (not ready while loading or draining), the loading-phase server, the
 //!   prefix cache's block listing; `kv_publisher`: KV-cache events over ZMQ for routers.
+//! - `listen`: the sockets: backlog, accept loop, connection cap (429 beyond it),
+//!   header-read and idle timeouts.
 //! - `serve`: run until a shutdown signal, then drain the engine within a timeout (the
 //!   port stays open meanwhile: `/ready` says `draining`, new requests get 503).
 
@@ -23,6 +25,7 @@ pub mod cors;
 pub mod error;
 pub mod generate;
 pub mod kv_publisher;
+pub mod listen;
 pub mod logprobs;
 pub mod messages;
 pub mod metrics;
@@ -40,8 +43,7 @@ pub mod structured;
 pub mod tokenize;
 pub mod tools;
 
-use axum::serve::{ListenerExt, TapIo};
-use std::future::{Future, IntoFuture};
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -51,26 +53,6 @@ pub use state::{AppState, ServerConfig};
 
 /// Extra time after the engine has drained for responses to reach their clients.
 const FLUSH_GRACE: Duration = Duration::from_secs(5);
-
-/// `listener` with `TCP_NODELAY` set on every accepted connection. Why: a stream is many
-/// small SSE writes, and with Nagle's algorithm each small write that follows an
-/// unacknowledged one waits for the client's delayed ACK (40 ms on Linux). Measured on the
-/// H200: a ~40 ms stall in nearly every stream, a median first token of 31 ms instead of
-/// 17, and each finished request's last event held back while its slot sat idle.
-pub fn nodelay(
-    listener: tokio::net::TcpListener,
-) -> TapIo<tokio::net::TcpListener, impl FnMut(&mut tokio::net::TcpStream) + Send + 'static> {
-    // `WRING_HTTP_NODELAY=off` keeps Nagle on: only for measuring what this costs.
-    let on = std::env::var("WRING_HTTP_NODELAY").map_or(true, |v| v.trim() != "off");
-    listener.tap_io(move |tcp| {
-        if !on {
-            return;
-        }
-        if let Err(e) = tcp.set_nodelay(true) {
-            tracing::debug!("TCP_NODELAY could not be set on a connection: {e}");
-        }
-    })
-}
 
 /// Serves `state` on `listener` until `shutdown` resolves; then says `draining` on
 /// `/ready`, refuses new requests (503), lets running ones finish for up to the drain
@@ -88,13 +70,15 @@ pub async fn serve(
     };
     let watch = tokio::spawn(watch);
     // The listener stays open through the drain, so probes and routers see `draining`.
-    let mut server = tokio::spawn(
-        axum::serve(nodelay(listener), router(state.clone()))
-            .with_graceful_shutdown(async move {
-                let _ = drained_rx.await;
-            })
-            .into_future(),
-    );
+    let mut server = tokio::spawn(listen::run(
+        listener,
+        router(state.clone()),
+        state.config.listen,
+        state.config.retry_after_s,
+        async move {
+            let _ = drained_rx.await;
+        },
+    ));
     let stats = stats::spawn(state.clone());
 
     // The signal, or the server ending on its own (it failed).
@@ -129,15 +113,13 @@ pub async fn serve(
 
 #[cfg(test)]
 mod tests {
-    use axum::serve::Listener;
-
     #[tokio::test]
     async fn accepted_connections_have_nagle_off() {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let listener = super::listen::bind("127.0.0.1:0".parse().unwrap(), 16).unwrap();
         let addr = listener.local_addr().unwrap();
-        let mut listener = super::nodelay(listener);
         let client = tokio::spawn(tokio::net::TcpStream::connect(addr));
-        let (accepted, _) = listener.accept().await;
+        let (accepted, _) = listener.accept().await.unwrap();
+        super::listen::prepare(&accepted, super::listen::nodelay_enabled());
         assert!(
             accepted.nodelay().unwrap(),
             "the server's side of a connection must not wait on delayed ACKs"

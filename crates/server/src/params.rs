@@ -178,10 +178,12 @@ struct DryFields<'a> {
     sequence_breakers: Option<&'a Vec<String>>,
 }
 
-/// The DRY settings of a request; the engine's defaults for fields left out.
-fn dry_params(d: DryFields<'_>) -> Result<SamplingParams, ApiError> {
+/// The DRY settings of a request; for fields left out, the server's multiplier
+/// (`Limits::dry_multiplier_default`: 0 = off unless the model needs it) and the engine's
+/// defaults for the rest (llama.cpp's, the same `wring chat` uses).
+fn dry_params(d: DryFields<'_>, default_multiplier: f32) -> Result<SamplingParams, ApiError> {
     let def = SamplingParams::default();
-    let multiplier = d.multiplier.unwrap_or(0.0);
+    let multiplier = d.multiplier.unwrap_or(default_multiplier);
     if !(multiplier >= 0.0 && multiplier.is_finite()) {
         return Err(ApiError::invalid_param(
             "dry_multiplier",
@@ -243,6 +245,10 @@ pub struct Limits {
     pub generation: wring_model::GenerationDefaults,
     /// Requests may carry `replay_output` (`wring serve --replay-outputs`).
     pub replay_outputs: bool,
+    /// `dry_multiplier` of a chat request that sends none (0 = no loop penalty, OpenAI's
+    /// semantics; `wring serve` sets it for models measured to loop without it). Legacy
+    /// completions always default to 0.
+    pub dry_multiplier_default: f32,
 }
 
 /// A validated chat request: the plan, the messages for the template and the tools.
@@ -401,6 +407,12 @@ pub fn completion_plan(
         replay_output: req.replay_output.as_ref(),
         user: req.user.clone(),
     };
+    // The loop penalty default is the chat command's, for chat: a legacy completion
+    // continues text as plain `wring generate --raw` does.
+    let limits = Limits {
+        dry_multiplier_default: 0.0,
+        ..limits
+    };
     let mut plan = common_plan(common, limits, prompts.len())?;
     plan.echo = echo;
     if let Some(k) = req.logprobs {
@@ -527,7 +539,7 @@ fn common_plan(c: Common<'_>, limits: Limits, num_prompts: usize) -> Result<Plan
             ),
         ));
     }
-    let dry = dry_params(c.dry)?;
+    let dry = dry_params(c.dry, limits.dry_multiplier_default)?;
     let constraint = structured::parse(c.structured)?;
     let replay_output = replay_output(c.replay_output, &limits)?;
     if replay_output.is_some() && constraint.is_some() {
@@ -751,6 +763,7 @@ mod tests {
             top_k: None,
             min_p: None,
         },
+        dry_multiplier_default: 0.0,
     };
 
     fn chat(body: serde_json::Value) -> Result<(Plan, ChatInput), ApiError> {
@@ -854,6 +867,45 @@ mod tests {
         );
         assert_eq!(plan.sampling.dry_allowed_length, 2);
         assert_eq!(plan.sampling.dry_penalty_last_n, -1);
+    }
+
+    #[test]
+    fn the_servers_loop_penalty_default_fills_only_requests_that_send_none() {
+        // What `wring serve` sets for the default model (the same DRY as `wring chat`).
+        let limits = Limits {
+            dry_multiplier_default: 0.8,
+            ..LIMITS
+        };
+        let plan = |body: serde_json::Value| {
+            let r: ChatCompletionRequest =
+                parse_json_object(body.to_string().as_bytes(), ChatCompletionRequest::FIELDS)
+                    .unwrap();
+            chat_plan(&r, None, limits).unwrap().0.sampling
+        };
+        let m = serde_json::json!([{"role": "user", "content": "hi"}]);
+        let s = plan(serde_json::json!({"messages": m}));
+        assert_eq!(
+            (
+                s.dry_multiplier,
+                s.dry_base,
+                s.dry_allowed_length,
+                s.dry_penalty_last_n
+            ),
+            (0.8, 1.75, 2, -1),
+            "llama.cpp's DRY settings, as `wring chat` resolves them"
+        );
+        assert!(s.dry_enabled());
+        let s = plan(serde_json::json!({"messages": m, "dry_multiplier": 0}));
+        assert!(!s.dry_enabled(), "a request's 0 turns it off");
+        let s = plan(serde_json::json!({"messages": m, "dry_multiplier": 1.5, "dry_base": 2}));
+        assert_eq!((s.dry_multiplier, s.dry_base), (1.5, 2.0));
+        let r: CompletionRequest =
+            parse_json_object(b"{\"prompt\": \"x\"}", CompletionRequest::FIELDS).unwrap();
+        let (p, _) = completion_plan(&r, None, limits).unwrap();
+        assert_eq!(
+            p.sampling.dry_multiplier, 0.0,
+            "legacy completions continue text as they always did"
+        );
     }
 
     #[test]

@@ -5,15 +5,23 @@ use crate::error::ApiError;
 use crate::state::AppState;
 use crate::tools::{render_chat, RenderedChat, ToolFormat, ToolPlan};
 
-/// A chat request's prompt: its messages and offered tools through the template.
+/// A chat request's prompt: its messages and offered tools through the template. A request
+/// with neither a system message nor tools gets the server's default system message, when it
+/// has one, in place of the one the template would insert (`ServerConfig::default_system`).
 pub fn render_prompt(
     state: &AppState,
-    messages: Vec<serde_json::Value>,
+    mut messages: Vec<serde_json::Value>,
     tools: &ToolPlan,
 ) -> Result<RenderedChat, ApiError> {
     let template = state.info.chat_template.as_ref().ok_or_else(|| {
         ApiError::invalid("This model has no chat template; use /v1/completions instead.")
     })?;
+    if let Some(system) = &state.config.default_system {
+        let has_system = messages.iter().any(|m| m["role"] == "system");
+        if !has_system && tools.tools.is_empty() {
+            messages.insert(0, serde_json::json!({"role": "system", "content": system}));
+        }
+    }
     render_chat(template, messages, tools, tool_format(state)).map_err(|e| {
         ApiError::invalid_param(
             "messages",

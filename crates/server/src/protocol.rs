@@ -419,6 +419,38 @@ pub struct ModelCard {
     pub created: u64,
     pub owned_by: &'static str,
     pub max_model_len: usize,
+    /// What a request gets for the fields it leaves out (wring's extension).
+    pub sampling_defaults: SamplingDefaults,
+    /// The system message a chat request without one (and without tools) gets in place of
+    /// the template's own; absent = the template's (wring's extension).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub default_system_message: Option<String>,
+}
+
+/// The sampling a request gets for fields it leaves out, where that is not OpenAI's
+/// default: the model's own settings (generation config or model card) and the server's
+/// DRY loop penalty (`dry_multiplier` 0 = off; a request's own value wins).
+#[derive(Debug, Clone, Serialize)]
+pub struct SamplingDefaults {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub temperature: Option<f32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub top_p: Option<f32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub top_k: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub min_p: Option<f32>,
+    /// `max_tokens` of a chat request that sends none (0 = the rest of the context).
+    pub max_tokens: u32,
+    /// The DRY loop penalty of a chat request that sends no `dry_multiplier` (0 = off;
+    /// legacy completions always default to off).
+    pub dry_multiplier: f32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dry_base: Option<f32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dry_allowed_length: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dry_penalty_last_n: Option<i32>,
 }
 
 #[derive(Debug, Clone, Serialize)]

@@ -17,7 +17,9 @@ use crate::error::ApiError;
 use crate::generate::{respond, ChoiceRequest, Endpoint, ResponseShape};
 use crate::params::{chat_plan, completion_plan, Limits, Plan, PromptInput, ReplayOutput};
 use crate::prompt::{check_model, encode, render_prompt, tool_format};
-use crate::protocol::{ChatCompletionRequest, CompletionRequest, ModelCard, ModelList};
+use crate::protocol::{
+    ChatCompletionRequest, CompletionRequest, ModelCard, ModelList, SamplingDefaults,
+};
 use crate::state::AppState;
 use crate::structured;
 use crate::tools::forced_call_grammar;
@@ -60,13 +62,22 @@ async fn require_api_key(State(state): State<Arc<AppState>>, req: Request, next:
             .headers()
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .map(str::trim);
+            .and_then(bearer_token);
         if !given.is_some_and(|g| keys_match(g, key)) {
             return ApiError::bad_api_key().into_response();
         }
     }
     next.run(req).await
+}
+
+/// The token of an `Authorization: Bearer <token>` value; the scheme is case-insensitive
+/// (RFC 9110 §11.1: `bearer`, `BEARER` are the same scheme).
+fn bearer_token(value: &str) -> Option<&str> {
+    let (scheme, token) = value.trim_start().split_once(' ')?;
+    scheme
+        .eq_ignore_ascii_case("bearer")
+        .then(|| token.trim())
+        .filter(|t| !t.is_empty())
 }
 
 /// Compares SHA-256 digests without an early exit: the time taken reveals neither
@@ -238,6 +249,7 @@ fn limits(state: &AppState) -> Limits {
         max_tokens_default: state.config.max_tokens_default,
         generation: state.config.generation_defaults,
         replay_outputs: state.config.replay_outputs,
+        dry_multiplier_default: state.config.dry_multiplier_default,
     }
 }
 
@@ -286,6 +298,27 @@ fn model_card(state: &AppState, name: &str) -> ModelCard {
         created: state.started_unix,
         owned_by: "wring",
         max_model_len: state.info.max_model_len,
+        sampling_defaults: sampling_defaults(&state.config),
+        default_system_message: state.config.default_system.clone(),
+    }
+}
+
+/// What a request that leaves sampling fields out gets, where it differs from OpenAI's
+/// defaults: the model's own settings and the server's loop penalty.
+fn sampling_defaults(config: &crate::state::ServerConfig) -> SamplingDefaults {
+    let g = config.generation_defaults;
+    let dry = config.dry_multiplier_default > 0.0;
+    let engine = wring_engine::api::SamplingParams::default();
+    SamplingDefaults {
+        temperature: g.temperature,
+        top_p: g.top_p,
+        top_k: g.top_k,
+        min_p: g.min_p,
+        max_tokens: config.max_tokens_default,
+        dry_multiplier: config.dry_multiplier_default,
+        dry_base: dry.then_some(engine.dry_base),
+        dry_allowed_length: dry.then_some(engine.dry_allowed_length),
+        dry_penalty_last_n: dry.then_some(engine.dry_penalty_last_n),
     }
 }
 
@@ -340,7 +373,17 @@ async fn method_not_allowed(req: Request) -> ApiError {
 
 #[cfg(test)]
 mod tests {
-    use super::keys_match;
+    use super::{bearer_token, keys_match};
+
+    #[test]
+    fn the_bearer_scheme_is_case_insensitive() {
+        assert_eq!(bearer_token("Bearer k"), Some("k"));
+        assert_eq!(bearer_token("bearer k"), Some("k"));
+        assert_eq!(bearer_token("BEARER  k "), Some("k"));
+        assert_eq!(bearer_token("Basic k"), None);
+        assert_eq!(bearer_token("Bearer "), None);
+        assert_eq!(bearer_token("Bearerk"), None);
+    }
 
     #[test]
     fn key_comparison() {

@@ -30,7 +30,7 @@ pub struct ServerConfig {
     pub drain_timeout: Duration,
     /// Period of the throughput log line (zero = off).
     pub stats_interval: Duration,
-    /// Origins allowed to call from a browser (`*` = any; empty = no CORS headers).
+    /// Origins allowed to call from a browser (`*` = any; empty, the default = no CORS headers).
     pub allowed_origins: Vec<String>,
     /// `max_tokens` of a chat request that sends none (0 = the rest of the context).
     pub max_tokens_default: u32,
@@ -41,6 +41,16 @@ pub struct ServerConfig {
     pub generation_defaults: wring_model::GenerationDefaults,
     /// Accept `replay_output` (benchmark mode; the engine must allow it too).
     pub replay_outputs: bool,
+    /// `dry_multiplier` of a chat request that sends none: 0 (off, OpenAI's semantics) unless the
+    /// model is measured to loop without the DRY penalty (`wring serve` decides; llama.cpp's
+    /// other DRY settings, the ones `wring chat` uses, come with it).
+    pub dry_multiplier_default: f32,
+    /// System message of a chat request that sends none (and offers no tools), in place of
+    /// the one the template inserts: `wring serve` sets the one `wring chat` uses where it
+    /// measured better (the default model's: empty). None = the template's own.
+    pub default_system: Option<String>,
+    /// Socket settings: listen backlog, connection cap, header-read and idle timeouts.
+    pub listen: crate::listen::ListenConfig,
 }
 
 impl Default for ServerConfig {
@@ -52,11 +62,14 @@ impl Default for ServerConfig {
             retry_after_s: 1,
             drain_timeout: Duration::from_secs(30),
             stats_interval: Duration::from_secs(10),
-            allowed_origins: vec!["*".into()],
+            allowed_origins: Vec::new(),
             max_tokens_default: DEFAULT_MAX_TOKENS,
             generation_defaults: wring_model::GenerationDefaults::default(),
             tool_call_format: None,
             replay_outputs: false,
+            dry_multiplier_default: 0.0,
+            default_system: None,
+            listen: crate::listen::ListenConfig::default(),
         }
     }
 }

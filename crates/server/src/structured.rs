@@ -107,7 +107,19 @@ fn response_format(v: Option<&Value>) -> Result<Option<GrammarSpec>, ApiError> {
     };
     match obj.get("type").and_then(Value::as_str) {
         Some("text") => Ok(None),
-        Some("json_object") => Ok(Some(GrammarSpec::JsonObject)),
+        // A schema beside `json_object` (what `instructor`'s JSON_SCHEMA mode and some hosted
+        // APIs send) is honoured, not ignored.
+        Some("json_object") => match obj.get("schema") {
+            None | Some(Value::Null) => Ok(Some(GrammarSpec::JsonObject)),
+            Some(schema) if schema.is_object() => Ok(Some(GrammarSpec::JsonSchema(schema.clone()))),
+            Some(other) => Err(ApiError::invalid_param(
+                "response_format.schema",
+                format!(
+                    "The schema must be a JSON object; got {}.",
+                    json_kind(other)
+                ),
+            )),
+        },
         Some("json_schema") => {
             let js = obj.get("json_schema").and_then(Value::as_object).ok_or_else(|| {
                 ApiError::invalid_param(
@@ -377,6 +389,26 @@ mod tests {
             .unwrap(),
             None
         );
+        let with_schema =
+            json!({"type": "json_object", "schema": {"type": "object", "required": ["a"]}});
+        assert_eq!(
+            one(StructuredFields {
+                response_format: Some(&with_schema),
+                ..Default::default()
+            })
+            .unwrap(),
+            Some(GrammarSpec::JsonSchema(
+                json!({"type": "object", "required": ["a"]})
+            )),
+            "a schema beside json_object is honoured"
+        );
+        let bad = json!({"type": "json_object", "schema": "x"});
+        let e = parse(StructuredFields {
+            response_format: Some(&bad),
+            ..Default::default()
+        })
+        .unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("response_format.schema"));
         let jo = json!({"type": "json_object"});
         assert_eq!(
             one(StructuredFields {

@@ -17,7 +17,32 @@ async fn json_of(resp: reqwest::Response) -> (u16, Value) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cors_preflights_are_answered_before_the_key_check() {
-    let srv = serve(shared_engine(), config()).await;
+    // By default no origin may call from a browser: no CORS headers at all.
+    let closed = serve(shared_engine(), config()).await;
+    for method in [reqwest::Method::OPTIONS, reqwest::Method::GET] {
+        let r = closed
+            .http
+            .request(method.clone(), format!("{}/v1/models", closed.base))
+            .bearer_auth(KEY)
+            .header("Origin", "http://app.test")
+            .header("Access-Control-Request-Method", "GET")
+            .send()
+            .await
+            .unwrap();
+        assert!(
+            r.headers().get("access-control-allow-origin").is_none(),
+            "{method}: CORS must be off unless the operator asks"
+        );
+    }
+    // `--allowed-origins '*'`: any origin.
+    let srv = serve(
+        shared_engine(),
+        ServerConfig {
+            allowed_origins: vec!["*".into()],
+            ..config()
+        },
+    )
+    .await;
     let preflight = srv
         .http
         .request(

@@ -113,3 +113,41 @@ fn chat_samples_by_default_and_plain_generate_stays_greedy() {
         "plain generate logs no chat sampling\n{log}"
     );
 }
+
+/// Runs `wring generate` with the default weights; (success, stdout, stderr).
+fn generate(extra: &[&str]) -> (bool, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_wring"))
+        .args(["generate", "--max-tokens", "24", "--kv-cache-mib", "64"])
+        .args(["--max-model-len", "256"])
+        .args(extra)
+        .env("RUST_LOG", "info")
+        .output()
+        .expect("the wring binary runs");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn generate_answers_a_question_through_the_chat_template_and_raw_continues_the_text() {
+    let q = "What is the capital of France?";
+    let (ok, answer, log) = generate(&["--prompt", q]);
+    assert!(ok, "{log}");
+    assert!(
+        answer.contains("Paris"),
+        "an instruct model answers a user message: {answer:?}"
+    );
+    assert!(
+        log.contains("a user message in the model's chat template"),
+        "{log}"
+    );
+    // The bare text, as before: this instruct model ends it at once.
+    let (ok, raw, log) = generate(&["--raw", "--prompt", q]);
+    assert!(ok, "{log}");
+    assert!(!raw.contains("Paris"), "{raw:?}");
+    assert!(log.contains("continued as it is (--raw)"), "{log}");
+    let (ok, _, log) = generate(&["--raw", "--chat", "--prompt", q]);
+    assert!(!ok && log.contains("cannot be used with"), "{log}");
+}

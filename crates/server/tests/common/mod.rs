@@ -52,7 +52,8 @@ pub struct TestServer {
 }
 
 pub async fn serve(engine: (EngineHandle, EngineInfo), config: ServerConfig) -> TestServer {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let listener =
+        wring_server::listen::bind("127.0.0.1:0".parse().unwrap(), config.listen.backlog).unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
     let state = AppState::new(engine.0, engine.1, config);
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();

@@ -1,9 +1,11 @@
-//! `wring generate`: one prompt, streamed to stdout; statistics to stderr.
+//! `wring generate`: one prompt, streamed to stdout; statistics to stderr. The prompt goes to
+//! the model as a user message in its chat template when it has one (as llama.cpp's CLI
+//! does), so an instruct model answers it; `--raw` continues the text as it is.
 
 use std::io::Write;
 use std::time::Instant;
 
-use anyhow::{bail, Context};
+use anyhow::bail;
 use wring_engine::{EngineEvent, FinishReason, GenerateRequest};
 use wring_model::ChatMessage;
 
@@ -14,14 +16,19 @@ use super::common::{
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// The prompt text.
+    /// The prompt: a user message in the model's chat template when it has one (an answer,
+    /// greedy unless sampling flags say otherwise), the text to continue with --raw.
     #[arg(long)]
     pub prompt: String,
-    /// Wrap the prompt as a user message in the model's chat template.
+    /// Plain completion: continue the prompt text as it is, without the chat template.
+    #[arg(long, conflicts_with_all = ["chat", "system"])]
+    pub raw: bool,
+    /// Sample as `wring chat` does (the model's own settings, else wring's chat defaults, and
+    /// the DRY loop penalty) instead of greedy decoding.
     #[arg(long)]
     pub chat: bool,
-    /// System message for --chat (default: an empty one for SmolLM2-135M-Instruct, where it
-    /// measured better; for other models the template's own).
+    /// System message (default: an empty one for SmolLM2-135M-Instruct, where it measured
+    /// better; for other models the template's own).
     #[arg(long)]
     pub system: Option<String>,
     #[command(flatten)]
@@ -35,16 +42,27 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         bail!("--prompt is empty; give the text to continue");
     }
     let (engine, info) = start_one_stream_engine(&args.common)?;
-    let text = if args.chat {
-        let tpl = info
-            .chat_template
-            .as_ref()
-            .context("this model has no chat template; drop --chat")?;
-        let mut msgs = system_turn(args.system.as_deref(), &args.common.model);
-        msgs.push(ChatMessage::new("user", &args.prompt));
-        tpl.render(&msgs, true)?
-    } else {
-        args.prompt.clone()
+    let text = match (&info.chat_template, args.raw) {
+        (Some(tpl), false) => {
+            let mut msgs = system_turn(args.system.as_deref(), &args.common.model);
+            msgs.push(ChatMessage::new("user", &args.prompt));
+            tracing::info!(
+                "prompt: a user message in the model's chat template (--raw: plain completion)"
+            );
+            tpl.render(&msgs, true)?
+        }
+        (None, false) if args.chat => {
+            engine.shutdown(std::time::Duration::ZERO);
+            bail!("this model has no chat template; drop --chat");
+        }
+        (None, false) => {
+            tracing::info!("prompt: continued as it is (this model has no chat template)");
+            args.prompt.clone()
+        }
+        (_, true) => {
+            tracing::info!("prompt: continued as it is (--raw)");
+            args.prompt.clone()
+        }
     };
     let prompt_ids = encode_prompt(&info, &text)?;
     let sampling = if args.chat {

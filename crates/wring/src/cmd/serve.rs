@@ -26,9 +26,31 @@ pub struct Args {
     #[arg(long, env = "WRING_API_KEY", hide_env_values = true)]
     pub api_key: Option<String>,
     /// Origins browsers may call the API from (CORS; preflights are answered):
-    /// `*` for any, or scheme://host[:port] values; `none` sends no CORS headers.
-    #[arg(long, num_args = 1.., default_value = "*")]
+    /// `*` for any, or scheme://host[:port] values. Default: none (no CORS headers, so
+    /// browser pages on other origins cannot read the API's answers).
+    #[arg(long, num_args = 1.., default_value = "none")]
     pub allowed_origins: Vec<String>,
+    /// `dry_multiplier` of a chat request that sends none: `auto` turns the DRY loop penalty on
+    /// (0.8, with llama.cpp's base 1.75, allowed length 2, the whole context: what `wring
+    /// chat` uses) for a model measured to loop without it (the default model, BENCHMARKS.md
+    /// "Server defaults of the default model") and leaves it off for others; or a number
+    /// (0 = off for every request that does not ask). A request's own `dry_multiplier` wins.
+    #[arg(long, default_value = "auto")]
+    pub default_dry_multiplier: String,
+    /// Pending connections the kernel queues before they are accepted (Linux caps it at
+    /// net.core.somaxconn).
+    #[arg(long, default_value_t = wring_server::listen::DEFAULT_BACKLOG)]
+    pub backlog: u32,
+    /// Open connections served at once; one more is answered 429 with Retry-After and closed.
+    #[arg(long, default_value_t = wring_server::listen::DEFAULT_MAX_CONNECTIONS)]
+    pub max_connections: usize,
+    /// Seconds from a request's first byte to the end of its headers before the connection is
+    /// closed (0 = no limit).
+    #[arg(long, default_value_t = wring_server::listen::DEFAULT_HEADER_READ_TIMEOUT.as_secs_f64())]
+    pub header_read_timeout: f64,
+    /// Seconds a keep-alive connection may stay open with no request in flight (0 = no limit).
+    #[arg(long, default_value_t = wring_server::listen::DEFAULT_IDLE_TIMEOUT.as_secs_f64())]
+    pub idle_timeout: f64,
     /// `max_tokens` of a chat request that sends none (0 = the rest of the context).
     /// Legacy completions keep OpenAI's default of 16.
     #[arg(long, default_value_t = wring_server::state::DEFAULT_MAX_TOKENS)]
@@ -95,6 +117,7 @@ pub fn run(mut args: Args) -> anyhow::Result<()> {
         drain_timeout: seconds("--drain-timeout", args.drain_timeout)?,
         stats_interval: seconds("--stats-interval", args.stats_interval)?,
         replay_outputs: args.replay_outputs,
+        listen: listen_config(&args)?,
         ..ServerConfig::default()
     };
     args.common.engine.replay_outputs = args.replay_outputs;
@@ -115,6 +138,46 @@ pub fn run(mut args: Args) -> anyhow::Result<()> {
             model_sampling.source.label(),
             model_sampling.defaults
         );
+    }
+    let (dry, why) = dry_default(&args.default_dry_multiplier, &args.common.model)?;
+    config.dry_multiplier_default = dry;
+    if dry > 0.0
+        && args.default_dry_multiplier == "auto"
+        && config.generation_defaults.temperature.is_some()
+    {
+        // Through the API (a 2,048-token cap, not the chat command's 256) the card's
+        // temperature 0.2 with DRY still let 2 of 46 everyday answers ramble to the cap;
+        // greedy with DRY answered all 8 questions right, the longest in 308 tokens
+        // (BENCHMARKS.md, "Server defaults of the default model").
+        config.generation_defaults.temperature = Some(0.0);
+        tracing::info!(
+            "temperature of requests that send none: 0 (greedy), not the model card's: with the loop penalty it answers everyday questions right and ends them (BENCHMARKS.md); a request's temperature wins"
+        );
+    }
+    if dry > 0.0 {
+        let engine = wring_engine::api::SamplingParams::default();
+        tracing::info!(
+            "loop penalty for chat requests that send no dry_multiplier: DRY {dry} (base {}, allowed length {}, whole context; {why}); a request's dry_multiplier overrides it, 0 turns it off",
+            engine.dry_base,
+            engine.dry_allowed_length
+        );
+    } else {
+        tracing::info!("loop penalty: off unless a request sends dry_multiplier ({why})");
+    }
+    config.default_system = system_default(&args.common.model);
+    match &config.default_system {
+        Some(s) => tracing::info!(
+            "system message of chat requests that send none (and no tools): {s:?}, what `wring chat` uses for this model (measured better than the template's own)"
+        ),
+        None => tracing::info!("system message of chat requests that send none: the template's own"),
+    }
+    if let Some(limit) = wring_server::listen::raise_open_files_limit() {
+        if (limit as usize) < config.listen.max_connections + 64 {
+            tracing::warn!(
+                "--max-connections {} is near this process's open-file limit ({limit}); connections past the limit wait in the backlog",
+                config.listen.max_connections
+            );
+        }
     }
     args.common.engine.warm_up = Some(warm_up(&args));
     // The hash root names the model routers see (the first served name; the engine falls
@@ -149,11 +212,11 @@ pub fn run(mut args: Args) -> anyhow::Result<()> {
         .thread_name("wring-http")
         .build()
         .context("starting the async runtime")?;
+    let backlog = args.backlog;
     runtime.block_on(async move {
         // The port answers from the start (503 `loading` on /health and /ready), so an
         // orchestrator can tell a loading server from a dead one.
-        let listener = tokio::net::TcpListener::bind(addr)
-            .await
+        let listener = wring_server::listen::bind(addr, backlog)
             .with_context(|| format!("binding {addr}"))?;
         let listener = listener.into_std()?;
         let (loaded_tx, loaded_rx) = tokio::sync::oneshot::channel::<()>();
@@ -198,6 +261,68 @@ pub fn run(mut args: Args) -> anyhow::Result<()> {
     })
 }
 
+/// Models whose answers loop without the DRY penalty under their own sampling defaults, by
+/// Hub id: SmolLM2-135M-Instruct at its card's temperature 0.2 looped on 6 of 80 everyday
+/// questions with DRY off and 0 with DRY 0.8 through `wring chat`'s settings (BENCHMARKS.md,
+/// "Chat defaults of the default model"), and through the API (BENCHMARKS.md, "Server
+/// defaults of the default model").
+const NEEDS_LOOP_PENALTY: &[&str] = &["HuggingFaceTB/SmolLM2-135M-Instruct"];
+
+/// The server's `dry_multiplier` for requests that send none, and why.
+fn dry_default(flag: &str, model: &super::common::ModelArgs) -> anyhow::Result<(f32, String)> {
+    if flag != "auto" {
+        let v: f32 = flag
+            .parse()
+            .ok()
+            .filter(|v: &f32| *v >= 0.0 && v.is_finite())
+            .with_context(|| {
+                format!("--default-dry-multiplier {flag:?}: expected auto or a number ≥ 0")
+            })?;
+        return Ok((v, "--default-dry-multiplier".into()));
+    }
+    let known = (model.load_format != "dummy")
+        .then(|| wring_model::resolve_model_path(model.model.as_deref()).ok())
+        .flatten()
+        .and_then(|p| wring_model::catalog::known_model(&p));
+    Ok(match known {
+        Some(m) if NEEDS_LOOP_PENALTY.contains(&m.hub_id) => (
+            super::common::CHAT_DRY_MULTIPLIER,
+            format!("{} loops without it, BENCHMARKS.md", m.hub_id),
+        ),
+        _ => (
+            0.0,
+            "no measurement says this model needs it; --default-dry-multiplier sets one".into(),
+        ),
+    })
+}
+
+/// The system message `wring chat` sends for this model when none is given, where one
+/// measured better than the template's (`wring_model::cli_system_default`); none for dummy
+/// weights.
+fn system_default(model: &super::common::ModelArgs) -> Option<String> {
+    if model.load_format == "dummy" {
+        return None;
+    }
+    let path = wring_model::resolve_model_path(model.model.as_deref()).ok()?;
+    wring_model::cli_system_default(&path).map(str::to_string)
+}
+
+/// The socket settings the flags ask for.
+fn listen_config(args: &Args) -> anyhow::Result<wring_server::listen::ListenConfig> {
+    if args.max_connections == 0 {
+        anyhow::bail!("--max-connections must be at least 1");
+    }
+    let optional = |flag: &str, s: f64| -> anyhow::Result<Option<Duration>> {
+        Ok(Some(seconds(flag, s)?).filter(|d| !d.is_zero()))
+    };
+    Ok(wring_server::listen::ListenConfig {
+        backlog: args.backlog,
+        max_connections: args.max_connections,
+        header_read_timeout: optional("--header-read-timeout", args.header_read_timeout)?,
+        idle_timeout: optional("--idle-timeout", args.idle_timeout)?,
+    })
+}
+
 fn seconds(flag: &str, s: f64) -> anyhow::Result<Duration> {
     Duration::try_from_secs_f64(s).with_context(|| format!("{flag} {s}: expected seconds ≥ 0"))
 }
@@ -239,6 +364,7 @@ fn warm_up(args: &Args) -> bool {
 #[cfg(test)]
 mod tests {
     use clap::Parser;
+    use std::time::Duration;
 
     #[test]
     fn a_server_warms_up_unless_told_not_to() {
@@ -253,6 +379,32 @@ mod tests {
             "--port",
             "9"
         ])));
+    }
+
+    #[test]
+    fn the_loop_penalty_default_follows_the_model_and_the_flag() {
+        let model = |m: &str| crate::cmd::common::ModelArgs {
+            model: Some(m.into()),
+            ..Cli::try_parse_from(["serve"]).unwrap().args.common.model
+        };
+        // Known models are recognised by name; the files need only exist.
+        let dir = std::env::temp_dir().join(format!("wring-dry-default-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let default = dir.join("SmolLM2-135M-Instruct.Q4_1.gguf");
+        let other = dir.join("SmolLM2-360M-Instruct.Q4_1.gguf");
+        std::fs::write(&default, b"").unwrap();
+        std::fs::write(&other, b"").unwrap();
+        let (v, why) = super::dry_default("auto", &model(default.to_str().unwrap())).unwrap();
+        assert_eq!(v, 0.8, "{why}");
+        let (v, _) = super::dry_default("auto", &model(other.to_str().unwrap())).unwrap();
+        assert_eq!(v, 0.0, "not measured: OpenAI's semantics");
+        let (v, _) = super::dry_default("0", &model(default.to_str().unwrap())).unwrap();
+        assert_eq!(v, 0.0);
+        let (v, _) = super::dry_default("1.2", &model(other.to_str().unwrap())).unwrap();
+        assert_eq!(v, 1.2);
+        assert!(super::dry_default("-1", &model(other.to_str().unwrap())).is_err());
+        assert!(super::dry_default("lots", &model(other.to_str().unwrap())).is_err());
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[derive(Parser)]
@@ -272,7 +424,34 @@ mod tests {
         std::env::remove_var("WRING_API_KEY");
         let cli = Cli::try_parse_from(["serve"]).unwrap();
         assert_eq!(cli.args.api_key, None);
-        assert_eq!(cli.args.allowed_origins, vec!["*".to_string()]);
+        assert_eq!(
+            cli.args.allowed_origins,
+            vec!["none".to_string()],
+            "no CORS unless the operator asks"
+        );
+        let listen = super::listen_config(&cli.args).unwrap();
+        assert_eq!(listen.backlog, 2048);
+        assert_eq!(listen.max_connections, 2048);
+        assert_eq!(listen.header_read_timeout, Some(Duration::from_secs(10)));
+        assert_eq!(listen.idle_timeout, Some(Duration::from_secs(5)));
+        let cli = Cli::try_parse_from([
+            "serve",
+            "--backlog",
+            "4096",
+            "--max-connections",
+            "100",
+            "--header-read-timeout",
+            "0",
+            "--idle-timeout",
+            "0.5",
+        ])
+        .unwrap();
+        let listen = super::listen_config(&cli.args).unwrap();
+        assert_eq!((listen.backlog, listen.max_connections), (4096, 100));
+        assert_eq!(listen.header_read_timeout, None, "0 = no limit");
+        assert_eq!(listen.idle_timeout, Some(Duration::from_millis(500)));
+        let cli = Cli::try_parse_from(["serve", "--max-connections", "0"]).unwrap();
+        assert!(super::listen_config(&cli.args).is_err());
         assert_eq!(cli.args.max_tokens_default, 2048);
         let cli = Cli::try_parse_from([
             "serve",
