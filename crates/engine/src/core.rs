@@ -274,25 +274,8 @@ impl EngineCore {
         if self.drain_deadline.is_some() {
             return fail("engine is shutting down".into());
         }
-        if let Some(rec) = &req.replay_output {
-            if !self.cfg.replay_outputs {
-                return fail(
-                    "replay_output is a benchmark mode: start the server with --replay-outputs"
-                        .into(),
-                );
-            }
-            if req.grammar.is_some() {
-                return fail("replay_output cannot be combined with structured output".into());
-            }
-            if rec.is_empty() {
-                return fail("replay_output must hold at least one token".into());
-            }
-            if let Some(&t) = rec.iter().find(|&&t| t as usize >= self.vocab) {
-                return fail(format!(
-                    "replay_output token id {t} is outside the vocabulary (size {})",
-                    self.vocab
-                ));
-            }
+        if let Some(why) = self.replay_refusal(&req) {
+            return fail(why);
         }
         if let Err(e) = self.spec.proposer().start(id, &req.prompt_ids) {
             self.metrics.finished_error += 1;
@@ -306,6 +289,28 @@ impl EngineCore {
         }
         self.requests.insert(id, state);
         self.sched.add(Sequence::new(id, req.prompt_ids));
+    }
+
+    /// Why a request's recorded output cannot be replayed, if it carries one that cannot.
+    fn replay_refusal(&self, req: &crate::api::GenerateRequest) -> Option<String> {
+        let rec = req.replay_output.as_ref()?;
+        if !self.cfg.replay_outputs {
+            return Some(
+                "replay_output is a benchmark mode: start the server with --replay-outputs".into(),
+            );
+        }
+        if req.grammar.is_some() {
+            return Some("replay_output cannot be combined with structured output".into());
+        }
+        if rec.is_empty() {
+            return Some("replay_output must hold at least one token".into());
+        }
+        rec.iter().find(|&&t| t as usize >= self.vocab).map(|t| {
+            format!(
+                "replay_output token id {t} is outside the vocabulary (size {})",
+                self.vocab
+            )
+        })
     }
 
     fn abort_disconnected(&mut self, shared: &Weak<Shared>) {
@@ -510,15 +515,18 @@ impl EngineCore {
         // Replay: the step ran (and took its argmax) as usual, but the target's tokens
         // are the recording's; a draft is accepted as far as it matches the recording,
         // and never past its end.
-        let emitted = self.sched.get(r.id).map_or(0, |s| s.num_output());
-        let rest = (state.replay.as_deref()).map(|rec| rec.get(emitted..).unwrap_or_default());
-        let target = match rest {
-            Some(rest) if !rest.is_empty() => {
-                valid = valid.min(rest.len() - 1);
-                TargetRows::Ids(rest)
-            }
-            Some(_) => return self.finish(r.id, FinishReason::Stop, shared),
+        let target = match state.replay.as_deref() {
             None => target,
+            Some(recording) => {
+                let emitted = self.sched.get(r.id).map_or(0, |s| s.num_output());
+                match recording.get(emitted..) {
+                    Some(rest) if !rest.is_empty() => {
+                        valid = valid.min(rest.len() - 1);
+                        TargetRows::Ids(rest)
+                    }
+                    _ => return self.finish(r.id, FinishReason::Stop, shared),
+                }
+            }
         };
         let mut outcome = verify(&mut state.sampler, target, draft, valid);
         // The grammar follows what was emitted; once it is complete (nothing may

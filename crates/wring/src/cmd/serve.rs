@@ -216,8 +216,8 @@ pub fn run(mut args: Args) -> anyhow::Result<()> {
     runtime.block_on(async move {
         // The port answers from the start (503 `loading` on /health and /ready), so an
         // orchestrator can tell a loading server from a dead one.
-        let listener = wring_server::listen::bind(addr, backlog)
-            .with_context(|| format!("binding {addr}"))?;
+        let listener =
+            wring_server::listen::bind(addr, backlog).with_context(|| format!("binding {addr}"))?;
         let listener = listener.into_std()?;
         let (loaded_tx, loaded_rx) = tokio::sync::oneshot::channel::<()>();
         let loading = tokio::spawn(wring_server::ops::serve_while_loading(
