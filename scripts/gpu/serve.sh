@@ -19,7 +19,8 @@
 #               c=1: 8 prompts and c=32: HOST_C32_PROMPTS, default 128)
 #   steplog     one server (padded K=4, --step-log) serves mix at c=32 twice; where the step
 #               time went, by how each step ran (scripts/gpu/tables.py steplog)
-#   structured  what a json_schema-constrained request costs (scripts/gpu/structured_cost.py)
+#   structured  what a json_schema-constrained request costs (scripts/gpu/structured_cost.py);
+#               DUMMY=<shape> VOCAB=<gguf> serves dummy weights instead of the real model
 #   quant       each GPU weight format with and without padded K=4 (QUANT_FORMATS), c=32
 #   fair        fair steps on this machine's CPU (scripts/fair_steps.py), default target and 0
 #   peer        wring (no-spec, then padded K=4, with step logs) and llama.cpp's llama-server
@@ -32,7 +33,14 @@ cd "$(dirname "${BASH_SOURCE[0]}")/../.." || exit 1
 . scripts/gpu/lib.sh
 export CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0}
 DEVICE=${DEVICE:-cuda} # cpu: the same runs on the CPU backend (a quick try of this script)
-join_model || exit 1
+# DUMMY=<shape> VOCAB=<tokenizer gguf>: the structured part serves dummy weights of that shape
+# (a grammar binds every token of random weights too), no model parts needed.
+if [ -n "${DUMMY:-}" ]; then
+    MODEL_ARGS=(--load-format dummy --model-shape "$DUMMY" --model "${VOCAB:?DUMMY needs VOCAB}")
+else
+    join_model || exit 1
+    MODEL_ARGS=()
+fi
 corp=$PWD/$B/corpora
 GPU_NAME=$(device_line 2>/dev/null | cut -d, -f1)
 GPU_NAME=${GPU_NAME:-$DEVICE}
@@ -115,7 +123,7 @@ PY
 
 structured() {
     local pid
-    "$W" serve --device "$DEVICE" --port 8201 --kv-cache-mib 4096 > "$R/structured.serve.log" 2>&1 &
+    "$W" serve --device "$DEVICE" --port 8201 --kv-cache-mib 4096 "${MODEL_ARGS[@]}" > "$R/structured.serve.log" 2>&1 &
     pid=$!
     wait_http http://127.0.0.1:8201/v1/models
     timeout 150 python3 scripts/gpu/structured_cost.py http://127.0.0.1:8201 "$R/structured.json" 1 32 2>&1 | tee "$R/structured.txt"

@@ -2,9 +2,11 @@
 """What a grammar-constrained step costs on a running wring server.
 
 The same chat prompts are sent twice at each concurrency: plain, and with a
-`response_format` json_schema (the mask is computed on the host and the step's logits
-come back for it). Prints output tokens/s for both and their ratio, one line each, and
-writes a JSON list to the path given. Standard library only (the device has no network).
+`response_format` json_schema (greedy: the grammar masks are computed on the host beside the
+step and applied inside the device argmax). Prints output tokens/s for both and their ratio,
+one line each, and writes a JSON list to the path given. Then checks that each constrained
+answer is the one the same request gets with logprobs (which brings the logits back and
+masks them on the host). Standard library only (the device has no network).
 
     structured_cost.py BASE_URL OUT_JSON [CONCURRENCY ...]
 """
@@ -40,6 +42,27 @@ def post(base, body):
         return json.loads(r.read())
 
 
+def body_of(i, constrained):
+    body = {
+        "messages": [{"role": "user", "content": PROMPTS[i % 4].format(c=CITIES[i % 8])}],
+        "max_tokens": 128, "temperature": 0,
+    }
+    if constrained:
+        body["response_format"] = {"type": "json_schema",
+                                   "json_schema": {"name": "person", "schema": SCHEMA}}
+    return body
+
+
+def same_with_logprobs(base, count):
+    """How many of `count` constrained answers equal the same request's with logprobs."""
+    same = 0
+    for i in range(count):
+        a = post(base, body_of(i, True))["choices"][0]["message"]["content"]
+        b = post(base, {**body_of(i, True), "logprobs": True, "top_logprobs": 1})
+        same += a == b["choices"][0]["message"]["content"]
+    return same
+
+
 def batch(base, n, constrained, requests):
     out, lock = [], threading.Lock()
     work = list(range(requests))
@@ -50,14 +73,7 @@ def batch(base, n, constrained, requests):
                 if not work:
                     return
                 i = work.pop()
-            body = {
-                "messages": [{"role": "user", "content": PROMPTS[i % 4].format(c=CITIES[i % 8])}],
-                "max_tokens": 128, "temperature": 0,
-            }
-            if constrained:
-                body["response_format"] = {"type": "json_schema",
-                                           "json_schema": {"name": "person", "schema": SCHEMA}}
-            r = post(base, body)
+            r = post(base, body_of(i, constrained))
             with lock:
                 out.append(r["usage"]["completion_tokens"])
 
@@ -87,6 +103,9 @@ def main():
                          "tok_per_s": round(toks / dt, 1)})
         print(f"structured c={n}: plain {res[False]:.0f} tok/s, json_schema {res[True]:.0f} tok/s, "
               f"ratio {res[True] / res[False]:.2f}", flush=True)
+    same = same_with_logprobs(base, 8)
+    print(f"structured: {same}/8 constrained answers equal the same request with logprobs", flush=True)
+    rows.append({"check": "same_with_logprobs", "equal": same, "of": 8})
     json.dump(rows, open(path, "w"), indent=1)
 
 

@@ -10,7 +10,7 @@ pub mod cpu;
 pub mod quant;
 mod step;
 
-pub use step::{Logits, SeqInput, StepInput};
+pub use step::{Logits, RowMasks, SeqInput, StepInput};
 
 /// One step shape a server meets cold at first (`--warm-up`): `rows` sequences of
 /// `query_len` tokens each (decode or verify rows), then, when `chunk` > 0, one prompt
@@ -198,6 +198,17 @@ pub trait Backend: Send {
     /// Index of the largest value of each row of `logits` (first on ties), computed
     /// where the logits live so only ids travel; None when the backend has no such op.
     fn argmax_rows(&mut self, _logits: &Self::Tensor) -> Option<Vec<u32>> {
+        None
+    }
+    /// [`Backend::argmax_rows`] under structured output: each masked row's largest
+    /// allowed value ([`RowMasks::argmax`]'s rule), the masks applied where the logits live
+    /// so only the masks go there and only ids come back. None when the backend has no
+    /// such op.
+    fn argmax_rows_masked(
+        &mut self,
+        _logits: &Self::Tensor,
+        _masks: &RowMasks,
+    ) -> Option<Vec<u32>> {
         None
     }
     /// Called when `replay` returned None: true when the backend starts capturing the

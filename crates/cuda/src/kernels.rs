@@ -196,6 +196,7 @@ pub struct Kernels {
     /// `attention_flash_d{head_dim}`, keyed by head_dim.
     attention_flash: Vec<(usize, sys::CUfunction)>,
     pub argmax_rows: sys::CUfunction,
+    pub argmax_rows_masked: sys::CUfunction,
     /// Tensor-parallel ranks: vocabulary-shard embedding, per-row (max, index).
     pub embed_rows_shard: sys::CUfunction,
     pub max_rows: sys::CUfunction,
@@ -317,6 +318,7 @@ impl Kernels {
                 .collect::<Result<_>>()?,
             attention_combine: get("attention_combine")?,
             argmax_rows: get("argmax_rows")?,
+            argmax_rows_masked: get("argmax_rows_masked")?,
             embed_rows_shard: get("embed_rows_shard")?,
             max_rows: get("max_rows")?,
             fp8_quantize_rows: get("fp8_quantize_rows")?,

@@ -410,9 +410,12 @@ impl EngineCore {
         let scheduled = Instant::now();
         let (out, jobs) = if jobs.is_empty() {
             (self.run_model(&input, &rows, ids_only, work), Vec::new())
+        } else if self.greedy_rows(&rows) {
+            self.run_model_masked(&input, &rows, jobs, work)
         } else {
             // The grammar masks of this step's positions are computed while the
             // model runs (constrained sequences only).
+            self.metrics.constrained_steps += 1;
             std::thread::scope(|s| {
                 let masks = s.spawn(move || EngineCore::prepare_masks(jobs));
                 let out = self.run_model(&input, &rows, ids_only, work);
@@ -500,15 +503,11 @@ impl EngineCore {
         let Some(state) = self.requests.get_mut(&r.id) else {
             return;
         };
-        // A constrained sequence's rows were masked in place (`mask_logits`): the
-        // verifier, the sampler and the logprobs all read the masked rows.
-        let target = match (&state.constraint, out) {
-            (None, _) | (Some(_), StepOutput::Logits(_)) => out.target(r.first_logit),
-            (Some(_), StepOutput::Ids(_)) => {
-                let msg = "structured output: the step returned ids without logits".into();
-                return self.fail(r.id, msg, shared);
-            }
-        };
+        // A constrained sequence's rows were masked: in place (`mask_logits`), so the
+        // verifier, the sampler and the logprobs all read the masked rows, or, on a
+        // greedy step, inside the argmax (`run_model_masked`), so its ids are the masked
+        // argmax.
+        let target = out.target(r.first_logit);
         let draft_row = drafts.row_of(r.id).filter(|_| r.slots > 0);
         let (draft, mut valid) =
             draft_row.map_or((&[][..], 0), |b| (drafts.draft(b), drafts.valid_len[b]));

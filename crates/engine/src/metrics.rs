@@ -85,6 +85,11 @@ pub struct MetricsSnapshot {
     /// captured graph.
     pub steps_with_prefill: u64,
     pub step_model_seconds_with_prefill: f64,
+    /// Steps with grammar-constrained rows, and those of them whose masks were applied
+    /// inside the runner's argmax (greedy rows: only ids came back) rather than to logits
+    /// copied back to the host.
+    pub constrained_steps: u64,
+    pub constrained_steps_masked_argmax: u64,
     /// Seconds engine steps spent around it on the host: planning drafts, scheduling,
     /// building the input, verifying, detokenising and streaming.
     pub step_host_seconds: f64,
@@ -131,6 +136,8 @@ impl Default for MetricsSnapshot {
             step_host_phase_seconds: [0.0; HOST_PHASES.len()],
             steps_with_prefill: 0,
             step_model_seconds_with_prefill: 0.0,
+            constrained_steps: 0,
+            constrained_steps_masked_argmax: 0,
             admin_seconds: 0.0,
             prompt_tokens: 0,
             generation_tokens: 0,

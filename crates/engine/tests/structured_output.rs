@@ -202,10 +202,9 @@ fn regex_choice_and_grammar_are_honoured() {
     }
 }
 
-#[test]
-fn speculative_constrained_output_equals_plain_constrained_output() {
-    let f = fixture();
-    let cases = [
+/// Prompts with a constraint each (schema, object, regex, choice) and their max_tokens.
+fn cases() -> Vec<(Vec<u32>, GrammarSpec, u32)> {
+    vec![
         (
             chat("Describe a person who lives in a big city, as JSON."),
             GrammarSpec::JsonSchema(person_schema()),
@@ -226,7 +225,13 @@ fn speculative_constrained_output_equals_plain_constrained_output() {
             GrammarSpec::Choice(vec!["yes".into(), "no".into()]),
             8,
         ),
-    ];
+    ]
+}
+
+#[test]
+fn speculative_constrained_output_equals_plain_constrained_output() {
+    let f = fixture();
+    let cases = cases();
     let (mut drafted, mut accepted) = (0, 0);
     for (prompt, spec, max_tokens) in &cases {
         let plain = collect(
@@ -269,6 +274,48 @@ fn speculative_constrained_output_equals_plain_constrained_output() {
         accepted < drafted,
         "some drafts must have been rejected ({accepted}/{drafted})"
     );
+}
+
+#[test]
+fn greedy_constrained_steps_mask_inside_the_argmax_as_the_host_masks_the_logits() {
+    // Without logprobs a greedy constrained step hands its masks to the runner's argmax
+    // (on the device where there is one) and gets ids back; asking for logprobs brings the
+    // logits back and masks them on the host. Both must pick the same tokens, with and
+    // without speculation.
+    let f = fixture();
+    for (prompt, spec, max_tokens) in cases() {
+        for engine in [&f.plain, &f.spec] {
+            let before = engine.metrics().constrained_steps_masked_argmax;
+            let ids_path = collect(
+                engine
+                    .submit(constrained(&prompt, &spec, max_tokens))
+                    .unwrap(),
+            );
+            let logits_path = collect(
+                engine
+                    .submit(GenerateRequest {
+                        sampling: SamplingParams {
+                            logprobs: Some(1),
+                            ..Default::default()
+                        },
+                        ..constrained(&prompt, &spec, max_tokens)
+                    })
+                    .unwrap(),
+            );
+            assert_eq!(ids_path.error, None, "{spec:?}");
+            assert_eq!(logits_path.error, None, "{spec:?}");
+            assert!(!ids_path.ids.is_empty(), "{spec:?}");
+            assert_eq!(
+                ids_path.ids, logits_path.ids,
+                "{spec:?}: the masked argmax and the host's masked logits disagree"
+            );
+            assert_eq!(ids_path.reason, logits_path.reason, "{spec:?}");
+            assert!(
+                engine.metrics().constrained_steps_masked_argmax > before,
+                "{spec:?}: no step applied the masks inside the argmax"
+            );
+        }
+    }
 }
 
 #[test]

@@ -16,6 +16,17 @@ impl TokenMask {
         (token as usize) < self.vocab_size && self.bits.is_allowed(token)
     }
 
+    /// The mask as packed words: bit `t % 32` of word `t / 32` is set when token `t` is
+    /// allowed (ids at or past [`TokenMask::vocab_size`] are not, whatever their bit).
+    pub fn words(&self) -> &[u32] {
+        self.bits.as_slice()
+    }
+
+    /// Ids below this may be allowed.
+    pub fn vocab_size(&self) -> usize {
+        self.vocab_size
+    }
+
     pub fn count(&self) -> usize {
         (0..self.vocab_size as u32)
             .filter(|&t| self.allows(t))

@@ -2,7 +2,7 @@
 //! sliding window, DeepSeek-R1-Distill), written once against [`Backend`].
 
 use crate::config::ModelConfig;
-use crate::runner::{KvPoolSize, Logits, ModelRunner, ShardRunner, StepGraph, StepInput};
+use crate::runner::{KvPoolSize, Logits, ModelRunner, RowMasks, ShardRunner, StepGraph, StepInput};
 use crate::shard::RankShard;
 use crate::weight_slice::Part;
 use crate::weights::WeightSource;
@@ -446,6 +446,41 @@ impl<B: Backend> LlamaRunner<B> {
         Ok(ids)
     }
 
+    /// Greedy ids under structured output: the step is enqueued first, then `masks` is
+    /// called (the grammar masks are computed while the device runs the step), and the
+    /// masked argmax runs on the device when the backend can, else on the host copy of the
+    /// logits.
+    pub fn forward_greedy_masked(
+        &mut self,
+        step: &StepInput,
+        masks: &mut dyn FnMut() -> Result<RowMasks>,
+    ) -> Result<Vec<u32>> {
+        self.ensure_whole()?;
+        let logits = self.step_logits(step)?;
+        let masks = match masks() {
+            Ok(m) => m,
+            Err(e) => {
+                drop(logits);
+                self.backend.finish_step()?;
+                return Err(e);
+            }
+        };
+        let ids = match self.backend.argmax_rows_masked(&logits, &masks) {
+            Some(ids) => ids,
+            None => {
+                let v = self.cfg.vocab_size;
+                let data = self.backend.to_host(&logits);
+                data.chunks(v.max(1))
+                    .enumerate()
+                    .map(|(r, row)| masks.argmax(r, row))
+                    .collect()
+            }
+        };
+        drop(logits);
+        self.backend.finish_step()?;
+        Ok(ids)
+    }
+
     pub fn backend(&self) -> &B {
         &self.backend
     }
@@ -497,6 +532,14 @@ impl<B: Backend> ModelRunner for LlamaRunner<B> {
 
     fn forward_greedy(&mut self, step: &StepInput) -> Result<Option<Vec<u32>>> {
         LlamaRunner::forward_greedy(self, step).map(Some)
+    }
+
+    fn forward_greedy_masked(
+        &mut self,
+        step: &StepInput,
+        masks: &mut dyn FnMut() -> Result<RowMasks>,
+    ) -> Result<Option<Vec<u32>>> {
+        LlamaRunner::forward_greedy_masked(self, step, masks).map(Some)
     }
 
     fn renew_kv(&mut self) -> Result<()> {

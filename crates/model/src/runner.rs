@@ -1,7 +1,7 @@
 //! The interface between the engine and a loaded model: one forward step over a
 //! batch of sequences whose KV lives in a paged block pool owned by the runner.
 
-pub use wring_backend::{Logits, SeqInput, StepInput, WarmUpStep};
+pub use wring_backend::{Logits, RowMasks, SeqInput, StepInput, WarmUpStep};
 
 /// How large a runner's KV pool is.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -36,6 +36,17 @@ pub trait ModelRunner: Send {
     /// (the argmax runs on the device where the backend can). None: not supported, use
     /// `forward`.
     fn forward_greedy(&mut self, _step: &StepInput) -> anyhow::Result<Option<Vec<u32>>> {
+        Ok(None)
+    }
+    /// [`ModelRunner::forward_greedy`] under structured output: `masks` is called once
+    /// the step is under way (the grammar masks are computed beside it) and each masked
+    /// row's id is its largest allowed logit. None: not supported (`masks` was not
+    /// called), use `forward`.
+    fn forward_greedy_masked(
+        &mut self,
+        _step: &StepInput,
+        _masks: &mut dyn FnMut() -> anyhow::Result<RowMasks>,
+    ) -> anyhow::Result<Option<Vec<u32>>> {
         Ok(None)
     }
     /// Query lengths per sequence for which the backend replays captured step graphs

@@ -121,6 +121,16 @@ pub fn render(m: &MetricsSnapshot, model_name: &str) -> String {
         m.step_model_seconds,
     );
     p.counter(
+        "wring:engine_constrained_steps_total",
+        "Engine steps with structured-output (grammar) rows.",
+        m.constrained_steps as f64,
+    );
+    p.counter(
+        "wring:engine_constrained_steps_masked_argmax_total",
+        "Constrained steps whose grammar masks were applied inside the argmax (only ids came back).",
+        m.constrained_steps_masked_argmax as f64,
+    );
+    p.counter(
         "wring:engine_steps_with_prefill_total",
         "Engine steps that carried prompt tokens (not uniform: eager on CUDA).",
         m.steps_with_prefill as f64,

@@ -9,6 +9,7 @@
 //! Ops cannot return errors (the trait is infallible); the first failure is kept, later
 //! ops become no-ops, and `finish_step` reports it.
 
+mod argmax;
 mod attention;
 mod fp8;
 mod linear;
@@ -41,7 +42,7 @@ use anyhow::{anyhow, bail, ensure, Context, Result};
 use cudarc::driver::{result, sys, CudaContext, CudaStream};
 use std::sync::Arc;
 use tensor::{DType, Weights};
-use wring_backend::{AttnShape, Backend, HostMatrix, KvSpec, RopeSpec, StepInput};
+use wring_backend::{AttnShape, Backend, HostMatrix, KvSpec, RopeSpec, RowMasks, StepInput};
 
 struct KvPool {
     buf: DeviceBuffer,
@@ -71,6 +72,8 @@ pub struct CudaBackend {
     meta: Option<StepBuffers>,
     /// Argmax output, one id per logit row (outside the arena: graph outputs live there).
     ids: Option<DeviceBuffer>,
+    /// A greedy step's grammar masks (`argmax_rows_masked`), grown to the largest seen.
+    masks: Option<(DeviceBuffer, usize)>,
     layout: StepLayout,
     /// Most query tokens any sequence of the current step carries (padding included).
     max_query_len: usize,
@@ -169,6 +172,7 @@ impl CudaBackend {
             arena: None,
             meta: None,
             ids: None,
+            masks: None,
             layout: StepLayout::default(),
             max_query_len: 0,
             short_query_len: 0,
@@ -896,45 +900,11 @@ impl Backend for CudaBackend {
     }
 
     fn argmax_rows(&mut self, logits: &CudaTensor) -> Option<Vec<u32>> {
-        if !self.expect(logits, DType::F32, "argmax_rows") {
-            return Some(vec![]);
-        }
-        let rows = logits.valid_rows;
-        if rows == 0 {
-            return Some(vec![]);
-        }
-        let Some(ids) = &self.ids else {
-            self.fail(anyhow!("KV pool not allocated"));
-            return Some(vec![]);
-        };
-        let ids_ptr = ids.ptr();
-        let args = [
-            Arg::Ptr(logits.ptr),
-            Arg::I32(logits.cols as i32),
-            Arg::Ptr(ids_ptr),
-        ];
-        self.launch(
-            self.kernels.argmax_rows,
-            (rows as u32, 1, 1),
-            1024,
-            &args,
-            "argmax_rows",
-        );
-        if !self.ok() {
-            return Some(vec![]);
-        }
-        let mut out = vec![0u32; rows];
-        let stream = self.cu_stream();
-        self.note_enqueued();
-        // SAFETY: ids holds max_tokens u32 ≥ rows; synchronised before use.
-        let copied = unsafe {
-            result::memcpy_dtoh_async(&mut out, ids_ptr, stream)
-                .and_then(|_| result::stream::synchronize(stream))
-        };
-        if let Err(e) = copied {
-            self.fail(anyhow!("copying token ids from the GPU failed: {e:?}"));
-        }
-        Some(out)
+        self.argmax_launch(logits, None)
+    }
+
+    fn argmax_rows_masked(&mut self, logits: &CudaTensor, masks: &RowMasks) -> Option<Vec<u32>> {
+        self.argmax_launch(logits, Some(masks))
     }
 
     fn begin_capture(&mut self) -> bool {

@@ -1,11 +1,13 @@
 //! The engine loop's side of structured output: a step takes the grammar state of every
 //! constrained sequence it samples, computes the masks along the drafts beside the forward
-//! pass (`prepare_masks` on a scoped thread), and puts the states back.
+//! pass (`prepare_masks` on a scoped thread), and puts the states back. A greedy step hands
+//! the masks to the runner's argmax (`row_masks`); any other masks the logits on the host.
 
 use std::sync::Weak;
 
 use rayon::prelude::*;
 use wring_grammar::TokenMask;
+use wring_model::runner::RowMasks;
 
 use super::EngineCore;
 use crate::channel::Shared;
@@ -126,6 +128,29 @@ impl EngineCore {
                 }
             });
     }
+}
+
+/// The step's masks for a masked argmax: each constrained row's masks at its query
+/// positions (those `mask_logits` would apply); a sequence whose masks failed is left
+/// unmasked (it fails before anything of it is emitted).
+pub(super) fn row_masks(
+    rows: &[StepRow],
+    jobs: &[MaskJob],
+    logit_rows: usize,
+    vocab: usize,
+) -> RowMasks {
+    let mut m = RowMasks::new(logit_rows, vocab);
+    for job in jobs.iter().filter(|j| j.result.is_ok()) {
+        let Some(r) = rows.iter().find(|r| r.id == job.id && r.completes) else {
+            continue;
+        };
+        for (j, mask) in job.constraint.masks().iter().take(1 + r.slots).enumerate() {
+            if r.first_logit + j < logit_rows {
+                m.set(r.first_logit + j, mask.words(), mask.vocab_size());
+            }
+        }
+    }
+    m
 }
 
 /// One constrained sequence's mask work for a step.
