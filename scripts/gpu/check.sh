@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# Named checks and timings of the CUDA backend on the device (gpu_check, the check harness),
-# from the repository root. gpu_check comes from $DIR (gpu_check or gpu_check.xz, laid out by
-# scripts/gpu/prepare.sh) when DIR is set, else from /tmp/gpu_check (staged by stage.sh);
-# GPU_CHECK=/tmp/gpu_check_old runs a previous build. Every switch in the environment
-# (WRING_CUDA_*, the checks' own STEPS_* / PREFILL_* / QUANT_BENCH_* ...) reaches gpu_check, so
-# an A/B is two runs with two names:
+# Named checks and timings of the CUDA backend on the device (gpu_check, the check harness in
+# crates/gpu-check), from the repository root. gpu_check comes from $DIR (gpu_check or
+# gpu_check.xz, laid out by scripts/gpu/prepare.sh) when DIR is set, else from /tmp/gpu_check
+# (staged by stage.sh); GPU_CHECK=/tmp/gpu_check_old runs a previous build. Every switch in
+# the environment (WRING_CUDA_*, the checks' own STEPS_* / PREFILL_* / QUANT_BENCH_* ...)
+# reaches gpu_check, so an A/B is two runs with two names:
 #
 #   DIR=.dev/k1 bash scripts/gpu/check.sh attention graphs-135m graphs-8b cpu-135m steps
 #   NAME=pad-off WRING_CUDA_EAGER_PAD=off bash scripts/gpu/check.sh prefill-cold; \

@@ -5,7 +5,8 @@
 # under /tmp), the rest with the data (carry .dev/b to check.sh / serve.sh, the next call).
 #
 #   $A (default .dev/pa): model.part00 (the first SPLIT bytes of the model's xz stream; MODEL=0:
-#        none), wring.xz (release build; WRING=0: none), gpu_check.xz (GPU_CHECK=0: none;
+#        none), wring.xz (release build; WRING=0: none), gpu_check.xz (the check harness,
+#        crates/gpu-check: `cargo build --release -p wring-gpu-check`; GPU_CHECK=0: none;
 #        PROFILE=debug for a debug build, quicker to make, slower host work), the commit,
 #        wring_old.xz / gpu_check_old.xz from OLD=DIR (a previous build's binaries, for A/B
 #        runs in one call), llamacpp-src.tar.xz from LLAMACPP_SDIST=<llama-cpp-python sdist or
@@ -33,9 +34,9 @@ if [ "${BUILD:-0}" = 1 ]; then
     [ "$WRING" = 1 ] && nice -n 19 cargo build --release -p wring
     if [ "$GPU_CHECK" = 1 ]; then
         if [ "$PROFILE" = release ]; then
-            nice -n 19 cargo build --release -p wring-runtime --example gpu_check
+            nice -n 19 cargo build --release -p wring-gpu-check
         else
-            nice -n 19 cargo build -p wring-runtime --example gpu_check
+            nice -n 19 cargo build -p wring-gpu-check
         fi
     fi
 fi
@@ -45,7 +46,7 @@ pack_bin() { # BINARY NAME
     strip -o "$tmp/$2" "$1" && xz -T2 -6 -c "$tmp/$2" > "$A/$2.xz"
 }
 [ "$WRING" = 1 ] && pack_bin "$T/release/wring" wring
-[ "$GPU_CHECK" = 1 ] && pack_bin "$T/$PROFILE/examples/gpu_check" gpu_check
+[ "$GPU_CHECK" = 1 ] && pack_bin "$T/$PROFILE/gpu_check" gpu_check
 if [ -n "${OLD:-}" ]; then
     [ -f "$OLD/wring" ] && pack_bin "$OLD/wring" wring_old
     [ -f "$OLD/gpu_check" ] && pack_bin "$OLD/gpu_check" gpu_check_old

@@ -152,7 +152,7 @@ pub struct CudaOptions {
     pub qgemm_max_t: usize,
     /// Run a quantized checkpoint's weights through the quantized kernels (fp8 cuBLASLt,
     /// int4/nvfp4 dequantising GEMM) instead of dequantising them to bf16 at upload
-    /// (`WRING_CUDA_QUANT_KERNELS` = on; implied by `WRING_CUDA_WEIGHTS`). The kernels
+    /// (`WRING_CUDA_QUANT_KERNELS` = on; implied by `weights`: [`Self::runs_quant_kernels`]). The kernels
     /// match a host reference on the H200 (`gpu_check qgemm`, results/2026-11-30-cuda-h200, run 9) but are
     /// slower than bf16 there, so a checkpoint runs dequantised to bf16 unless asked.
     pub quant_kernels: bool,
@@ -523,14 +523,23 @@ impl CudaOptions {
         if let Some(v) = var("WRING_CUDA_QUANT_KERNELS") {
             o.quant_kernels = switch("WRING_CUDA_QUANT_KERNELS", &v)?;
         }
-        // Quantising at load only makes sense with the kernels that run the result.
-        if o.weights.is_some() {
-            o.quant_kernels = true;
-        }
         if *o.query_lens.iter().max().unwrap_or(&1) > 64 {
             bail!("WRING_CUDA_GRAPH_K: draft lengths above 63 are not supported");
         }
         Ok(o)
+    }
+
+    /// Dense weights quantised at load to `weights` (None: bf16), whatever
+    /// `WRING_CUDA_WEIGHTS` said: the caller's choice (`wring serve --gpu-weights`).
+    pub fn with_weights(mut self, weights: Option<wring_backend::quant::Scheme>) -> Self {
+        self.weights = weights;
+        self
+    }
+
+    /// Whether quantized weights run through the quantized kernels: asked for, or implied
+    /// by weights quantised at load (which only make sense with the kernels that run them).
+    pub fn runs_quant_kernels(&self) -> bool {
+        self.quant_kernels || self.weights.is_some()
     }
 
     /// Steps carry at most `cap` tokens (the engine's `--max-num-batched-tokens`), so the

@@ -10,9 +10,9 @@ use std::time::Duration;
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::api::{EngineEvent, GenerateRequest};
-use crate::config::KPolicy;
 use crate::metrics::MetricsSnapshot;
 use crate::sampling::{BreakerCache, DryBreakers};
+use crate::spec_decode::KPolicy;
 
 pub(crate) enum Command {
     Submit(Box<Submission>),

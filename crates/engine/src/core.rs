@@ -15,13 +15,14 @@ use crate::api::{EngineEvent, FinishReason, TokenLogprob};
 use crate::background::BackgroundWorker;
 use crate::block_manager::BlockManager;
 use crate::channel::{Command, Shared, Submission};
-use crate::config::{EngineConfig, KPolicy};
+use crate::config::EngineConfig;
 use crate::metrics::MetricsSnapshot;
 use crate::outbox::Outbox;
 use crate::request::{Appended, RequestState};
 use crate::sampling::token_logprobs;
 use crate::scheduler::{PrefillDemand, Scheduler, SchedulerLimits, TokenBudget};
 use crate::sequence::Sequence;
+use crate::spec_decode::KPolicy;
 use crate::spec_decode::{
     verify, DraftAsk, SpecDecoder, StepBudget, StepDrafts, StepOutput, TargetRows,
 };

@@ -12,10 +12,11 @@ use wring_model::{ChatTemplate, LoadedModel, ModelRunner, RunnerOptions, Tokeniz
 
 use crate::api::{EngineEvent, GenerateRequest, SubmitError};
 use crate::channel::{Command, Limits, Shared, Submission};
-use crate::config::{EngineConfig, KPolicy};
+use crate::config::EngineConfig;
 use crate::core::EngineCore;
 use crate::metrics::MetricsSnapshot;
 use crate::sampling::{validate_sampling, BreakerCache};
+use crate::spec_decode::KPolicy;
 
 /// What the server and the CLI need to know about the running engine.
 #[derive(Clone)]

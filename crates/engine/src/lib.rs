@@ -28,8 +28,8 @@ mod trace;
 mod warm_up;
 
 pub use api::*;
-pub use config::{EngineConfig, KPolicy, KProfile, ProposerKind, SpecConfig, SuffixParams};
+pub use config::EngineConfig;
 pub use handle::{Engine, EngineHandle, EngineInfo, RequestHandle, ServedModel};
 pub use kv_events::{kv_event_channel, KvEvent, KvEventSink, KvEventSource, KvEventsConfig};
 pub use metrics::{Histogram, MetricsSnapshot, HOST_PHASES};
-pub use spec_decode::TimingsCache;
+pub use spec_decode::{KPolicy, KProfile, ProposerKind, SpecConfig, SuffixParams, TimingsCache};

@@ -9,10 +9,10 @@ use tokio::sync::mpsc::UnboundedSender;
 use wring_model::{IncrementalDecoder, Tokenizer};
 
 use crate::api::{EngineEvent, FinishReason, GenerateRequest, Usage};
-use crate::config::KPolicy;
 use crate::constraint::Constraint;
 use crate::sampling::RequestSampler;
 use crate::sequence::Sequence;
+use crate::spec_decode::KPolicy;
 use crate::stop::{StopOutcome, StopStrings};
 
 pub(crate) struct RequestState {

@@ -10,7 +10,7 @@ use std::time::Instant;
 use wring_model::runner::ModelRunner;
 
 use crate::block_manager::BlockManager;
-use crate::config::{KPolicy, SpecConfig};
+use crate::spec_decode::{KPolicy, SpecConfig};
 use crate::synthetic_step::{self, SyntheticSeq};
 
 /// Runs of each shape: eager first sighting, capture, replay.

@@ -18,6 +18,8 @@ pub struct ModelChoice {
     pub cpu_weights: CpuWeights,
     /// Prompt rows' attention precision on the CPU (f32 or bf16).
     pub prefill_attention: PrefillAttention,
+    /// On CUDA, the weight format to quantise to at load (`RunnerOptions::gpu_weights`).
+    pub gpu_weights: Option<String>,
 }
 
 impl ModelChoice {
@@ -87,6 +89,7 @@ impl GateModel {
             tensor_parallel_size: 1,
             gpu_memory_utilization: None,
             max_step_tokens: 8192,
+            gpu_weights: choice.gpu_weights.clone(),
         };
         let (name, tokenizer, chat_template, eos_token_ids, vocab_size) = (
             model.name.clone(),

@@ -17,6 +17,7 @@ fn default_model(w: CpuWeights) -> ModelChoice {
         device: Device::Cpu,
         cpu_weights: w,
         prefill_attention: Default::default(),
+        gpu_weights: None,
     }
 }
 
@@ -144,6 +145,7 @@ fn candidate_with_a_zeroed_layer_fails() {
         device: Device::Cpu,
         cpu_weights: CpuWeights::F32,
         prefill_attention: Default::default(),
+        gpu_weights: None,
     };
     let r = run_gate(&small(default_model(CpuWeights::F32), broken)).unwrap();
     print(&r);
@@ -177,6 +179,7 @@ fn bad_input_is_a_clear_error() {
             device: Device::Cpu,
             cpu_weights: CpuWeights::F32,
             prefill_attention: Default::default(),
+            gpu_weights: None,
         },
     );
     let e = format!("{:#}", run_gate(&cfg).unwrap_err());

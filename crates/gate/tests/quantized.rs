@@ -22,6 +22,7 @@ fn choice(model: Option<String>) -> ModelChoice {
         device: Device::Cpu,
         cpu_weights: CpuWeights::F32,
         prefill_attention: Default::default(),
+        gpu_weights: None,
     }
 }
 

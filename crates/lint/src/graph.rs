@@ -19,7 +19,12 @@ pub struct Edge {
 }
 
 /// Every file-to-file dependency of the crate rooted at `root`, one edge per pair:
-/// private imports, and paths in code (through re-exports to the defining file).
+/// private imports, and paths in code, to the defining file and to every facade passed
+/// on the way there that is not the referring file's own module or one of its parents.
+/// `config.rs` naming `crate::spec_decode::TimingsCache` (re-exported by
+/// `spec_decode/mod.rs` from `spec_decode/k_policy/…`) depends on the defining file and on
+/// `spec_decode/mod.rs`: a module's interface is part of it. `spec_decode/planner.rs`
+/// naming `super::StepDrafts` depends on `drafts.rs` alone: a parent routes its children.
 pub fn file_edges(root: &Path) -> Result<Vec<Edge>> {
     let files = module_files(root)?;
     let mut asts = BTreeMap::new();
@@ -42,20 +47,27 @@ pub fn file_edges(root: &Path) -> Result<Vec<Edge>> {
             .collect();
         refs.extend(code_references(&asts[module], module, items, &files));
         for r in refs {
-            let Some(to) = table.resolve(&r.path) else {
+            let Some(resolved) = table.resolve_through(&r.path) else {
                 continue;
             };
-            if to == file {
-                continue;
+            let facades = resolved
+                .facades
+                .iter()
+                .filter(|m| !module.starts_with(m))
+                .filter_map(|m| files.get(m));
+            for to in std::iter::once(resolved.file).chain(facades) {
+                if to == file {
+                    continue;
+                }
+                edges
+                    .entry((file.clone(), to.clone()))
+                    .or_insert_with(|| Edge {
+                        from: file.clone(),
+                        to: to.clone(),
+                        line: r.line,
+                        path: r.path.join("::"),
+                    });
             }
-            edges
-                .entry((file.clone(), to.clone()))
-                .or_insert_with(|| Edge {
-                    from: file.clone(),
-                    to: to.clone(),
-                    line: r.line,
-                    path: r.path.join("::"),
-                });
         }
     }
     Ok(edges.into_values().collect())

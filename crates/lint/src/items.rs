@@ -1,6 +1,8 @@
 //! What each module file defines and imports, and how a path to an item is
-//! followed through imports and re-exports (`pub use`) to the file that defines it:
-//! a facade that re-exports `child::Item` is routing, not a dependency.
+//! followed through imports and re-exports (`pub use`) to the file that defines it,
+//! noting every module whose re-export it passed through on the way (a facade). A
+//! module's re-export is routing for the files inside that module; for a file outside
+//! it, the facade is the module's interface and so a dependency (`graph.rs`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
@@ -44,10 +46,22 @@ impl<'a> CrateItems<'a> {
     /// The file that defines what `path` (absolute) names, following imports and
     /// re-exports; None when it leaves the crate.
     pub fn resolve(&self, path: &[String]) -> Option<&'a PathBuf> {
-        self.resolve_depth(path, 0)
+        self.resolve_through(path).map(|r| r.file)
     }
 
-    fn resolve_depth(&self, path: &[String], depth: usize) -> Option<&'a PathBuf> {
+    /// [`Self::resolve`], and the modules whose re-exports the path went through.
+    pub fn resolve_through(&self, path: &[String]) -> Option<Resolved<'a>> {
+        let mut facades = Vec::new();
+        let file = self.resolve_depth(path, 0, &mut facades)?;
+        Some(Resolved { file, facades })
+    }
+
+    fn resolve_depth(
+        &self,
+        path: &[String],
+        depth: usize,
+        facades: &mut Vec<Vec<String>>,
+    ) -> Option<&'a PathBuf> {
         let n = (0..=path.len())
             .rev()
             .find(|&n| self.files.contains_key(&path[..n]))?;
@@ -62,7 +76,8 @@ impl<'a> CrateItems<'a> {
         if let Some(imp) = items.imports.get(name) {
             let mut target = imp.target.clone()?;
             target.extend(rest.iter().cloned());
-            return self.resolve_depth(&target, depth + 1);
+            facades.push(path[..n].to_vec());
+            return self.resolve_depth(&target, depth + 1, facades);
         }
         for glob in &items.globs {
             let Some(g) = &glob.target else { continue };
@@ -70,13 +85,22 @@ impl<'a> CrateItems<'a> {
                 if gi.defined.contains(name) || gi.imports.contains_key(name) {
                     let mut target = g.clone();
                     target.extend(path[n..].iter().cloned());
-                    return self.resolve_depth(&target, depth + 1);
+                    facades.push(path[..n].to_vec());
+                    return self.resolve_depth(&target, depth + 1, facades);
                 }
             }
         }
         // Not found (a macro, a derive's output): the module's own file.
         Some(file)
     }
+}
+
+/// Where a path leads: the defining file, and every module (path under the crate root)
+/// whose import or re-export it was routed through, in order.
+#[derive(Debug, Clone)]
+pub struct Resolved<'a> {
+    pub file: &'a PathBuf,
+    pub facades: Vec<Vec<String>>,
 }
 
 /// Resolves a path as written in module `module` to an absolute one; None for a

@@ -72,6 +72,49 @@ fn macro_arguments_and_child_module_paths_count() {
 }
 
 #[test]
+fn a_cycle_through_a_modules_re_export_is_reported() {
+    // `config.rs` names `spec::Cache`, which `spec/mod.rs` re-exports from `spec/cache.rs`,
+    // and `spec/mod.rs` uses `config.rs`: the two modules import each other.
+    let d = demo(&[
+        ("lib.rs", "mod config;\nmod spec;\n"),
+        (
+            "config.rs",
+            "use crate::spec::Cache;\npub struct Config(pub Option<Cache>);\n",
+        ),
+        (
+            "spec/mod.rs",
+            "mod cache;\npub use cache::Cache;\nuse crate::config::Config;\npub fn f(_: Config) {}\n",
+        ),
+        ("spec/cache.rs", "pub struct Cache;\n"),
+    ]);
+    let p = problems(&d, &[]);
+    assert_eq!(p.len(), 1, "{p:?}");
+    for part in [
+        "crates/demo/src/config.rs -> crates/demo/src/spec/mod.rs (line 1: spec::Cache)",
+        "crates/demo/src/spec/mod.rs -> crates/demo/src/config.rs (line 3: config::Config)",
+    ] {
+        assert!(p[0].contains(part), "{part} not in {}", p[0]);
+    }
+}
+
+#[test]
+fn a_child_reaching_a_sibling_through_its_parents_re_export_is_no_cycle() {
+    let d = demo(&[
+        ("lib.rs", "mod spec;\npub use spec::plan;\n"),
+        (
+            "spec/mod.rs",
+            "mod drafts;\nmod planner;\npub use drafts::Drafts;\npub fn plan() { planner::p() }\n",
+        ),
+        ("spec/drafts.rs", "pub struct Drafts;\n"),
+        (
+            "spec/planner.rs",
+            "use super::Drafts;\npub fn p() { let _: Option<Drafts> = None; let _: Option<crate::spec::Drafts> = None; }\n",
+        ),
+    ]);
+    assert!(problems(&d, &[]).is_empty(), "{:?}", problems(&d, &[]));
+}
+
+#[test]
 fn tests_comments_strings_and_dollar_crate_do_not_count() {
     let d = demo(&[
         ("lib.rs", "mod x;\nmod y;\n"),

@@ -119,6 +119,9 @@ pub struct RunnerOptions {
     /// Most tokens one step carries (the engine's `max_num_batched_tokens`): a GPU sizes
     /// its activations for it.
     pub max_step_tokens: usize,
+    /// On a GPU, the weight format dense weights are quantised to at load, by name (bf16,
+    /// fp8, int4, nvfp4: `--gpu-weights`). None: the backend's own setting.
+    pub gpu_weights: Option<String>,
 }
 
 impl Default for RunnerOptions {
@@ -134,6 +137,7 @@ impl Default for RunnerOptions {
             tensor_parallel_size: 1,
             gpu_memory_utilization: None,
             max_step_tokens: 8192,
+            gpu_weights: None,
         }
     }
 }

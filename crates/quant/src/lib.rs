@@ -21,13 +21,15 @@ use serde::Serialize;
 use serde_json::json;
 use std::path::Path;
 use std::time::Instant;
-use wring_backend::quant::{PartDtype, QuantMatrix, Scheme};
+use wring_backend::quant::{PartDtype, QuantMatrix};
 use wring_model::export::{
     dense_tensor, export_hf_dir, DenseDtype, ExportOptions, OutTensor, TensorRole,
 };
 use wring_model::LoadedModel;
 
 pub use calib::{calibrate, CalibOptions, Calibration, InputStats};
+/// The storage formats a model can be quantised to (`QuantizeOptions::scheme`).
+pub use wring_backend::quant::Scheme;
 
 #[derive(Debug, Clone)]
 pub struct QuantizeOptions {

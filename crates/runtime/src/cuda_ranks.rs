@@ -1,4 +1,5 @@
-//! Tensor parallelism on CUDA: rank i on GPU `first + i`, each a `CudaBackend` with its
+//! The CUDA backend's settings for a runner ([`cuda_options`]), and tensor parallelism on
+//! CUDA: rank i on GPU `first + i`, each a `CudaBackend` with its
 //! own stream and NCCL communicator (all created here by `ncclCommInitAll`), driven by a
 //! [`TensorParallelRunner`]. The all-reduces run on each rank's stream, so the CUDA
 //! graphs every rank captures per (batch bucket, query length) contain them; every rank
@@ -26,8 +27,18 @@ pub fn cuda_tensor_parallel(
         opts.tensor_parallel_size,
         kv,
         opts.block_size,
-        CudaOptions::from_env()?.with_step_token_cap(opts.max_step_tokens),
+        cuda_options(opts)?,
     )
+}
+
+/// The CUDA backend's settings for `opts`: `WRING_CUDA_*`, activations sized for the step
+/// token cap, and `opts.gpu_weights` over `WRING_CUDA_WEIGHTS` where given.
+pub fn cuda_options(opts: &RunnerOptions) -> Result<CudaOptions> {
+    let cuda = CudaOptions::from_env()?.with_step_token_cap(opts.max_step_tokens);
+    Ok(match &opts.gpu_weights {
+        Some(w) => cuda.with_weights(wring_cuda::qweights::parse_weights(w)?),
+        None => cuda,
+    })
 }
 
 /// `weights` split over GPUs `first..first + n`, each rank with a KV pool of

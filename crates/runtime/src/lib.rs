@@ -1,5 +1,7 @@
 //! Opens the device a model runs on and builds its [`ModelRunner`]: the CPU backend
-//! (`wring-backend`) or a CUDA GPU (`wring-cuda`, settings from `WRING_CUDA_*`).
+//! (`wring-backend`) or a CUDA GPU (`wring-cuda`, settings from `WRING_CUDA_*`, and the weight
+//! format from [`RunnerOptions::gpu_weights`] where the caller gives one); and says what this
+//! machine's CPU can run ([`cpu_bf16_attention_available`]).
 //!
 //! This is the one crate that knows every backend; `wring-model` stays generic over
 //! `Backend` and never links a GPU library, so the dependency arrows point downward:
@@ -30,14 +32,19 @@ pub fn open_runner(model: LoadedModel, opts: &RunnerOptions) -> Result<Box<dyn M
     }
 }
 
+/// Whether this CPU runs prompt attention in bf16 on AMX tiles, what
+/// `--cpu-prefill-attention bf16` needs (`WRING_CPU_AMX=0` turns the tiles off).
+pub fn cpu_bf16_attention_available() -> bool {
+    wring_backend::cpu::attention_amx::available()
+}
+
 #[cfg(feature = "cuda")]
 fn cuda_runner(
     model: LoadedModel,
     ordinal: usize,
     opts: &RunnerOptions,
 ) -> Result<Box<dyn ModelRunner>> {
-    let cuda = wring_cuda::CudaOptions::from_env()?.with_step_token_cap(opts.max_step_tokens);
-    let backend = wring_cuda::CudaBackend::new(ordinal, cuda)?;
+    let backend = wring_cuda::CudaBackend::new(ordinal, cuda_ranks::cuda_options(opts)?)?;
     model.runner_on(backend, opts)
 }
 

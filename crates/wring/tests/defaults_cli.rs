@@ -1,6 +1,7 @@
-//! What the CLI picks when flags leave a choice open, as the start-up log says it: speculation
-//! (`--speculative suffix` alone: adaptive K, unpadded on the CPU; `--k-policy`, `--pad`,
-//! `--no-pad` override), fair steps, and chat sampling (flag, else the model's own, else wring's).
+//! What the CLI picks when flags leave a choice open, as the start-up log (the launch plan)
+//! says it: speculation (`--speculative suffix` alone: adaptive K, unpadded on the CPU;
+//! `--k-policy`, `--pad`, `--no-pad` override), fair steps, the model and the KV cache, and chat
+//! sampling (flag, else the model's own, else wring's).
 
 use std::process::Command;
 
@@ -69,6 +70,14 @@ fn fair_steps_default_on_the_cpu_and_zero_turns_them_off() {
         log.contains("fair steps: prefill chunks sized for 120 ms steps, the default here (500 ms for a prompt alone; hard cap 2048 tokens)"),
         "{log}"
     );
+    // The rest of the launch plan: one line a decision, with its reason.
+    for line in [
+        "(the default model; --model names another)",
+        "KV cache: 64 MiB (--kv-cache-mib)",
+        "CPU prefill attention: ",
+    ] {
+        assert!(log.contains(line), "{line}\n{log}");
+    }
     let (ok, log) = start(&[
         "--step-time-target-ms",
         "0",

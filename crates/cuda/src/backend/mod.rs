@@ -631,7 +631,7 @@ impl Backend for CudaBackend {
         let (rows, cols) = (m.rows, m.cols);
         // Kept quantized where a kernel runs the scheme (and the kernels are enabled);
         // int8, odd shapes, or kernels off: dequantised to bf16.
-        if !self.opts.quant_kernels || !DeviceMatrix::supports(&m) {
+        if !self.opts.runs_quant_kernels() || !DeviceMatrix::supports(&m) {
             let data = m.dequantize();
             drop(m);
             let saved = self.opts.weights.take();

@@ -8,9 +8,11 @@
 //! - `drafts.rs`: [`StepDrafts`], the drafts as the verify step carries them.
 //! - `verifier.rs`: one verifier for greedy ids and for logit rows.
 //! - `stats.rs`: acceptance statistics.
+//! - `config.rs`: the settings ([`SpecConfig`]).
 //! - `k_policy/`: fixed, profile, dynamic and adaptive K (cost model, calibration).
 //! - `proposer.rs`, `suffix_proposer.rs`: the drafters.
 
+mod config;
 pub(crate) mod drafts;
 pub mod k_policy;
 mod planner;
@@ -19,10 +21,11 @@ mod stats;
 pub mod suffix_proposer;
 pub mod verifier;
 
+pub use config::{ProposerKind, SpecConfig, SuffixParams};
 pub use drafts::{StepDrafts, PAD_TOKEN};
 pub use k_policy::{
-    AdaptiveK, DraftSeq, DynamicK, KPolicies, ScoreCalibration, StepCostModel, StepLoad, StepShape,
-    TimingsCache, FALLBACK_KS,
+    AdaptiveK, DraftSeq, DynamicK, KPolicies, KPolicy, KProfile, ScoreCalibration, StepCostModel,
+    StepLoad, StepShape, TimingsCache, FALLBACK_KS, MAX_K,
 };
 pub use planner::{DraftAsk, StepBudget};
 pub use proposer::{DraftProposal, NgramProposer, NoProposer, Proposer};
@@ -34,7 +37,6 @@ use wring_model::runner::ModelRunner;
 
 use crate::api::Usage;
 use crate::block_manager::BlockManager;
-use crate::config::{KPolicy, ProposerKind, SpecConfig};
 use crate::metrics::MetricsSnapshot;
 
 /// The speculation state the engine keeps across steps: the drafter, the K

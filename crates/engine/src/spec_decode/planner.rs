@@ -6,9 +6,9 @@
 use std::time::Instant;
 
 use super::drafts::{DraftRow, StepDrafts};
+use super::k_policy::KPolicy;
 use super::k_policy::{AdaptiveK, DraftSeq, StepLoad};
 use super::{DraftProposal, SpecDecoder};
-use crate::config::KPolicy;
 use crate::scheduler::PrefillDemand;
 
 /// One decoding sequence asking for drafts.
@@ -241,7 +241,7 @@ impl SpecDecoder {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::SpecConfig;
+    use crate::spec_decode::SpecConfig;
     use crate::spec_decode::{Proposer, StepCostModel};
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Arc;

@@ -2,8 +2,8 @@
 
 use wring_suffix::{SuffixConfig, SuffixDrafter};
 
+use super::config::SuffixParams;
 use super::proposer::{DraftProposal, Proposer};
-use crate::config::SuffixParams;
 
 pub struct SuffixProposer {
     drafter: SuffixDrafter,

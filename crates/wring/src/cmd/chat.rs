@@ -2,15 +2,16 @@
 //! rendering it with the model's chat template. `/exit` quits, `/reset` forgets.
 
 use std::io::{BufRead, Write};
+use std::path::Path;
 
 use anyhow::Context;
 use wring_engine::{EngineEvent, GenerateRequest};
 use wring_model::ChatMessage;
 
 use super::common::{
-    encode_prompt, model_sampling_defaults, start_one_stream_engine, system_turn, CommonArgs,
-    SamplingArgs,
+    encode_prompt, model_sampling_defaults, system_turn, CommonArgs, SamplingArgs,
 };
+use super::launch::LaunchPlan;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -25,16 +26,19 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
-    let (engine, info) = start_one_stream_engine(&args.common)?;
+    let plan = LaunchPlan::resolve_one_stream(&args.common)?;
+    let checkpoint = plan.checkpoint().map(Path::to_path_buf);
+    let checkpoint = checkpoint.as_deref();
+    let (engine, info) = plan.start()?;
     let tpl = info
         .chat_template
         .clone()
         .context("this model has no chat template; use `wring generate` instead")?;
-    let mut history = system_turn(args.system.as_deref(), &args.common.model);
+    let mut history = system_turn(args.system.as_deref(), checkpoint);
     let base_len = history.len();
     let (sampling, how) = args
         .sampling
-        .chat_params(&model_sampling_defaults(&args.common.model));
+        .chat_params(&model_sampling_defaults(checkpoint));
     tracing::info!("{how}");
     eprintln!(
         "chatting with {} (/exit to quit, /reset to start over)",

@@ -1,13 +1,15 @@
 //! Flags shared by `generate`, `chat` and `serve`: which model, how the engine
 //! runs (batching limits, speculative decoding), and sampling for the CLI
-//! commands; plus `start_engine`, which turns them into a running engine.
+//! commands; the engine and speculation settings they give on a device, with the lines
+//! that say what defaults chose. `launch.rs` resolves them into the launch plan.
+
+use std::path::Path;
 
 use anyhow::Context;
 use wring_engine::{
-    Engine, EngineConfig, EngineHandle, EngineInfo, KPolicy, ProposerKind, SamplingParams,
-    SpecConfig, SuffixParams,
+    EngineConfig, EngineInfo, KPolicy, ProposerKind, SamplingParams, SpecConfig, SuffixParams,
 };
-use wring_model::{ChatMessage, Device, LoadFormat, ModelSpec, RunnerOptions};
+use wring_model::{ChatMessage, Device, LoadFormat};
 
 #[derive(clap::Args, Debug, Clone)]
 #[command(next_help_heading = "Model")]
@@ -66,7 +68,7 @@ pub struct ModelArgs {
     pub cpu_prefill_attention: wring_model::PrefillAttention,
     /// CUDA weight format, quantised at load by round-to-nearest (the embedding and a separate
     /// lm head stay bf16): bf16, fp8 (W8A8 through cuBLASLt), int4 (W4A16, group 128) or nvfp4
-    /// (weight-only on Hopper: no FP4 tensor cores before Blackwell). Sets WRING_CUDA_WEIGHTS.
+    /// (weight-only on Hopper: no FP4 tensor cores before Blackwell). Overrides WRING_CUDA_WEIGHTS.
     /// Saves memory (int4 2.7x less than bf16); on the H200 every scheme was slower than bf16
     /// before fp8's fused activation path (results/2026-11-30-cuda-h200, run 9). A `wring quantize`
     /// checkpoint or a published FP8 checkpoint runs dequantised to bf16 unless
@@ -326,29 +328,21 @@ impl SamplingArgs {
     }
 }
 
-/// The sampling defaults of the model `args` names, and their source (none for dummy weights).
-pub fn model_sampling_defaults(args: &ModelArgs) -> wring_model::ModelSampling {
-    real_model_path(args)
-        .map(|p| wring_model::ModelSampling::of_model(&p))
+/// The sampling defaults of the checkpoint (the launch plan's; none for dummy weights), and
+/// their source.
+pub fn model_sampling_defaults(checkpoint: Option<&Path>) -> wring_model::ModelSampling {
+    checkpoint
+        .map(wring_model::ModelSampling::of_model)
         .unwrap_or_default()
 }
 
-/// The checkpoint `args` name, for what is known about the model beyond its weights; none for
-/// dummy weights (their shape is not the named model) or a path that does not resolve.
-fn real_model_path(args: &ModelArgs) -> Option<std::path::PathBuf> {
-    if args.load_format == "dummy" {
-        return None;
-    }
-    wring_model::resolve_model_path(args.model.as_deref()).ok()
-}
-
 /// The leading turn of a chat command's conversation: `--system` when given, else the system
-/// message measured better for this model (`wring_model::cli_system_default`), else none (the
-/// template inserts its own). Logs which.
-pub fn system_turn(given: Option<&str>, args: &ModelArgs) -> Vec<ChatMessage> {
+/// message measured better for the checkpoint (`wring_model::cli_system_default`), else none
+/// (the template inserts its own). Logs which.
+pub fn system_turn(given: Option<&str>, checkpoint: Option<&Path>) -> Vec<ChatMessage> {
     let (system, why) = match given {
         Some(s) => (Some(s), "--system"),
-        None => match real_model_path(args).and_then(|p| wring_model::cli_system_default(&p)) {
+        None => match checkpoint.and_then(wring_model::cli_system_default) {
             Some(s) => (
                 Some(s),
                 "measured better for this model than its template's own (--system sets another)",
@@ -490,29 +484,11 @@ impl EngineArgs {
     }
 }
 
-/// The KV cache on the CPU (and on a GPU given neither size nor utilization): 2 GiB.
-const DEFAULT_KV_CACHE_BYTES: usize = 2 << 30;
-
 impl ModelArgs {
-    /// `--gpu-memory-utilization` where it sizes the KV cache: on a GPU whose KV size no
-    /// flag gives.
-    pub fn gpu_memory_utilization(&self) -> Option<f32> {
-        let sized = self.kv_cache_memory.is_some() || self.kv_cache_mib.is_some();
-        match self.device() {
-            Ok(Device::Cuda(_)) if !sized => Some(self.gpu_memory_utilization),
-            _ => None,
-        }
-    }
-
-    pub fn spec(&self) -> anyhow::Result<ModelSpec> {
-        Ok(ModelSpec {
-            model: self.model.clone(),
-            load_format: self
-                .load_format
-                .parse::<LoadFormat>()
-                .with_context(|| format!("--load-format {:?}", self.load_format))?,
-            model_shape: self.model_shape.clone(),
-        })
+    pub fn load_format(&self) -> anyhow::Result<LoadFormat> {
+        self.load_format
+            .parse::<LoadFormat>()
+            .with_context(|| format!("--load-format {:?}", self.load_format))
     }
 
     pub fn device(&self) -> anyhow::Result<Device> {
@@ -520,166 +496,6 @@ impl ModelArgs {
             .parse::<Device>()
             .with_context(|| format!("--device {:?}", self.device))
     }
-}
-
-/// [`start_engine`] for the commands that run one request at a time (`generate`, `chat`):
-/// at most one sequence, so the adaptive K policy's start-up probes time batch 1 only
-/// instead of every batch size up to `--max-num-seqs` (results/2026-12-05-cpu-spec-malloc-thresholds).
-pub fn start_one_stream_engine(args: &CommonArgs) -> anyhow::Result<(EngineHandle, EngineInfo)> {
-    let mut args = args.clone();
-    args.engine.max_num_seqs = 1;
-    start_engine(&args)
-}
-
-/// Loads the model, binds it to the device and starts the engine.
-pub fn start_engine(args: &CommonArgs) -> anyhow::Result<(EngineHandle, EngineInfo)> {
-    let device = args.model.device()?;
-    let (mut cfg, choices) = args.engine.to_config(&device)?;
-    for line in &choices {
-        tracing::info!("{line}");
-    }
-    if let Some(w) = &args.model.gpu_weights {
-        // The CUDA backend reads its settings from the environment (wring-cuda options.rs).
-        std::env::set_var("WRING_CUDA_WEIGHTS", w);
-    }
-    let model = wring_model::load_model(&args.model.spec()?)?;
-    let max_model_len = if cfg.max_model_len > 0 {
-        cfg.max_model_len
-    } else {
-        model.max_context()
-    };
-    let cpu_weights = match (
-        device,
-        args.model.cpu_weights,
-        args.model.spec()?.load_format,
-    ) {
-        (
-            Device::Cpu,
-            wring_model::CpuWeights::Auto,
-            LoadFormat::Gguf | LoadFormat::Auto | LoadFormat::Safetensors,
-        ) => {
-            let path = wring_model::resolve_model_path(args.model.model.as_deref())?;
-            let (w, why) =
-                wring_gate::verdicts::choose(wring_gate::verdicts::load(&path).as_ref(), &path);
-            tracing::info!("{why}");
-            w
-        }
-        (_, w, _) => w,
-    };
-    let cpu_prefill_attention = match (device, args.model.cpu_prefill_attention) {
-        (Device::Cpu, wring_model::PrefillAttention::Auto) => {
-            let (p, why) = match wring_model::resolve_model_path(args.model.model.as_deref()) {
-                Ok(path) => wring_gate::verdicts::choose_prefill_attention(
-                    wring_gate::verdicts::load(&path).as_ref(),
-                    cpu_weights,
-                    wring_backend::cpu::attention_amx::available(),
-                ),
-                Err(_) => (
-                    wring_model::PrefillAttention::F32,
-                    "CPU prefill attention: f32 (no model file to look up gate verdicts for)"
-                        .to_string(),
-                ),
-            };
-            tracing::info!("{why}");
-            p
-        }
-        (device, p) => {
-            if p == wring_model::PrefillAttention::Bf16 {
-                if device != Device::Cpu {
-                    tracing::warn!("--cpu-prefill-attention is a CPU setting; {device} ignores it");
-                } else if !wring_backend::cpu::attention_amx::available() {
-                    tracing::warn!(
-                        "--cpu-prefill-attention bf16: this CPU has no AMX-BF16 tiles (or WRING_CPU_AMX=0), so prompt attention runs f32"
-                    );
-                }
-            }
-            p
-        }
-    };
-    let runner_opts = RunnerOptions {
-        device,
-        kv_cache_bytes: args
-            .model
-            .kv_cache_memory
-            .or(args.model.kv_cache_mib.map(|m| m << 20))
-            .unwrap_or(DEFAULT_KV_CACHE_BYTES),
-        gpu_memory_utilization: args.model.gpu_memory_utilization(),
-        max_step_tokens: cfg.max_num_batched_tokens,
-        block_size: args.model.block_size,
-        max_num_seqs: cfg.max_num_seqs,
-        max_model_len,
-        cpu_weights,
-        cpu_prefill_attention,
-        tensor_parallel_size: args.model.tensor_parallel_size,
-    };
-    if cfg.spec.enabled() && cfg.spec.k_policy == wring_engine::KPolicy::Adaptive {
-        cfg.spec.step_timings = step_timings(args, &runner_opts);
-    }
-    let (handle, info) = Engine::start(model, runner_opts, cfg)?;
-    tracing::info!(
-        "engine ready: {} on {}, context {} tokens, {} KV blocks of {}",
-        info.model_name,
-        info.device,
-        info.max_model_len,
-        info.num_kv_blocks,
-        info.block_size
-    );
-    Ok((handle, info))
-}
-
-/// Where the adaptive policy keeps its start-up step timings for this model, and what
-/// besides the engine's own settings they depend on: the model file (name, size, mtime),
-/// this binary (size, mtime), the formats and threads it runs with, the processor, and every
-/// `WRING_*` variable (the CUDA backend's switches live there). None when there is no model file to put them
-/// beside.
-fn step_timings(args: &CommonArgs, opts: &RunnerOptions) -> Option<wring_engine::TimingsCache> {
-    let path = wring_model::resolve_model_path(args.model.model.as_deref()).ok()?;
-    let meta = std::fs::metadata(&path).ok()?;
-    let mtime = mtime_secs(&meta);
-    let cpu = std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|c| {
-            c.lines()
-                .find(|l| l.starts_with("model name"))
-                .and_then(|l| l.split(':').nth(1))
-                .map(|m| m.trim().to_string())
-        })
-        .unwrap_or_default();
-    // This build: a rebuilt binary may have other kernels, so its timings are its own.
-    let exe = std::env::current_exe()
-        .and_then(std::fs::metadata)
-        .map(|m| format!("{}:{}", m.len(), mtime_secs(&m)))
-        .unwrap_or_default();
-    let mut env: Vec<String> = std::env::vars()
-        .filter(|(k, _)| k.starts_with("WRING_") && k != "WRING_HOME")
-        .map(|(k, v)| format!("{k}={v}"))
-        .collect();
-    env.sort();
-    let key = format!(
-        "model={}:{}:{mtime}|exe={exe}|device={:?}|cpu_weights={:?}|prefill_attention={:?}|tp={}|block={}|threads={}|cpu={cpu}|env={}",
-        path.file_name().unwrap_or_default().to_string_lossy(),
-        meta.len(),
-        opts.device,
-        opts.cpu_weights,
-        opts.cpu_prefill_attention,
-        opts.tensor_parallel_size,
-        opts.block_size,
-        rayon::current_num_threads(),
-        env.join(",")
-    );
-    Some(wring_engine::TimingsCache {
-        path: wring_model::beside_model(&path, "wring-step-costs.json"),
-        key,
-        refresh: args.engine.spec.recalibrate,
-    })
-}
-
-/// A file's modification time in whole seconds since the epoch (0 where unknown).
-fn mtime_secs(meta: &std::fs::Metadata) -> u64 {
-    meta.modified()
-        .ok()
-        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-        .map_or(0, |d| d.as_secs())
 }
 
 /// Turns user text into prompt ids (BOS first when the model wants it).

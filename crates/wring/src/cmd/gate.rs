@@ -90,7 +90,7 @@ pub struct Args {
     #[arg(long, default_value = "f32", value_parser = ["f32", "bf16"])]
     pub candidate_cpu_prefill_attention: String,
     /// CUDA weight format of the candidate (quantised at load, as `wring serve --gpu-weights`):
-    /// the candidate must run on cuda and the reference on the CPU. With --save-verdict the
+    /// the candidate must run on cuda (a reference there keeps bf16). With --save-verdict the
     /// verdict is recorded under this format, where `wring tune` reads it.
     #[arg(long, value_parser = ["bf16", "fp8", "int4", "nvfp4"])]
     pub candidate_gpu_weights: Option<String>,
@@ -109,6 +109,7 @@ fn choice(
     device: wring_model::Device,
     w: CpuWeights,
     prefill_attention: PrefillAttention,
+    gpu_weights: Option<String>,
 ) -> ModelChoice {
     ModelChoice {
         spec: ModelSpec {
@@ -119,6 +120,7 @@ fn choice(
         device,
         cpu_weights: w,
         prefill_attention,
+        gpu_weights,
     }
 }
 
@@ -135,18 +137,11 @@ fn gate(a: Args) -> anyhow::Result<bool> {
         Some(d) => device("--candidate-device", d)?,
         None => device("--device", &a.device)?,
     };
-    if let Some(w) = &a.candidate_gpu_weights {
-        // The CUDA backend reads its weight format from the environment: only the candidate
-        // may run on CUDA, or the reference would be quantised too.
+    if a.candidate_gpu_weights.is_some() {
         anyhow::ensure!(
             matches!(cand_device, wring_model::Device::Cuda(_)),
             "--candidate-gpu-weights needs the candidate on cuda (--candidate-device cuda)"
         );
-        anyhow::ensure!(
-            !matches!(ref_device, wring_model::Device::Cuda(_)),
-            "--candidate-gpu-weights quantises every CUDA model of the run: put the reference on the CPU (--reference-device cpu)"
-        );
-        std::env::set_var("WRING_CUDA_WEIGHTS", w);
     }
     let prefill: PrefillAttention = a.candidate_cpu_prefill_attention.parse()?;
     if prefill == PrefillAttention::Bf16 {
@@ -155,7 +150,7 @@ fn gate(a: Args) -> anyhow::Result<bool> {
             "--candidate-cpu-prefill-attention bf16 is a CPU precision; the candidate runs on {cand_device}"
         );
         anyhow::ensure!(
-            wring_backend::cpu::attention_amx::available(),
+            wring_runtime::cpu_bf16_attention_available(),
             "--candidate-cpu-prefill-attention bf16 needs a CPU with AMX-BF16 tiles (this one has none, or WRING_CPU_AMX=0): the candidate would run f32"
         );
     }
@@ -165,8 +160,15 @@ fn gate(a: Args) -> anyhow::Result<bool> {
             ref_device,
             a.reference_cpu_weights,
             PrefillAttention::F32,
+            None,
         ),
-        choice(&a.candidate, cand_device, a.candidate_cpu_weights, prefill),
+        choice(
+            &a.candidate,
+            cand_device,
+            a.candidate_cpu_weights,
+            prefill,
+            a.candidate_gpu_weights.clone(),
+        ),
     );
     cfg.corpus = a.corpus;
     cfg.corpus_dir = a.corpus_dir;

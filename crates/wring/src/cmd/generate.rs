@@ -3,6 +3,7 @@
 //! does), so an instruct model answers it; `--raw` continues the text as it is.
 
 use std::io::Write;
+use std::path::Path;
 use std::time::Instant;
 
 use anyhow::bail;
@@ -10,9 +11,9 @@ use wring_engine::{EngineEvent, FinishReason, GenerateRequest};
 use wring_model::ChatMessage;
 
 use super::common::{
-    encode_prompt, model_sampling_defaults, start_one_stream_engine, system_turn, CommonArgs,
-    SamplingArgs,
+    encode_prompt, model_sampling_defaults, system_turn, CommonArgs, SamplingArgs,
 };
+use super::launch::LaunchPlan;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -41,10 +42,13 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     if args.prompt.is_empty() {
         bail!("--prompt is empty; give the text to continue");
     }
-    let (engine, info) = start_one_stream_engine(&args.common)?;
+    let plan = LaunchPlan::resolve_one_stream(&args.common)?;
+    let checkpoint = plan.checkpoint().map(Path::to_path_buf);
+    let checkpoint = checkpoint.as_deref();
+    let (engine, info) = plan.start()?;
     let text = match (&info.chat_template, args.raw) {
         (Some(tpl), false) => {
-            let mut msgs = system_turn(args.system.as_deref(), &args.common.model);
+            let mut msgs = system_turn(args.system.as_deref(), checkpoint);
             msgs.push(ChatMessage::new("user", &args.prompt));
             tracing::info!(
                 "prompt: a user message in the model's chat template (--raw: plain completion)"
@@ -68,7 +72,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let sampling = if args.chat {
         let (params, how) = args
             .sampling
-            .chat_params(&model_sampling_defaults(&args.common.model));
+            .chat_params(&model_sampling_defaults(checkpoint));
         tracing::info!("{how}");
         params
     } else {

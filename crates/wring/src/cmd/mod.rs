@@ -1,4 +1,6 @@
-//! Subcommands. Each file owns one subcommand's flags and its `run`.
+//! Subcommands. Each file owns one subcommand's flags and its `run`, but two: `common.rs`
+//! holds the flags `generate`, `chat` and `serve` share, and `launch.rs` the launch plan
+//! those commands resolve from them.
 
 pub mod bench;
 pub mod chat;
@@ -6,6 +8,7 @@ pub mod common;
 pub mod drafter_eval;
 pub mod gate;
 pub mod generate;
+pub mod launch;
 pub mod pull;
 pub mod quantize;
 pub mod serve;

@@ -26,7 +26,7 @@ pub struct Args {
     pub model_flag: Option<String>,
     /// int8 | int4 | fp8 | nvfp4
     #[arg(long)]
-    pub scheme: wring_backend::quant::Scheme,
+    pub scheme: wring_quant::Scheme,
     /// Output directory (created; must not hold a model already).
     #[arg(long)]
     pub out: PathBuf,
@@ -66,7 +66,7 @@ pub struct Args {
 }
 
 pub fn run(a: Args) -> anyhow::Result<()> {
-    use wring_backend::quant::Scheme;
+    use wring_quant::Scheme;
     let int4 = a.scheme == Scheme::Int4;
     if !int4 && (a.awq || a.gptq) {
         anyhow::bail!("--awq/--gptq apply to --scheme int4 only");

@@ -1,12 +1,14 @@
 //! `wring serve`: the OpenAI-compatible HTTP server over one engine.
 
 use std::net::SocketAddr;
+use std::path::Path;
 use std::time::Duration;
 
 use anyhow::Context;
 use wring_server::{AppState, ServerConfig};
 
-use super::common::{model_sampling_defaults, start_engine, CommonArgs};
+use super::common::{model_sampling_defaults, CommonArgs};
+use super::launch::LaunchPlan;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -126,59 +128,6 @@ pub fn run(mut args: Args) -> anyhow::Result<()> {
             "--replay-outputs: requests with replay_output emit their recording, not the model's tokens (benchmark mode)"
         );
     }
-    let model_sampling = model_sampling_defaults(&args.common.model);
-    config.generation_defaults = model_sampling.defaults;
-    if model_sampling.defaults.is_empty() {
-        tracing::info!(
-            "sampling fields a request leaves out: OpenAI's defaults (temperature 1, top_p 1); the model states none (no generation config, no known model card)"
-        );
-    } else {
-        tracing::info!(
-            "sampling fields a request leaves out come from the model's {}: {:?}; the rest OpenAI's defaults",
-            model_sampling.source.label(),
-            model_sampling.defaults
-        );
-    }
-    let (dry, why) = dry_default(&args.default_dry_multiplier, &args.common.model)?;
-    config.dry_multiplier_default = dry;
-    if dry > 0.0
-        && args.default_dry_multiplier == "auto"
-        && config.generation_defaults.temperature.is_some()
-    {
-        // Through the API (a 2,048-token cap, not the chat command's 256) the card's
-        // temperature 0.2 with DRY still let 2 of 46 everyday answers ramble to the cap;
-        // greedy with DRY answered all 8 questions right, the longest in 308 tokens
-        // (BENCHMARKS.md, "Server defaults of the default model").
-        config.generation_defaults.temperature = Some(0.0);
-        tracing::info!(
-            "temperature of requests that send none: 0 (greedy), not the model card's: with the loop penalty it answers everyday questions right and ends them (BENCHMARKS.md); a request's temperature wins"
-        );
-    }
-    if dry > 0.0 {
-        let engine = wring_engine::api::SamplingParams::default();
-        tracing::info!(
-            "loop penalty for chat requests that send no dry_multiplier: DRY {dry} (base {}, allowed length {}, whole context; {why}); a request's dry_multiplier overrides it, 0 turns it off",
-            engine.dry_base,
-            engine.dry_allowed_length
-        );
-    } else {
-        tracing::info!("loop penalty: off unless a request sends dry_multiplier ({why})");
-    }
-    config.default_system = system_default(&args.common.model);
-    match &config.default_system {
-        Some(s) => tracing::info!(
-            "system message of chat requests that send none (and no tools): {s:?}, what `wring chat` uses for this model (measured better than the template's own)"
-        ),
-        None => tracing::info!("system message of chat requests that send none: the template's own"),
-    }
-    if let Some(limit) = wring_server::listen::raise_open_files_limit() {
-        if (limit as usize) < config.listen.max_connections + 64 {
-            tracing::warn!(
-                "--max-connections {} is near this process's open-file limit ({limit}); connections past the limit wait in the backlog",
-                config.listen.max_connections
-            );
-        }
-    }
     args.common.engine.warm_up = Some(warm_up(&args));
     // The hash root names the model routers see (the first served name; the engine falls
     // back to the model's own name).
@@ -207,6 +156,60 @@ pub fn run(mut args: Args) -> anyhow::Result<()> {
         }
         None => None,
     };
+    let plan = LaunchPlan::resolve(&args.common)?;
+    let model_sampling = model_sampling_defaults(plan.checkpoint());
+    config.generation_defaults = model_sampling.defaults;
+    if model_sampling.defaults.is_empty() {
+        tracing::info!(
+            "sampling fields a request leaves out: OpenAI's defaults (temperature 1, top_p 1); the model states none (no generation config, no known model card)"
+        );
+    } else {
+        tracing::info!(
+            "sampling fields a request leaves out come from the model's {}: {:?}; the rest OpenAI's defaults",
+            model_sampling.source.label(),
+            model_sampling.defaults
+        );
+    }
+    let (dry, why) = dry_default(&args.default_dry_multiplier, plan.checkpoint())?;
+    config.dry_multiplier_default = dry;
+    if dry > 0.0
+        && args.default_dry_multiplier == "auto"
+        && config.generation_defaults.temperature.is_some()
+    {
+        // Through the API (a 2,048-token cap, not the chat command's 256) the card's
+        // temperature 0.2 with DRY still let 2 of 46 everyday answers ramble to the cap;
+        // greedy with DRY answered all 8 questions right, the longest in 308 tokens
+        // (BENCHMARKS.md, "Server defaults of the default model").
+        config.generation_defaults.temperature = Some(0.0);
+        tracing::info!(
+            "temperature of requests that send none: 0 (greedy), not the model card's: with the loop penalty it answers everyday questions right and ends them (BENCHMARKS.md); a request's temperature wins"
+        );
+    }
+    if dry > 0.0 {
+        let engine = wring_engine::api::SamplingParams::default();
+        tracing::info!(
+            "loop penalty for chat requests that send no dry_multiplier: DRY {dry} (base {}, allowed length {}, whole context; {why}); a request's dry_multiplier overrides it, 0 turns it off",
+            engine.dry_base,
+            engine.dry_allowed_length
+        );
+    } else {
+        tracing::info!("loop penalty: off unless a request sends dry_multiplier ({why})");
+    }
+    config.default_system = system_default(plan.checkpoint());
+    match &config.default_system {
+        Some(s) => tracing::info!(
+            "system message of chat requests that send none (and no tools): {s:?}, what `wring chat` uses for this model (measured better than the template's own)"
+        ),
+        None => tracing::info!("system message of chat requests that send none: the template's own"),
+    }
+    if let Some(limit) = wring_server::listen::raise_open_files_limit() {
+        if (limit as usize) < config.listen.max_connections + 64 {
+            tracing::warn!(
+                "--max-connections {} is near this process's open-file limit ({limit}); connections past the limit wait in the backlog",
+                config.listen.max_connections
+            );
+        }
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("wring-http")
@@ -231,12 +234,11 @@ pub fn run(mut args: Args) -> anyhow::Result<()> {
         if let Some((cfg, source)) = kv_publisher {
             wring_server::kv_publisher::spawn(cfg, source)?;
         }
-        let common = args.common.clone();
         let (started_tx, started_rx) = tokio::sync::oneshot::channel();
         std::thread::Builder::new()
             .name("wring-load".into())
             .spawn(move || {
-                let _ = started_tx.send(start_engine(&common));
+                let _ = started_tx.send(plan.start());
             })
             .context("starting the model-loading thread")?;
         let started = started_rx
@@ -268,8 +270,9 @@ pub fn run(mut args: Args) -> anyhow::Result<()> {
 /// defaults of the default model").
 const NEEDS_LOOP_PENALTY: &[&str] = &["HuggingFaceTB/SmolLM2-135M-Instruct"];
 
-/// The server's `dry_multiplier` for requests that send none, and why.
-fn dry_default(flag: &str, model: &super::common::ModelArgs) -> anyhow::Result<(f32, String)> {
+/// The server's `dry_multiplier` for requests that send none, and why (`checkpoint`: the
+/// launch plan's; None for dummy weights).
+fn dry_default(flag: &str, checkpoint: Option<&Path>) -> anyhow::Result<(f32, String)> {
     if flag != "auto" {
         let v: f32 = flag
             .parse()
@@ -280,10 +283,7 @@ fn dry_default(flag: &str, model: &super::common::ModelArgs) -> anyhow::Result<(
             })?;
         return Ok((v, "--default-dry-multiplier".into()));
     }
-    let known = (model.load_format != "dummy")
-        .then(|| wring_model::resolve_model_path(model.model.as_deref()).ok())
-        .flatten()
-        .and_then(|p| wring_model::catalog::known_model(&p));
+    let known = checkpoint.and_then(wring_model::catalog::known_model);
     Ok(match known {
         Some(m) if NEEDS_LOOP_PENALTY.contains(&m.hub_id) => (
             super::common::CHAT_DRY_MULTIPLIER,
@@ -296,15 +296,13 @@ fn dry_default(flag: &str, model: &super::common::ModelArgs) -> anyhow::Result<(
     })
 }
 
-/// The system message `wring chat` sends for this model when none is given, where one
+/// The system message `wring chat` sends for this checkpoint when none is given, where one
 /// measured better than the template's (`wring_model::cli_system_default`); none for dummy
 /// weights.
-fn system_default(model: &super::common::ModelArgs) -> Option<String> {
-    if model.load_format == "dummy" {
-        return None;
-    }
-    let path = wring_model::resolve_model_path(model.model.as_deref()).ok()?;
-    wring_model::cli_system_default(&path).map(str::to_string)
+fn system_default(checkpoint: Option<&Path>) -> Option<String> {
+    checkpoint
+        .and_then(wring_model::cli_system_default)
+        .map(str::to_string)
 }
 
 /// The socket settings the flags ask for.
@@ -383,10 +381,6 @@ mod tests {
 
     #[test]
     fn the_loop_penalty_default_follows_the_model_and_the_flag() {
-        let model = |m: &str| crate::cmd::common::ModelArgs {
-            model: Some(m.into()),
-            ..Cli::try_parse_from(["serve"]).unwrap().args.common.model
-        };
         // Known models are recognised by name; the files need only exist.
         let dir = std::env::temp_dir().join(format!("wring-dry-default-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
@@ -394,16 +388,16 @@ mod tests {
         let other = dir.join("SmolLM2-360M-Instruct.Q4_1.gguf");
         std::fs::write(&default, b"").unwrap();
         std::fs::write(&other, b"").unwrap();
-        let (v, why) = super::dry_default("auto", &model(default.to_str().unwrap())).unwrap();
+        let (v, why) = super::dry_default("auto", Some(default.as_path())).unwrap();
         assert_eq!(v, 0.8, "{why}");
-        let (v, _) = super::dry_default("auto", &model(other.to_str().unwrap())).unwrap();
+        let (v, _) = super::dry_default("auto", Some(other.as_path())).unwrap();
         assert_eq!(v, 0.0, "not measured: OpenAI's semantics");
-        let (v, _) = super::dry_default("0", &model(default.to_str().unwrap())).unwrap();
+        let (v, _) = super::dry_default("0", Some(default.as_path())).unwrap();
         assert_eq!(v, 0.0);
-        let (v, _) = super::dry_default("1.2", &model(other.to_str().unwrap())).unwrap();
+        let (v, _) = super::dry_default("1.2", Some(other.as_path())).unwrap();
         assert_eq!(v, 1.2);
-        assert!(super::dry_default("-1", &model(other.to_str().unwrap())).is_err());
-        assert!(super::dry_default("lots", &model(other.to_str().unwrap())).is_err());
+        assert!(super::dry_default("-1", Some(other.as_path())).is_err());
+        assert!(super::dry_default("lots", Some(other.as_path())).is_err());
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

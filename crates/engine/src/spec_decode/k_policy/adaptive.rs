@@ -2,7 +2,7 @@
 //! expected emitted tokens per second of the whole step.
 
 use super::cost_model::StepCostModel;
-use crate::config::MAX_K;
+use super::policy::MAX_K;
 
 /// K values the adaptive policy picks from when the runner captures no step shapes
 /// (the CPU): 0 = plain decode.

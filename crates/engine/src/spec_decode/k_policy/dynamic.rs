@@ -1,7 +1,8 @@
 //! The study's dynamic-K controller, kept for comparison with the offline best K
 //! and the adaptive policy.
 
-use crate::config::DYNAMIC_LEVELS;
+/// Levels of the study's dynamic-K controller.
+pub const DYNAMIC_LEVELS: [usize; 3] = [4, 6, 12];
 
 /// The study's controller, exactly: a batch-global EMA (alpha 0.1) of the mean
 /// number of accepted draft tokens per sequence per verify step; after each step,

@@ -9,15 +9,15 @@ pub(crate) mod calibrate;
 mod calibration;
 mod cost_model;
 mod dynamic;
+mod policy;
 mod timings_cache;
 
 pub use adaptive::{AdaptiveK, DraftScores, DraftSeq, StepLoad, FALLBACK_KS};
 pub use calibration::ScoreCalibration;
 pub use cost_model::{StepCostModel, StepShape};
 pub use dynamic::DynamicK;
+pub use policy::{KPolicy, KProfile, MAX_K};
 pub use timings_cache::TimingsCache;
-
-use crate::config::KPolicy;
 
 /// The runtime state behind the K policies (fixed and profile K need none).
 #[derive(Debug, Clone)]

@@ -11,7 +11,7 @@
 //! their first 8 token rows must equal the 8-token build's bitwise. GEMV_SCHEMES
 //! (bf16,fp8,int4,nvfp4) and GEMV_MODELS (135m,8b) filter.
 
-use super::{step, tables, BLOCK};
+use crate::harness::{step, tables, BLOCK};
 use anyhow::Result;
 use serde_json::json;
 use std::time::Instant;
@@ -215,7 +215,7 @@ fn one(
             rows8 = Some(result[..8 * n].to_vec());
         } else if t > 8 {
             if let Some(r8) = &rows8 {
-                let eq = super::same(r8, &result[..8 * n]);
+                let eq = crate::harness::same(r8, &result[..8 * n]);
                 ok &= eq;
                 same8 = if eq {
                     " (rows 0..8 = 8-token build)".into()

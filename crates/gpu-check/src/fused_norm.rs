@@ -15,7 +15,9 @@
 //! waits (up to 180 s) for `PREFIX.MODEL.go` before it runs anything, so a script can load
 //! the 8B weights while other checks run and still time alone.
 
-use super::{argmax_agreement, gguf_runner, same, spec_check, step, tables, time_steps, Runner};
+use crate::harness::{
+    argmax_agreement, gguf_runner, same, spec_check, step, tables, time_steps, Runner,
+};
 use anyhow::Result;
 use serde_json::json;
 use wring_cuda::{CudaOptions, GraphMode, SmallStepPath};
@@ -193,7 +195,7 @@ fn one_model(model: &str, out: &mut Vec<serde_json::Value>) -> Result<bool> {
         ok &= eq;
         println!(
             "\ngemv+fused, batch 1, verify K {k} vs plain greedy: {pos}/{} tokens, {}",
-            super::SPEC_GEN,
+            crate::harness::SPEC_GEN,
             if eq { "identical" } else { "DIFFERENT" }
         );
         out.push(json!({"model": model, "kind": "spec", "k": k, "tokens_matching": pos, "ok": eq}));

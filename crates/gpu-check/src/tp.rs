@@ -31,7 +31,7 @@ pub fn run(args: &[String]) -> Result<()> {
     let arg = |i: usize| -> Result<&str> {
         args.get(i)
             .map(String::as_str)
-            .context("missing argument (see the usage in support/tp.rs)")
+            .context("missing argument (see the usage in crates/gpu-check/src/tp.rs)")
     };
     match arg(1).unwrap_or("") {
         "logits" => logits(arg(2)?, arg(3)?.parse()?),

@@ -9,7 +9,7 @@
 //! round times every variant once per shape, the variants' order rotating by round
 //! (`PREFILL_ROUNDS`, default 5); the table has each median. Writes `OUT_DIR/prefill.json`.
 
-use super::BLOCK;
+use crate::harness::BLOCK;
 use anyhow::Result;
 use serde_json::json;
 use std::time::Instant;
@@ -57,7 +57,7 @@ const SHAPES: [(&str, &[usize], usize); 6] = [
 const DECODE_CTX: usize = 512;
 
 pub fn run(out_dir: &str) -> Result<()> {
-    let variants = super::env_list("PREFILL_VARIANTS", "flash,mma-only");
+    let variants = crate::harness::env_list("PREFILL_VARIANTS", "flash,mma-only");
     for v in &variants {
         variant(v)?;
     }
@@ -72,7 +72,7 @@ pub fn run(out_dir: &str) -> Result<()> {
         ("smollm2-135m", "smollm2-135m"),
         ("llama-3.1-8b", "llama-3.1-8b"),
     ] {
-        let (mut r, _) = super::dummy_runner(shape)?;
+        let (mut r, _) = crate::harness::dummy_runner(shape)?;
         // Block tables: 32 decoding sequences, then four prompt slots of 2,048 tokens.
         let per = (DECODE_CTX + 16).div_ceil(BLOCK);
         let prompt_blocks = 2048usize.div_ceil(BLOCK);
@@ -117,7 +117,7 @@ pub fn run(out_dir: &str) -> Result<()> {
                     }
                 }
             }
-            let medians: Vec<f64> = times.into_iter().map(super::median).collect();
+            let medians: Vec<f64> = times.into_iter().map(crate::harness::median).collect();
             println!(
                 "| {label} | {} |",
                 medians
@@ -132,7 +132,7 @@ pub fn run(out_dir: &str) -> Result<()> {
         }
         println!();
     }
-    super::write_json(out_dir, "prefill.json", &rows)?;
+    crate::harness::write_json(out_dir, "prefill.json", &rows)?;
     println!("Wrote {out_dir}/prefill.json.");
     Ok(())
 }
@@ -145,18 +145,18 @@ pub fn run(out_dir: &str) -> Result<()> {
 /// The prompt lengths (`PREFILL_COLD_TOKENS`) are what mix and humaneval prompts tokenise to.
 /// Models: `PREFILL_COLD_MODELS` (default the 135M shape). Writes `OUT_DIR/prefill_cold.json`.
 pub fn run_cold(out_dir: &str) -> Result<()> {
-    let lens: Vec<usize> = super::env_list(
+    let lens: Vec<usize> = crate::harness::env_list(
         "PREFILL_COLD_TOKENS",
         "97,131,166,181,203,228,259,301,344,377,420,455,512,613,777,1000,1400",
     )
     .iter()
     .map(|v| v.parse())
     .collect::<Result<_, _>>()?;
-    let models = super::env_list("PREFILL_COLD_MODELS", "smollm2-135m");
+    let models = crate::harness::env_list("PREFILL_COLD_MODELS", "smollm2-135m");
     println!("## Steps with a prompt of a new length (eager, ms)\n");
     let mut rows = vec![];
     for shape in &models {
-        let (mut r, _) = super::dummy_runner(shape)?;
+        let (mut r, _) = crate::harness::dummy_runner(shape)?;
         let per = (DECODE_CTX + 64).div_ceil(BLOCK);
         let decode_tables: Vec<Vec<u32>> = (0..31)
             .map(|i| ((i * per) as u32..((i + 1) * per) as u32).collect())
@@ -188,7 +188,7 @@ pub fn run_cold(out_dir: &str) -> Result<()> {
                     warm.push(t0.elapsed().as_secs_f64() * 1e3);
                     enq.push(r.backend_mut().last_step_enqueue_seconds() * 1e3);
                 }
-                let (warm, enq) = (super::median(warm), super::median(enq));
+                let (warm, enq) = (crate::harness::median(warm), crate::harness::median(enq));
                 println!("| {n} | {decoding} | {cold:.3} | {warm:.3} | {enq:.3} |");
                 rows.push(
                     json!({"model": shape, "prompt_tokens": n, "decoding": decoding,
@@ -198,7 +198,7 @@ pub fn run_cold(out_dir: &str) -> Result<()> {
         }
         println!();
     }
-    super::write_json(out_dir, "prefill_cold.json", &rows)?;
+    crate::harness::write_json(out_dir, "prefill_cold.json", &rows)?;
     println!("Wrote {out_dir}/prefill_cold.json.");
     Ok(())
 }
@@ -212,16 +212,16 @@ pub fn run_cold(out_dir: &str) -> Result<()> {
 /// its logit row. Models: `CHUNK_STEP_MODELS` (default the 135M shape and dummy 8B).
 /// Writes `OUT_DIR/chunk_steps.json`.
 pub fn run_chunk_graphs(out_dir: &str) -> Result<()> {
-    let chunks: Vec<usize> = super::env_list("CHUNK_STEP_TOKENS", "55,200,480,1000")
+    let chunks: Vec<usize> = crate::harness::env_list("CHUNK_STEP_TOKENS", "55,200,480,1000")
         .iter()
         .map(|v| v.parse())
         .collect::<Result<_, _>>()?;
-    let models = super::env_list("CHUNK_STEP_MODELS", "smollm2-135m,llama-3.1-8b");
+    let models = crate::harness::env_list("CHUNK_STEP_MODELS", "smollm2-135m,llama-3.1-8b");
     const REPS: usize = 7;
     println!("## Steps with one prompt chunk: chunk graph vs eager (ms, median of {REPS})\n");
     let mut out = vec![];
     for shape in &models {
-        let (mut r, _) = super::dummy_runner(shape)?;
+        let (mut r, _) = crate::harness::dummy_runner(shape)?;
         let graph_max = r.backend().options().chunk_graph_max;
         anyhow::ensure!(
             graph_max > 0,
@@ -272,9 +272,9 @@ pub fn run_chunk_graphs(out_dir: &str) -> Result<()> {
                 }
                 r.backend_mut().set_chunk_graph_max(graph_max)?;
                 let (g, e, q_ms) = (
-                    super::median(graph),
-                    super::median(eager),
-                    super::median(enq),
+                    crate::harness::median(graph),
+                    crate::harness::median(eager),
+                    crate::harness::median(enq),
                 );
                 let label = if rows == 0 {
                     "none".to_string()
@@ -294,7 +294,7 @@ pub fn run_chunk_graphs(out_dir: &str) -> Result<()> {
         let (captured, replays, failed) = r.backend().graph_stats();
         println!("\nGraphs captured {captured}, replays {replays}, failed captures {failed}.\n");
     }
-    super::write_json(out_dir, "chunk_steps.json", &out)?;
+    crate::harness::write_json(out_dir, "chunk_steps.json", &out)?;
     println!("Wrote {out_dir}/chunk_steps.json.");
     Ok(())
 }

@@ -13,7 +13,7 @@
 //! K ∈ {4, 6, 8, 12}) and `OUT_DIR/latency.json` (decode at batch 1 and 8 with
 //! the kernels a replayed step launches).
 
-use super::time_steps;
+use crate::harness::time_steps;
 use anyhow::{Context, Result};
 use serde_json::json;
 use std::time::Instant;
@@ -54,7 +54,7 @@ fn variant(name: &str) -> Result<(AttentionKernel, Option<usize>, bool, MmaSplit
 }
 
 pub fn run(out_dir: &str) -> Result<()> {
-    let variants = super::env_list("STEPS_VARIANTS", "default,gemv,nopdl,before");
+    let variants = crate::harness::env_list("STEPS_VARIANTS", "default,gemv,nopdl,before");
     for v in &variants {
         variant(v)?;
     }
@@ -99,7 +99,7 @@ pub fn run(out_dir: &str) -> Result<()> {
     ] {
         let ctx = ctx_override.unwrap_or(ctx);
         let t0 = Instant::now();
-        let (mut r, cfg) = super::dummy_runner(shape)?;
+        let (mut r, cfg) = crate::harness::dummy_runner(shape)?;
         println!(
             "### {model} (dummy weights, bf16), loaded in {:.0} s; context {ctx}\n",
             t0.elapsed().as_secs_f64()
@@ -154,8 +154,8 @@ pub fn run(out_dir: &str) -> Result<()> {
         }
         println!();
     }
-    super::write_json(out_dir, "steps.json", &steps)?;
-    super::write_json(out_dir, "latency.json", &latency)?;
+    crate::harness::write_json(out_dir, "steps.json", &steps)?;
+    crate::harness::write_json(out_dir, "latency.json", &latency)?;
     println!("Wrote {out_dir}/steps.json and {out_dir}/latency.json.");
     Ok(())
 }

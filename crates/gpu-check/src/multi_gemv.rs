@@ -10,7 +10,7 @@
 //!     could still flip) and 32 × 5 (verify has 160 tokens: the tensor-core kernel;
 //!     reported only).
 
-use super::{same, spec_check, step, tables, Runner, SPEC_GEN};
+use crate::harness::{same, spec_check, step, tables, Runner, SPEC_GEN};
 use anyhow::Result;
 use wring_cuda::{CudaOptions, GraphMode, MultiGemvPath, GEMV_4BIT_LIMIT};
 use wring_model::ModelRunner;
@@ -34,7 +34,7 @@ fn set_path(r: &mut Runner, env: &CudaOptions, path: MultiGemvPath) {
 pub fn run(model: &str) -> Result<()> {
     let env = CudaOptions::from_env()?;
     let weights = std::env::var("WRING_CUDA_WEIGHTS").unwrap_or_default();
-    let (mut r, _) = super::gguf_runner(model, GraphMode::On, 4096)?;
+    let (mut r, _) = crate::harness::gguf_runner(model, GraphMode::On, 4096)?;
     println!(
         "## Multi-tile 4-bit gemv, {model} with {weights} weights, {}\n",
         r.device_name()
@@ -84,7 +84,7 @@ pub fn run(model: &str) -> Result<()> {
             .fold((0f32, 0f32), |(d, m), (a, b)| {
                 (d.max((a - b).abs()), m.max(a.abs()))
             });
-        let (agree, rows) = super::argmax_agreement(&tc.data, &eager.data, tc.vocab);
+        let (agree, rows) = crate::harness::argmax_agreement(&tc.data, &eager.data, tc.vocab);
         let close = d.is_finite() && d <= 2e-2 * scale.max(1.0);
         let ok = replay_ok && close && launches > 0;
         pass &= ok;

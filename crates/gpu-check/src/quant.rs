@@ -1,6 +1,6 @@
 //! Quantized weights on the GPU (`gpu_check quant`, `gpu_check quant-bench`).
 
-use super::{argmax, ids, model_source, prompts, step, tables, time_steps, BLOCK};
+use crate::harness::{argmax, ids, model_source, prompts, step, tables, time_steps, BLOCK};
 use anyhow::{Context, Result};
 use serde_json::Value;
 use std::time::Instant;
@@ -472,7 +472,7 @@ pub fn fp8_fused_check(model: &str) -> Result<()> {
             let (rel, m) = diff(b, a);
             worst = worst.max(rel);
             maxd = maxd.max(m);
-            identical &= super::same(a, b);
+            identical &= crate::harness::same(a, b);
             n += 1;
         };
         for p in &ps {
