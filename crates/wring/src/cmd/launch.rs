@@ -239,7 +239,7 @@ fn kv_cache(m: &ModelArgs, device: Device) -> (usize, Option<f32>, String) {
 }
 
 fn mib(bytes: usize) -> String {
-    if bytes % (1 << 20) == 0 {
+    if bytes.is_multiple_of(1 << 20) {
         format!("{} MiB", bytes >> 20)
     } else {
         format!("{:.1} MiB", bytes as f64 / (1 << 20) as f64)
