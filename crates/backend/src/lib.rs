@@ -29,7 +29,7 @@ pub enum ExtraOp {
 impl std::fmt::Display for ExtraOp {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
-            ExtraOp::HeadRmsNorm => "per-head q/k RMSNorm",
+            ExtraOp::HeadRmsNorm => "q/k norms (per-head RMSNorm)",
             ExtraOp::MixtureOfExperts => "mixture-of-experts layers",
         })
     }

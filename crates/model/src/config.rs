@@ -86,6 +86,30 @@ impl ModelConfig {
         ops
     }
 
+    /// Refuses, before any weight is read, a model that needs ops `device` does not run:
+    /// the error names the `model_type` and every missing op, e.g. "qwen3_moe: q/k norms
+    /// (per-head RMSNorm) and mixture-of-experts layers are not supported on cuda yet;
+    /// run with --device cpu".
+    pub fn refuse_unsupported(
+        &self,
+        device: &str,
+        supports: impl Fn(wring_backend::ExtraOp) -> bool,
+    ) -> anyhow::Result<()> {
+        let missing: Vec<String> = self
+            .extra_ops()
+            .into_iter()
+            .filter(|&op| !supports(op))
+            .map(|op| op.to_string())
+            .collect();
+        anyhow::ensure!(
+            missing.is_empty(),
+            "{}: {} are not supported on {device} yet; run with --device cpu",
+            self.architecture,
+            missing.join(" and ")
+        );
+        Ok(())
+    }
+
     /// Per-pair inverse frequencies with the configured scaling applied.
     pub fn rope_inv_freq(&self) -> Vec<f32> {
         let half = self.head_dim / 2;
@@ -417,5 +441,38 @@ mod generation_tests {
         assert!(
             GenerationDefaults::from_hf_json(&serde_json::json!({"bos_token_id": 1})).is_empty()
         );
+    }
+}
+
+#[cfg(test)]
+mod refusal_tests {
+    use super::ModelConfig;
+    use wring_backend::ExtraOp;
+
+    #[test]
+    fn a_model_is_refused_by_model_type_and_every_op_the_device_lacks() {
+        let moe = ModelConfig::named_shape("qwen3-30b-a3b").unwrap();
+        let err = moe.refuse_unsupported("cuda", |_| false).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "qwen3_moe: q/k norms (per-head RMSNorm) and mixture-of-experts layers are not supported on cuda yet; run with --device cpu"
+        );
+        let err = moe
+            .refuse_unsupported("cuda", |op| op == ExtraOp::HeadRmsNorm)
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "qwen3_moe: mixture-of-experts layers are not supported on cuda yet; run with --device cpu"
+        );
+        assert!(moe.refuse_unsupported("cpu", |_| true).is_ok());
+        let mixtral = ModelConfig::named_shape("mixtral-8x7b").unwrap();
+        assert!(mixtral
+            .refuse_unsupported("cuda", |_| false)
+            .unwrap_err()
+            .to_string()
+            .starts_with("mixtral: mixture-of-experts layers are not supported"));
+        // The Llama family needs none of them.
+        let llama = ModelConfig::named_shape("llama-3.1-8b").unwrap();
+        assert!(llama.refuse_unsupported("cuda", |_| false).is_ok());
     }
 }

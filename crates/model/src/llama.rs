@@ -123,14 +123,7 @@ impl<B: Backend> LlamaRunner<B> {
             backend.group_ranks(),
             shard.ranks
         );
-        for op in cfg.extra_ops() {
-            ensure!(
-                backend.supports(op),
-                "{}: {op} (which model_type {} needs) are not supported on this backend yet; run the model on the CPU (--device cpu)",
-                backend.name(),
-                cfg.architecture
-            );
-        }
+        cfg.refuse_unsupported(&backend.name(), |op| backend.supports(op))?;
         ensure!(
             shard.ranks == 1 || cfg.moe.is_none(),
             "tensor parallelism of mixture-of-experts models (model_type {}) is not supported yet; run it on one device",
