@@ -96,7 +96,10 @@ fn check(name: &str) {
         (
             false,
             KPolicy::Adaptive,
-            &[("adaptive", 3, "adaptive unpadded c3")][..],
+            &[
+                ("adaptive", 3, "adaptive unpadded cold c3"),
+                ("adaptive", 3, "adaptive unpadded warm c3"),
+            ][..],
         ),
     ] {
         let spec = SpecConfig {
@@ -128,7 +131,12 @@ fn check(name: &str) {
             );
         }
         println!("{name} (pad {pad}): {accepted} of {drafted} draft tokens accepted");
-        assert!(accepted > 0, "{name}: no draft token was ever accepted");
+        // Fixed K drafts whenever the tree matches; the adaptive policy's K follows the
+        // step timings it measured at start-up (it may find drafting not worth it on a
+        // loaded machine), so only its output is checked.
+        if pad {
+            assert!(accepted > 0, "{name}: no draft token was ever accepted");
+        }
         stop(engine);
     }
 }
