@@ -7,10 +7,33 @@
 //! fixed buffers before anything is launched (what a captured graph needs).
 
 pub mod cpu;
+pub mod moe;
 pub mod quant;
 mod step;
 
+pub use moe::{Expert, MoeLayer, MoeRouting};
 pub use step::{Logits, RowMasks, SeqInput, StepInput};
+
+/// Ops some architectures need beyond the Llama family's. The model asks
+/// [`Backend::supports`] for each one its configuration needs before it uploads a
+/// weight, so a backend without one refuses the model at load, naming the op, and never
+/// runs it wrong.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExtraOp {
+    /// [`Backend::head_rms_norm`] (Qwen3's q/k norms).
+    HeadRmsNorm,
+    /// [`Backend::moe_ffn`] (Qwen3-MoE, Mixtral).
+    MixtureOfExperts,
+}
+
+impl std::fmt::Display for ExtraOp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            ExtraOp::HeadRmsNorm => "q/k norms (per-head RMSNorm)",
+            ExtraOp::MixtureOfExperts => "mixture-of-experts layers",
+        })
+    }
+}
 
 /// One step shape a server meets cold at first (`--warm-up`): `rows` sequences of
 /// `query_len` tokens each (decode or verify rows), then, when `chunk` > 0, one prompt
@@ -326,5 +349,38 @@ pub trait Backend: Send {
     /// wins), computed where the logits live; None: the caller copies the rows back.
     fn max_rows(&mut self, _logits: &Self::Tensor) -> Option<Vec<(f32, u32)>> {
         None
+    }
+
+    // Ops of architectures beyond the Llama family ([`ExtraOp`]). Neither composes from
+    // the ops above (both need a per-head or per-token view of a tensor the trait does
+    // not expose), so the defaults support neither and the model refuses at load.
+
+    /// Whether this backend runs `op`. The default: none of them.
+    fn supports(&self, _op: ExtraOp) -> bool {
+        false
+    }
+    /// RMSNorm of every head of `x` (`[T][n_heads*head_dim]`, `head_dim` = `w`'s
+    /// length) in place, all heads with the same weights: Qwen3's q and k norms, before
+    /// RoPE. Called only when `supports(ExtraOp::HeadRmsNorm)`.
+    fn head_rms_norm(
+        &mut self,
+        _x: &mut Self::Tensor,
+        _n_heads: usize,
+        _w: &Self::Vector,
+        _eps: f32,
+    ) {
+        unreachable!("head_rms_norm is only called when supports(ExtraOp::HeadRmsNorm)")
+    }
+    /// The mixture-of-experts feed-forward of `x` (`[T][hidden]`, already normed):
+    /// per token, its experts by [`moe::route`] of its router logits, and the weighted
+    /// sum of their SwiGLU outputs, added in ascending expert order. A token's result
+    /// must not depend on the other tokens of the step (which experts they pick, how
+    /// many share an expert). Called only when `supports(ExtraOp::MixtureOfExperts)`.
+    fn moe_ffn(
+        &mut self,
+        _x: &Self::Tensor,
+        _layer: &MoeLayer<Self::Vector, Self::Matrix>,
+    ) -> Self::Tensor {
+        unreachable!("moe_ffn is only called when supports(ExtraOp::MixtureOfExperts)")
     }
 }

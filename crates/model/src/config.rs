@@ -1,5 +1,6 @@
-//! Architecture hyper-parameters of a Llama-family model, from GGUF metadata,
-//! a Hugging Face `config.json`, or a named shape for dummy weights.
+//! Architecture hyper-parameters of a Llama-family model (Qwen3's q/k norms and
+//! mixture-of-experts layers included), from GGUF metadata, a Hugging Face
+//! `config.json`, or a named shape for dummy weights.
 
 use serde::{Deserialize, Serialize};
 
@@ -20,9 +21,26 @@ pub enum RopeScaling {
     },
 }
 
+/// Mixture-of-experts feed-forward layers (Qwen3-MoE, Mixtral).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MoeConfig {
+    pub num_experts: usize,
+    /// Experts each token is routed to.
+    pub top_k: usize,
+    /// Intermediate size of one expert.
+    pub expert_intermediate_size: usize,
+    /// Divide the selected experts' probabilities by their sum (Mixtral always,
+    /// Qwen3-MoE when `norm_topk_prob`).
+    pub norm_topk_prob: bool,
+    /// Layers whose feed-forward stays dense, of `intermediate_size` (Qwen3-MoE's
+    /// `mlp_only_layers`, and the layers `decoder_sparse_step` skips).
+    pub dense_layers: Vec<usize>,
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ModelConfig {
-    /// "llama" or "qwen2" (Qwen2 has biases on q/k/v).
+    /// The Hugging Face `model_type` it runs as: "llama" (Mistral too), "qwen2" (biases
+    /// on q/k/v), "qwen3" (q/k norms), "qwen3_moe" or "mixtral".
     pub architecture: String,
     pub hidden_size: usize,
     pub intermediate_size: usize,
@@ -39,9 +57,59 @@ pub struct ModelConfig {
     pub rope_interleaved: bool,
     pub tie_word_embeddings: bool,
     pub attention_bias: bool,
+    /// RMSNorm over each head of q and k (one `head_dim` weight each) before RoPE (Qwen3).
+    #[serde(default)]
+    pub qk_norm: bool,
+    /// Mixture-of-experts feed-forward layers; None: every layer is dense.
+    #[serde(default)]
+    pub moe: Option<MoeConfig>,
 }
 
 impl ModelConfig {
+    /// The mixture-of-experts configuration of layer `layer`, None when its
+    /// feed-forward is dense.
+    pub fn moe_layer(&self, layer: usize) -> Option<&MoeConfig> {
+        self.moe
+            .as_ref()
+            .filter(|m| !m.dense_layers.contains(&layer))
+    }
+
+    /// The ops beyond the Llama family's this model needs from a backend.
+    pub fn extra_ops(&self) -> Vec<wring_backend::ExtraOp> {
+        let mut ops = Vec::new();
+        if self.qk_norm {
+            ops.push(wring_backend::ExtraOp::HeadRmsNorm);
+        }
+        if (0..self.num_layers).any(|l| self.moe_layer(l).is_some()) {
+            ops.push(wring_backend::ExtraOp::MixtureOfExperts);
+        }
+        ops
+    }
+
+    /// Refuses, before any weight is read, a model that needs ops `device` does not run:
+    /// the error names the `model_type` and every missing op, e.g. "qwen3_moe: q/k norms
+    /// (per-head RMSNorm) and mixture-of-experts layers are not supported on cuda yet;
+    /// run with --device cpu".
+    pub fn refuse_unsupported(
+        &self,
+        device: &str,
+        supports: impl Fn(wring_backend::ExtraOp) -> bool,
+    ) -> anyhow::Result<()> {
+        let missing: Vec<String> = self
+            .extra_ops()
+            .into_iter()
+            .filter(|&op| !supports(op))
+            .map(|op| op.to_string())
+            .collect();
+        anyhow::ensure!(
+            missing.is_empty(),
+            "{}: {} are not supported on {device} yet; run with --device cpu",
+            self.architecture,
+            missing.join(" and ")
+        );
+        Ok(())
+    }
+
     /// Per-pair inverse frequencies with the configured scaling applied.
     pub fn rope_inv_freq(&self) -> Vec<f32> {
         let half = self.head_dim / 2;
@@ -85,14 +153,35 @@ impl ModelConfig {
         }
     }
 
-    /// Parameters in the transformer (embeddings counted once when tied).
+    /// Parameters in the transformer (embeddings counted once when tied; every expert).
     pub fn num_params(&self) -> usize {
+        self.params(false)
+    }
+
+    /// Parameters one token's forward reads (of a mixture-of-experts layer only the
+    /// router and the `top_k` experts it is routed to); `num_params` for a dense model.
+    pub fn active_params(&self) -> usize {
+        self.params(true)
+    }
+
+    fn params(&self, active: bool) -> usize {
         let (h, i) = (self.hidden_size, self.intermediate_size);
         let q = self.num_heads * self.head_dim;
         let kv = self.num_kv_heads * self.head_dim;
-        let layer = h * q + 2 * h * kv + q * h + 3 * h * i + 2 * h;
+        let norms = 2 * h + if self.qk_norm { 2 * self.head_dim } else { 0 };
+        let bias = if self.attention_bias { q + 2 * kv } else { 0 };
+        let attn = h * q + 2 * h * kv + q * h + bias + norms;
+        let layers: usize = (0..self.num_layers)
+            .map(|l| match self.moe_layer(l) {
+                None => attn + 3 * h * i,
+                Some(m) => {
+                    let experts = if active { m.top_k } else { m.num_experts };
+                    attn + m.num_experts * h + experts * 3 * h * m.expert_intermediate_size
+                }
+            })
+            .sum();
         let emb = self.vocab_size * h * if self.tie_word_embeddings { 1 } else { 2 };
-        self.num_layers * layer + emb + h
+        layers + emb + h
     }
 
     /// A named real shape, for dummy weights.
@@ -114,6 +203,8 @@ impl ModelConfig {
                 rope_interleaved: false,
                 tie_word_embeddings: tie,
                 attention_bias: false,
+                qk_norm: false,
+                moe: None,
             };
         let l3 = RopeScaling::Llama3 {
             factor: 8.0,
@@ -190,6 +281,75 @@ impl ModelConfig {
                     RopeScaling::None,
                 )
             },
+            // Qwen/Qwen3-8B's config.json.
+            "qwen3-8b" => ModelConfig {
+                architecture: "qwen3".into(),
+                head_dim: 128,
+                rms_norm_eps: 1e-6,
+                max_position_embeddings: 40960,
+                qk_norm: true,
+                ..llama(
+                    4096,
+                    12288,
+                    36,
+                    32,
+                    8,
+                    151936,
+                    1000000.0,
+                    false,
+                    RopeScaling::None,
+                )
+            },
+            // Qwen/Qwen3-30B-A3B's config.json: 128 experts of 768, 8 a token, every layer
+            // sparse (decoder_sparse_step 1, no mlp_only_layers), norm_topk_prob.
+            "qwen3-30b-a3b" => ModelConfig {
+                architecture: "qwen3_moe".into(),
+                head_dim: 128,
+                rms_norm_eps: 1e-6,
+                max_position_embeddings: 40960,
+                qk_norm: true,
+                moe: Some(MoeConfig {
+                    num_experts: 128,
+                    top_k: 8,
+                    expert_intermediate_size: 768,
+                    norm_topk_prob: true,
+                    dense_layers: Vec::new(),
+                }),
+                ..llama(
+                    2048,
+                    6144,
+                    48,
+                    32,
+                    4,
+                    151936,
+                    1000000.0,
+                    false,
+                    RopeScaling::None,
+                )
+            },
+            // mistralai/Mixtral-8x7B-v0.1's config.json: 8 experts of 14336, 2 a token.
+            "mixtral-8x7b" => ModelConfig {
+                architecture: "mixtral".into(),
+                max_position_embeddings: 32768,
+                moe: Some(MoeConfig {
+                    num_experts: 8,
+                    top_k: 2,
+                    expert_intermediate_size: 14336,
+                    norm_topk_prob: true,
+                    dense_layers: Vec::new(),
+                }),
+                ..llama(
+                    4096,
+                    14336,
+                    32,
+                    32,
+                    8,
+                    32000,
+                    1000000.0,
+                    false,
+                    RopeScaling::None,
+                )
+            },
             _ => return None,
         })
     }
@@ -204,6 +364,9 @@ impl ModelConfig {
         "qwen2.5-72b",
         "llama-3.1-405b",
         "llama-3.1-8b-tiny",
+        "qwen3-8b",
+        "qwen3-30b-a3b",
+        "mixtral-8x7b",
     ];
 }
 
@@ -278,5 +441,38 @@ mod generation_tests {
         assert!(
             GenerationDefaults::from_hf_json(&serde_json::json!({"bos_token_id": 1})).is_empty()
         );
+    }
+}
+
+#[cfg(test)]
+mod refusal_tests {
+    use super::ModelConfig;
+    use wring_backend::ExtraOp;
+
+    #[test]
+    fn a_model_is_refused_by_model_type_and_every_op_the_device_lacks() {
+        let moe = ModelConfig::named_shape("qwen3-30b-a3b").unwrap();
+        let err = moe.refuse_unsupported("cuda", |_| false).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "qwen3_moe: q/k norms (per-head RMSNorm) and mixture-of-experts layers are not supported on cuda yet; run with --device cpu"
+        );
+        let err = moe
+            .refuse_unsupported("cuda", |op| op == ExtraOp::HeadRmsNorm)
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "qwen3_moe: mixture-of-experts layers are not supported on cuda yet; run with --device cpu"
+        );
+        assert!(moe.refuse_unsupported("cpu", |_| true).is_ok());
+        let mixtral = ModelConfig::named_shape("mixtral-8x7b").unwrap();
+        assert!(mixtral
+            .refuse_unsupported("cuda", |_| false)
+            .unwrap_err()
+            .to_string()
+            .starts_with("mixtral: mixture-of-experts layers are not supported"));
+        // The Llama family needs none of them.
+        let llama = ModelConfig::named_shape("llama-3.1-8b").unwrap();
+        assert!(llama.refuse_unsupported("cuda", |_| false).is_ok());
     }
 }

@@ -163,6 +163,7 @@ const HUB_FILES: &[(&str, bool)] = &[
     ("tokenizer.json", true),
     ("tokenizer_config.json", false),
     ("generation_config.json", false),
+    ("chat_template.jinja", false),
 ];
 
 /// Downloads (or finds cached) a Hugging Face model repository `org/name`.

@@ -19,14 +19,14 @@ pub mod weights;
 
 pub use catalog::{cli_system_default, ModelSampling, SamplingSource};
 pub use chat::{ChatMessage, ChatTemplate};
-pub use config::{GenerationDefaults, ModelConfig, RopeScaling};
+pub use config::{GenerationDefaults, ModelConfig, MoeConfig, RopeScaling};
 pub use runner::{
     greedy_continuation, KvPoolSize, Logits, ModelRunner, SeqInput, ShardRunner, StepInput,
 };
 pub use tokenizer::{IncrementalDecoder, Tokenizer};
 pub use wring_backend::cpu::{CpuWeights, PrefillAttention};
 
-use anyhow::{anyhow, bail, Context, Result};
+use anyhow::{anyhow, bail, ensure, Context, Result};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
@@ -416,6 +416,8 @@ fn load_gguf(path: &Path) -> Result<LoadedModel> {
         rope_interleaved: arch == "llama",
         tie_word_embeddings: !g.tensors.contains_key("output.weight"),
         attention_bias: g.tensors.contains_key("blk.0.attn_q.bias"),
+        qk_norm: false,
+        moe: None,
     };
     let tok_str = |key: &str| {
         g.get_u64(key)
@@ -502,7 +504,9 @@ fn load_hf_dir(dir: &Path) -> Result<LoadedModel> {
                 .find(|t| t["name"] == "default")
                 .and_then(|t| t["template"].as_str().map(str::to_string)),
             _ => None,
-        });
+        })
+        // Newer `transformers` save it beside the config, as `chat_template.jinja`.
+        .or_else(|| std::fs::read_to_string(dir.join("chat_template.jinja")).ok());
     let chat_template = match &template_src {
         Some(src) => Some(Arc::new(ChatTemplate::new(
             src,
@@ -552,7 +556,12 @@ fn load_hf_dir(dir: &Path) -> Result<LoadedModel> {
     })
 }
 
-/// Parses a Hugging Face `config.json` of the Llama family.
+/// The Hugging Face `model_type`s wring runs (what a refusal lists).
+pub const SUPPORTED_MODEL_TYPES: &[&str] =
+    &["llama", "mistral", "qwen2", "qwen3", "qwen3_moe", "mixtral"];
+
+/// Parses a Hugging Face `config.json` of the Llama family: Llama, Mistral, Qwen2,
+/// Qwen3 (q/k norms), and the mixture-of-experts Qwen3-MoE and Mixtral.
 pub fn hf_config(c: &Value) -> Result<ModelConfig> {
     let get = |k: &str| {
         c.get(k)
@@ -560,25 +569,99 @@ pub fn hf_config(c: &Value) -> Result<ModelConfig> {
             .map(|v| v as usize)
             .ok_or_else(|| anyhow!("field {k} is missing or not an integer"))
     };
+    let flag = |k: &str| c.get(k).and_then(|v| v.as_bool());
     let model_type = c
         .get("model_type")
         .and_then(|v| v.as_str())
         .unwrap_or("llama");
     let arch = match model_type {
         "llama" | "mistral" => "llama",
-        "qwen2" => "qwen2",
-        other => bail!("model_type {other:?} is not supported (llama, mistral, qwen2)"),
+        "qwen2" | "qwen3" | "qwen3_moe" | "mixtral" => model_type,
+        other => bail!(
+            "model_type {other:?} is not supported (supported: {})",
+            SUPPORTED_MODEL_TYPES.join(", ")
+        ),
     };
     let hidden = get("hidden_size")?;
     let heads = get("num_attention_heads")?;
+    let num_layers = get("num_hidden_layers")?;
     let mut max_pos = get("max_position_embeddings").unwrap_or(4096);
-    if model_type == "mistral" {
+    // Sliding-window attention is exact as long as no sequence exceeds the window: the
+    // context is capped to it. Mistral and Mixtral window every layer when they name a
+    // window; Qwen only with `use_sliding_window`.
+    let window = match model_type {
+        "mistral" | "mixtral" => true,
+        "qwen2" | "qwen3" | "qwen3_moe" => flag("use_sliding_window") == Some(true),
+        _ => false,
+    };
+    if window {
         if let Some(w) = c.get("sliding_window").and_then(|v| v.as_u64()) {
-            // Exact without sliding-window attention as long as no sequence exceeds the window.
             max_pos = max_pos.min(w as usize);
         }
     }
-    let rope_scaling = match c.get("rope_scaling").filter(|v| !v.is_null()) {
+    if let Some(act) = c.get("hidden_act").and_then(|v| v.as_str()) {
+        ensure!(
+            act == "silu",
+            "hidden_act {act:?} is not supported (the feed-forward is SwiGLU: silu)"
+        );
+    }
+    let moe = match model_type {
+        "mixtral" => Some(MoeConfig {
+            num_experts: get("num_local_experts")?,
+            top_k: get("num_experts_per_tok")?,
+            expert_intermediate_size: get("intermediate_size")?,
+            norm_topk_prob: true,
+            dense_layers: Vec::new(),
+        }),
+        "qwen3_moe" => {
+            let step = get("decoder_sparse_step").unwrap_or(1);
+            let only: Vec<usize> = match c.get("mlp_only_layers") {
+                None | Some(Value::Null) => Vec::new(),
+                Some(Value::Array(a)) => a
+                    .iter()
+                    .map(|v| v.as_u64().map(|v| v as usize))
+                    .collect::<Option<_>>()
+                    .ok_or_else(|| {
+                        anyhow!("mlp_only_layers holds a value that is not a layer index")
+                    })?,
+                Some(v) => bail!("mlp_only_layers is {v}, not a list of layer indices"),
+            };
+            // `num_local_experts` is where newer `transformers` write it.
+            let experts = get("num_experts").or_else(|_| get("num_local_experts"))?;
+            // Hugging Face's Qwen3-MoE decoder layer: sparse when the layer is not in
+            // mlp_only_layers, there are experts, and (layer + 1) % decoder_sparse_step == 0.
+            let dense_layers = (0..num_layers)
+                .filter(|l| only.contains(l) || experts == 0 || step == 0 || (l + 1) % step != 0)
+                .collect();
+            ensure!(
+                c.get("shared_expert_intermediate_size").is_none(),
+                "shared experts are not supported (qwen3_moe models have none)"
+            );
+            Some(MoeConfig {
+                num_experts: experts,
+                top_k: get("num_experts_per_tok")?,
+                expert_intermediate_size: get("moe_intermediate_size")?,
+                norm_topk_prob: flag("norm_topk_prob").unwrap_or(false),
+                dense_layers,
+            })
+        }
+        _ => None,
+    };
+    if let Some(m) = &moe {
+        ensure!(
+            m.top_k >= 1 && m.top_k <= m.num_experts,
+            "num_experts_per_tok {} must lie in 1..={} (the experts)",
+            m.top_k,
+            m.num_experts
+        );
+    }
+    // `rope_parameters` is where newer `transformers` write rope_theta and the scaling.
+    let rope_parameters = c.get("rope_parameters").filter(|v| v.is_object());
+    let rope_scaling = match c
+        .get("rope_scaling")
+        .filter(|v| !v.is_null())
+        .or(rope_parameters)
+    {
         None => RopeScaling::None,
         Some(rs) => {
             let ty = rs
@@ -606,34 +689,36 @@ pub fn hf_config(c: &Value) -> Result<ModelConfig> {
             }
         }
     };
+    let rope_theta = c
+        .get("rope_theta")
+        .or_else(|| rope_parameters.and_then(|r| r.get("rope_theta")))
+        .and_then(|v| v.as_f64())
+        .unwrap_or(10000.0) as f32;
     Ok(ModelConfig {
         architecture: arch.into(),
         hidden_size: hidden,
         intermediate_size: get("intermediate_size")?,
-        num_layers: get("num_hidden_layers")?,
+        num_layers,
         num_heads: heads,
         num_kv_heads: get("num_key_value_heads").unwrap_or(heads),
-        head_dim: get("head_dim").unwrap_or(hidden / heads),
+        head_dim: c
+            .get("head_dim")
+            .and_then(|v| v.as_u64())
+            .map(|v| v as usize)
+            .unwrap_or(hidden / heads),
         vocab_size: get("vocab_size")?,
         max_position_embeddings: max_pos,
         rms_norm_eps: c
             .get("rms_norm_eps")
             .and_then(|v| v.as_f64())
             .unwrap_or(1e-5) as f32,
-        rope_theta: c
-            .get("rope_theta")
-            .and_then(|v| v.as_f64())
-            .unwrap_or(10000.0) as f32,
+        rope_theta,
         rope_scaling,
         rope_interleaved: false,
-        tie_word_embeddings: c
-            .get("tie_word_embeddings")
-            .and_then(|v| v.as_bool())
-            .unwrap_or(false),
-        attention_bias: c
-            .get("attention_bias")
-            .and_then(|v| v.as_bool())
-            .unwrap_or(arch == "qwen2"),
+        tie_word_embeddings: flag("tie_word_embeddings").unwrap_or(false),
+        attention_bias: flag("attention_bias").unwrap_or(arch == "qwen2"),
+        qk_norm: matches!(arch, "qwen3" | "qwen3_moe"),
+        moe,
     })
 }
 

@@ -1,5 +1,6 @@
-//! The Llama-family forward pass (Llama 2/3.x, SmolLM2, Qwen2/2.5, Mistral without
-//! sliding window, DeepSeek-R1-Distill), written once against [`Backend`].
+//! The Llama-family forward pass (Llama 2/3.x, SmolLM2, Qwen2/2.5, Qwen3 with its
+//! per-head q/k norms, Mistral without sliding window, DeepSeek-R1-Distill, and the
+//! mixture-of-experts Qwen3-MoE and Mixtral), written once against [`Backend`].
 
 use crate::config::ModelConfig;
 use crate::runner::{KvPoolSize, Logits, ModelRunner, RowMasks, ShardRunner, StepGraph, StepInput};
@@ -8,7 +9,7 @@ use crate::weight_slice::Part;
 use crate::weights::WeightSource;
 use anyhow::{ensure, Result};
 use std::ops::Range;
-use wring_backend::{AttnShape, Backend, KvSpec, RopeSpec};
+use wring_backend::{AttnShape, Backend, Expert, KvSpec, MoeLayer, MoeRouting, RopeSpec};
 
 /// Projections of one input: separate matrices, or their rows stacked into one
 /// (`Backend::fuses_projections`: one GEMM for all of them).
@@ -34,11 +35,23 @@ struct Layer<B: Backend> {
     q_bias: Option<B::Vector>,
     k_bias: Option<B::Vector>,
     v_bias: Option<B::Vector>,
+    /// Qwen3's per-head q and k norms (before RoPE).
+    q_norm: Option<B::Vector>,
+    k_norm: Option<B::Vector>,
     o: B::Matrix,
     ffn_norm: B::Vector,
-    /// gate, up.
-    gate_up: Proj<B::Matrix>,
-    down: B::Matrix,
+    ffn: Ffn<B>,
+}
+
+/// A layer's feed-forward.
+enum Ffn<B: Backend> {
+    /// SwiGLU: gate, up, then down.
+    Dense {
+        gate_up: Proj<B::Matrix>,
+        down: B::Matrix,
+    },
+    /// Routed experts ([`Backend::moe_ffn`]).
+    Moe(MoeLayer<B::Vector, B::Matrix>),
 }
 
 pub struct LlamaRunner<B: Backend> {
@@ -110,6 +123,12 @@ impl<B: Backend> LlamaRunner<B> {
             backend.group_ranks(),
             shard.ranks
         );
+        cfg.refuse_unsupported(&backend.name(), |op| backend.supports(op))?;
+        ensure!(
+            shard.ranks == 1 || cfg.moe.is_none(),
+            "tensor parallelism of mixture-of-experts models (model_type {}) is not supported yet; run it on one device",
+            cfg.architecture
+        );
         let (h, hd) = (cfg.hidden_size, cfg.head_dim);
         let (q_dims, kv_dims) = (shard.q_dims(hd), shard.kv_dims(hd));
         let (qd, kvd) = (
@@ -138,7 +157,10 @@ impl<B: Backend> LlamaRunner<B> {
                 && ["attn_q.bias", "attn_k.bias", "attn_v.bias"]
                     .iter()
                     .all(|b| !src.has(&cfg, &n(b)));
-            let mut proj = |parts: &[(&str, usize, Part)]| -> Result<Proj<B::Matrix>> {
+            // q and k are normed between the projection and RoPE, which the fused
+            // q|k|v op applies itself: a model with q/k norms projects them apart.
+            let fuse_qkv = fuse && !cfg.qk_norm;
+            let mut proj = |parts: &[(&str, usize, Part)], fuse: bool| -> Result<Proj<B::Matrix>> {
                 if !fuse {
                     let m = parts.iter().map(|(s, full, part)| {
                         src.weight_part(&n(s), *full, h, part)?.upload(&mut backend)
@@ -160,23 +182,38 @@ impl<B: Backend> LlamaRunner<B> {
                     },
                 )?))
             };
-            let qkv = proj(&[
-                ("attn_q.weight", qd, rows(&q_dims, qd)),
-                ("attn_k.weight", kvd, rows(&kv_dims, kvd)),
-                ("attn_v.weight", kvd, rows(&kv_dims, kvd)),
-            ])?;
-            let gate_up = proj(&[
-                ("ffn_gate.weight", inter, rows(&shard.intermediate, inter)),
-                ("ffn_up.weight", inter, rows(&shard.intermediate, inter)),
-            ])?;
-            let mut mat = |s: &str, full_cols, part: Part| -> Result<B::Matrix> {
-                src.weight_part(&n(s), h, full_cols, &part)?
-                    .upload(&mut backend)
+            let qkv = proj(
+                &[
+                    ("attn_q.weight", qd, rows(&q_dims, qd)),
+                    ("attn_k.weight", kvd, rows(&kv_dims, kvd)),
+                    ("attn_v.weight", kvd, rows(&kv_dims, kvd)),
+                ],
+                fuse_qkv,
+            )?;
+            let ffn = match cfg.moe_layer(l) {
+                Some(m) => Ffn::Moe(load_moe(&mut backend, src, &n, h, m)?),
+                None => {
+                    let gate_up = proj(
+                        &[
+                            ("ffn_gate.weight", inter, rows(&shard.intermediate, inter)),
+                            ("ffn_up.weight", inter, rows(&shard.intermediate, inter)),
+                        ],
+                        fuse,
+                    )?;
+                    let down = src
+                        .weight_part(
+                            &n("ffn_down.weight"),
+                            h,
+                            inter,
+                            &cols(&shard.intermediate, inter),
+                        )?
+                        .upload(&mut backend)?;
+                    Ffn::Dense { gate_up, down }
+                }
             };
-            let (o, down) = (
-                mat("attn_output.weight", qd, cols(&q_dims, qd))?,
-                mat("ffn_down.weight", inter, cols(&shard.intermediate, inter))?,
-            );
+            let o = src
+                .weight_part(&n("attn_output.weight"), h, qd, &cols(&q_dims, qd))?
+                .upload(&mut backend)?;
             let mut bias = |s: &str, len, range: &Range<usize>| -> Result<Option<B::Vector>> {
                 if src.has(&cfg, &n(s)) {
                     let v = src.vector_part(&n(s), len, range.clone())?;
@@ -192,16 +229,25 @@ impl<B: Backend> LlamaRunner<B> {
             );
             let attn_norm = backend.upload_vector(&src.vector(&n("attn_norm.weight"), h)?)?;
             let ffn_norm = backend.upload_vector(&src.vector(&n("ffn_norm.weight"), h)?)?;
+            let (q_norm, k_norm) = if cfg.qk_norm {
+                (
+                    Some(backend.upload_vector(&src.vector(&n("attn_q_norm.weight"), hd)?)?),
+                    Some(backend.upload_vector(&src.vector(&n("attn_k_norm.weight"), hd)?)?),
+                )
+            } else {
+                (None, None)
+            };
             layers.push(Layer {
                 attn_norm,
                 qkv,
                 q_bias,
                 k_bias,
                 v_bias,
+                q_norm,
+                k_norm,
                 o,
                 ffn_norm,
-                gate_up,
-                down,
+                ffn,
             });
         }
         let norm = backend.upload_vector(&src.vector("output_norm.weight", h)?)?;
@@ -247,9 +293,18 @@ impl<B: Backend> LlamaRunner<B> {
             inv_freq: cfg.rope_inv_freq(),
             interleaved: cfg.rope_interleaved,
         };
-        let projections_fused = layers
-            .iter()
-            .all(|w| matches!((&w.qkv, &w.gate_up), (Proj::Fused(_), Proj::Fused(_))));
+        let projections_fused = layers.iter().all(|w| {
+            matches!(
+                (&w.qkv, &w.ffn),
+                (
+                    Proj::Fused(_),
+                    Ffn::Dense {
+                        gate_up: Proj::Fused(_),
+                        ..
+                    }
+                )
+            )
+        });
         Ok(Self {
             backend,
             cfg,
@@ -264,6 +319,48 @@ impl<B: Backend> LlamaRunner<B> {
             last_graph: StepGraph::Eager,
         })
     }
+}
+
+/// One mixture-of-experts layer's router and experts (`n` names the layer's tensors):
+/// each expert's gate and up rows stacked into one matrix ([`Expert::gate_up`]), the
+/// router kept in f32 ([`MoeLayer::router`]).
+fn load_moe<B: Backend>(
+    backend: &mut B,
+    src: &WeightSource,
+    n: &dyn Fn(&str) -> String,
+    h: usize,
+    m: &crate::config::MoeConfig,
+) -> Result<MoeLayer<B::Vector, B::Matrix>> {
+    let ei = m.expert_intermediate_size;
+    let router = src.matrix(&n("ffn_gate_inp.weight"), m.num_experts, h)?;
+    let router = backend.upload_vector(&router.data)?;
+    let experts = (0..m.num_experts)
+        .map(|e| -> Result<Expert<B::Matrix>> {
+            let gate = src.matrix(&n(&format!("ffn_gate_exps.{e}.weight")), ei, h)?;
+            let mut data = gate.data;
+            data.extend(
+                src.matrix(&n(&format!("ffn_up_exps.{e}.weight")), ei, h)?
+                    .data,
+            );
+            let gate_up = backend.upload_matrix(wring_backend::HostMatrix {
+                rows: 2 * ei,
+                cols: h,
+                data,
+            })?;
+            let down = src
+                .weight(&n(&format!("ffn_down_exps.{e}.weight")), h, ei)?
+                .upload(backend)?;
+            Ok(Expert { gate_up, down })
+        })
+        .collect::<Result<_>>()?;
+    Ok(MoeLayer {
+        router,
+        experts,
+        routing: MoeRouting {
+            top_k: m.top_k,
+            renormalize: m.norm_topk_prob,
+        },
+    })
 }
 
 /// `Part::All` when `range` is all of `0..full`, else `part`.
@@ -324,6 +421,10 @@ impl<B: Backend> LlamaRunner<B> {
                     let mut q = b.linear(&h, &p[0], w.q_bias.as_ref());
                     let mut k = b.linear(&h, &p[1], w.k_bias.as_ref());
                     let v = b.linear(&h, &p[2], w.v_bias.as_ref());
+                    if let (Some(qn), Some(kn)) = (&w.q_norm, &w.k_norm) {
+                        b.head_rms_norm(&mut q, shape.n_heads, qn, eps);
+                        b.head_rms_norm(&mut k, shape.n_kv_heads, kn, eps);
+                    }
                     b.rope(&mut q, shape.n_heads, c.head_dim, &self.rope);
                     b.rope(&mut k, shape.n_kv_heads, c.head_dim, &self.rope);
                     (q, k, v)
@@ -335,18 +436,26 @@ impl<B: Backend> LlamaRunner<B> {
             if sharded {
                 b.all_reduce_sum(&mut o);
             }
-            b.next_input_for(w.gate_up.first());
-            let h = b.add_rms_norm(&mut x, &o, &w.ffn_norm, eps);
-            b.next_input_for(&w.down);
-            let m = match &w.gate_up {
-                Proj::Fused(gu) => b.gate_up_silu(&h, gu),
-                Proj::Split(p) => {
-                    let g = b.linear(&h, &p[0], None);
-                    let u = b.linear(&h, &p[1], None);
-                    b.silu_mul(&g, &u)
+            let mut d = match &w.ffn {
+                Ffn::Dense { gate_up, down } => {
+                    b.next_input_for(gate_up.first());
+                    let h = b.add_rms_norm(&mut x, &o, &w.ffn_norm, eps);
+                    b.next_input_for(down);
+                    let m = match gate_up {
+                        Proj::Fused(gu) => b.gate_up_silu(&h, gu),
+                        Proj::Split(p) => {
+                            let g = b.linear(&h, &p[0], None);
+                            let u = b.linear(&h, &p[1], None);
+                            b.silu_mul(&g, &u)
+                        }
+                    };
+                    b.linear(&m, down, None)
+                }
+                Ffn::Moe(moe) => {
+                    let h = b.add_rms_norm(&mut x, &o, &w.ffn_norm, eps);
+                    b.moe_ffn(&h, moe)
                 }
             };
-            let mut d = b.linear(&m, &w.down, None);
             if sharded {
                 b.all_reduce_sum(&mut d);
             }
@@ -372,16 +481,23 @@ impl<B: Backend> LlamaRunner<B> {
         let eps = c.rms_norm_eps;
         let mut x = b.embed(&self.embed);
         for (l, w) in self.layers.iter().enumerate() {
-            let (Proj::Fused(qkv), Proj::Fused(gate_up)) = (&w.qkv, &w.gate_up) else {
+            let (
+                Proj::Fused(qkv),
+                Ffn::Dense {
+                    gate_up: Proj::Fused(gate_up),
+                    down,
+                },
+            ) = (&w.qkv, &w.ffn)
+            else {
                 unreachable!("takes_norm_in_linear_flow checked every layer's projections")
             };
             let (q, k, v) = b.rms_norm_qkv_rope(l, &x, &w.attn_norm, eps, qkv, shape, &self.rope);
             b.next_input_for(&w.o);
             let a = b.attention(l, &q, &k, &v, shape);
             b.linear_add_residual(&mut x, &a, &w.o);
-            b.next_input_for(&w.down);
+            b.next_input_for(down);
             let m = b.rms_norm_gate_up_silu(&x, &w.ffn_norm, eps, gate_up);
-            b.linear_add_residual(&mut x, &m, &w.down);
+            b.linear_add_residual(&mut x, &m, down);
         }
         let x = b.gather_logit_rows(&x);
         let x = b.rms_norm(&x, &self.norm, eps);

@@ -1,7 +1,10 @@
 //! Where weights come from: a GGUF file, a Hugging Face safetensors directory, or
 //! deterministic random ("dummy") values. Every source answers by canonical GGUF-style
-//! tensor name (`blk.3.attn_q.weight`) with f32 host data; the runner uploads each
-//! tensor to its backend and drops the host copy.
+//! tensor name (`blk.3.attn_q.weight`; experts `blk.3.ffn_gate_exps.5.weight`, their
+//! router `blk.3.ffn_gate_inp.weight`) with f32 host data; the runner uploads each
+//! tensor to its backend and drops the host copy. Mixtral's own tensor names
+//! (`block_sparse_moe.experts.5.w1`) are read under the names Qwen3-MoE uses
+//! (`mlp.experts.5.gate_proj`).
 
 use crate::config::ModelConfig;
 use crate::gguf::GgufFile;
@@ -23,7 +26,8 @@ pub enum WeightSource {
 /// The mapped shards of a safetensors checkpoint and which shard holds which tensor.
 pub struct SafetensorsSet {
     shards: Vec<(PathBuf, Mmap)>,
-    index: HashMap<String, usize>,
+    /// Tensor name (or its alias, [`hf_alias`]) → (shard, name stored in the shard).
+    index: HashMap<String, (usize, String)>,
     /// Set when `config.json` says the linear weights are quantized by `wring quantize`.
     pub quant: Option<QuantConfig>,
 }
@@ -199,7 +203,10 @@ impl SafetensorsSet {
             let st = safetensors::SafeTensors::deserialize(&mmap)
                 .map_err(|e| anyhow!("{} is not a valid safetensors file: {e}", path.display()))?;
             for name in st.names() {
-                index.insert(name.to_string(), i);
+                if let Some(alias) = hf_alias(name) {
+                    index.insert(alias, (i, name.to_string()));
+                }
+                index.insert(name.to_string(), (i, name.to_string()));
             }
             shards.push((path, mmap));
         }
@@ -241,14 +248,14 @@ impl SafetensorsSet {
 
     /// Raw bytes of a tensor: (dtype, shape, data).
     pub(crate) fn raw(&self, name: &str) -> Result<Option<RawTensor<'_>>> {
-        let Some(&i) = self.index.get(name) else {
+        let Some((i, stored)) = self.index.get(name) else {
             return Ok(None);
         };
-        let (path, mmap) = &self.shards[i];
+        let (path, mmap) = &self.shards[*i];
         let st = safetensors::SafeTensors::deserialize(mmap)
             .map_err(|e| anyhow!("{}: {e}", path.display()))?;
         let t = st
-            .tensor(name)
+            .tensor(stored)
             .map_err(|e| anyhow!("{}: tensor {name}: {e}", path.display()))?;
         Ok(Some((t.dtype(), t.shape().to_vec(), t.data())))
     }
@@ -400,7 +407,7 @@ impl SafetensorsSet {
                 .collect(),
             d => bail!(
                 "{}: tensor {name} has dtype {d:?}; wring reads F32, F16 and BF16",
-                self.shards[self.index[name]].0.display()
+                self.shards[self.index[name].0].0.display()
             ),
         };
         self.release(b);
@@ -408,11 +415,46 @@ impl SafetensorsSet {
     }
 }
 
+/// The name a Mixtral tensor is read under: its router and experts by Qwen3-MoE's names
+/// (`block_sparse_moe.gate` → `mlp.gate`, `block_sparse_moe.experts.E.w1|w2|w3` →
+/// `mlp.experts.E.gate_proj|down_proj|up_proj`); None for every other name.
+fn hf_alias(stored: &str) -> Option<String> {
+    let (head, tail) = stored.split_once(".block_sparse_moe.")?;
+    let tail = match tail.strip_prefix("experts.") {
+        None => tail.to_string(),
+        Some(rest) => {
+            let (e, rest) = rest.split_once('.')?;
+            let (w, suffix) = rest.split_once('.')?;
+            let p = match w {
+                "w1" => "gate_proj",
+                "w2" => "down_proj",
+                "w3" => "up_proj",
+                _ => return None,
+            };
+            format!("experts.{e}.{p}.{suffix}")
+        }
+    };
+    Some(format!("{head}.mlp.{tail}"))
+}
+
 /// Hugging Face name of a canonical tensor name.
 pub(crate) fn hf_name(canonical: &str) -> String {
     let (stem, suffix) = canonical.rsplit_once('.').unwrap_or((canonical, "weight"));
     let mapped = if let Some(rest) = stem.strip_prefix("blk.") {
         let (layer, part) = rest.split_once('.').unwrap_or((rest, ""));
+        let expert = |p: &str| {
+            let (kind, e) = p.split_once('.')?;
+            let proj = match kind {
+                "ffn_gate_exps" => "gate_proj",
+                "ffn_up_exps" => "up_proj",
+                "ffn_down_exps" => "down_proj",
+                _ => return None,
+            };
+            Some(format!("model.layers.{layer}.mlp.experts.{e}.{proj}"))
+        };
+        if let Some(name) = expert(part) {
+            return format!("{name}.{suffix}");
+        }
         let p = match part {
             "attn_norm" => "input_layernorm",
             "attn_q" => "self_attn.q_proj",
@@ -423,6 +465,9 @@ pub(crate) fn hf_name(canonical: &str) -> String {
             "ffn_gate" => "mlp.gate_proj",
             "ffn_up" => "mlp.up_proj",
             "ffn_down" => "mlp.down_proj",
+            "attn_q_norm" => "self_attn.q_norm",
+            "attn_k_norm" => "self_attn.k_norm",
+            "ffn_gate_inp" => "mlp.gate",
             other => other,
         };
         format!("model.layers.{layer}.{p}")
@@ -467,6 +512,9 @@ impl WeightSource {
             WeightSource::Dummy { .. } => {
                 !(name == "output.weight" && cfg.tie_word_embeddings)
                     && (cfg.attention_bias || !name.ends_with(".bias"))
+                    && (cfg.qk_norm
+                        || !(name.ends_with(".attn_q_norm.weight")
+                            || name.ends_with(".attn_k_norm.weight")))
             }
         }
     }
@@ -588,6 +636,27 @@ mod tests {
         );
         assert_eq!(hf_name("token_embd.weight"), "model.embed_tokens.weight");
         assert_eq!(hf_name("output.weight"), "lm_head.weight");
+        assert_eq!(
+            hf_name("blk.2.attn_k_norm.weight"),
+            "model.layers.2.self_attn.k_norm.weight"
+        );
+        assert_eq!(
+            hf_name("blk.1.ffn_gate_inp.weight"),
+            "model.layers.1.mlp.gate.weight"
+        );
+        assert_eq!(
+            hf_name("blk.1.ffn_down_exps.17.weight"),
+            "model.layers.1.mlp.experts.17.down_proj.weight"
+        );
+        assert_eq!(
+            hf_alias("model.layers.4.block_sparse_moe.experts.7.w3.weight").as_deref(),
+            Some("model.layers.4.mlp.experts.7.up_proj.weight")
+        );
+        assert_eq!(
+            hf_alias("model.layers.4.block_sparse_moe.gate.weight").as_deref(),
+            Some("model.layers.4.mlp.gate.weight")
+        );
+        assert_eq!(hf_alias("model.layers.4.mlp.gate_proj.weight"), None);
     }
 
     fn ct_config(strategy: &str) -> serde_json::Value {

@@ -147,6 +147,8 @@ fn tiny_config() -> ModelConfig {
         rope_interleaved: false,
         tie_word_embeddings: true,
         attention_bias: false,
+        qk_norm: false,
+        moe: None,
     }
 }
 

@@ -24,6 +24,13 @@ pub fn open_runner(model: LoadedModel, opts: &RunnerOptions) -> Result<Box<dyn M
         opts.tensor_parallel_size >= 1,
         "the tensor-parallel size must be at least 1"
     );
+    #[cfg(feature = "cuda")]
+    if let Device::Cuda(_) = opts.device {
+        // Before the device is opened: a model it cannot run is refused in words.
+        model.config.refuse_unsupported("cuda", |op| {
+            wring_cuda::CudaBackend::EXTRA_OPS.contains(&op)
+        })?;
+    }
     match (opts.device, opts.tensor_parallel_size) {
         (Device::Cpu, 1) => model.into_runner(opts),
         (Device::Cpu, _) => cpu_ranks::cpu_runner(model, opts),

@@ -19,7 +19,9 @@ pub mod team;
 mod tiling;
 
 use crate::quant::QuantMatrix;
-use crate::{AttnShape, Backend, HostMatrix, KvSpec, RopeSpec, SeqInput, StepInput};
+use crate::{
+    AttnShape, Backend, ExtraOp, HostMatrix, KvSpec, MoeLayer, RopeSpec, SeqInput, StepInput,
+};
 use aligned::Aligned;
 use anyhow::{ensure, Result};
 use std::borrow::Cow;
@@ -633,6 +635,69 @@ impl Backend for CpuBackend {
         self.rope(&mut q, shape.n_heads, shape.head_dim, rope);
         self.rope(&mut k, shape.n_kv_heads, shape.head_dim, rope);
         (q, k, v)
+    }
+
+    fn supports(&self, op: ExtraOp) -> bool {
+        match op {
+            ExtraOp::HeadRmsNorm | ExtraOp::MixtureOfExperts => true,
+        }
+    }
+
+    fn head_rms_norm(&mut self, x: &mut CpuTensor, n_heads: usize, w: &CpuVector, eps: f32) {
+        let d = w.0.len();
+        assert_eq!(x.cols, n_heads * d, "head_rms_norm: {n_heads} heads of {d}");
+        tiling::for_rows(
+            x.rows,
+            16,
+            &mut x.data,
+            x.cols,
+            &mut [(); 0],
+            0,
+            |_, row, _| {
+                for head in row.chunks_exact_mut(d) {
+                    kernels::rms_norm_inplace(head, &w.0, eps);
+                }
+            },
+        );
+    }
+
+    /// The tokens of each expert in one matrix (its gate|up, SiLU·mul, down: each row a
+    /// dot product of its own, whatever rows share the matrix), experts in ascending
+    /// order, so every token's sum is taken in ascending expert order: the same bits
+    /// for a token whatever else the step holds.
+    fn moe_ffn(&mut self, x: &CpuTensor, layer: &MoeLayer<CpuVector, CpuMatrix>) -> CpuTensor {
+        let (t, h) = (x.rows, x.cols);
+        let n = layer.experts.len();
+        assert_eq!(layer.router.0.len(), n * h, "moe_ffn: router shape");
+        let logits = kernels::matmul_t(&x.data, t, &layer.router.0, n, h);
+        let per_expert = crate::moe::tokens_per_expert(&logits, n, layer.routing);
+        let mut out = vec![0.0f32; t * h];
+        for (expert, tokens) in layer.experts.iter().zip(&per_expert) {
+            if tokens.is_empty() {
+                continue;
+            }
+            let mut rows = Vec::with_capacity(tokens.len() * h);
+            for &(tok, _) in tokens {
+                rows.extend_from_slice(&x.data[tok * h..(tok + 1) * h]);
+            }
+            let input = CpuTensor {
+                rows: tokens.len(),
+                cols: h,
+                data: rows,
+            };
+            let m = self.gate_up_silu(&input, &expert.gate_up);
+            let y = self.linear(&m, &expert.down, None);
+            for (&(tok, w), yr) in tokens.iter().zip(y.data.chunks_exact(h)) {
+                for (o, v) in out[tok * h..(tok + 1) * h].iter_mut().zip(yr) {
+                    *o += w * v;
+                }
+            }
+        }
+        CpuTensor {
+            rows: t,
+            cols: h,
+            data: out,
+        }
     }
 
     fn gate_up_silu(&mut self, x: &CpuTensor, w: &CpuMatrix) -> CpuTensor {

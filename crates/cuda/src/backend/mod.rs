@@ -42,7 +42,9 @@ use anyhow::{anyhow, bail, ensure, Context, Result};
 use cudarc::driver::{result, sys, CudaContext, CudaStream};
 use std::sync::Arc;
 use tensor::{DType, Weights};
-use wring_backend::{AttnShape, Backend, HostMatrix, KvSpec, RopeSpec, RowMasks, StepInput};
+use wring_backend::{
+    AttnShape, Backend, ExtraOp, HostMatrix, KvSpec, RopeSpec, RowMasks, StepInput,
+};
 
 struct KvPool {
     buf: DeviceBuffer,
@@ -130,6 +132,11 @@ pub struct CudaBackend {
 }
 
 impl CudaBackend {
+    /// The ops beyond the Llama family's ([`ExtraOp`]) this backend runs: none yet, so
+    /// Qwen3 (q/k norms), Qwen3-MoE and Mixtral (mixture-of-experts layers) are refused
+    /// at load, before the device is opened, with a message naming the `model_type`.
+    pub const EXTRA_OPS: &'static [ExtraOp] = &[];
+
     /// Opens GPU `ordinal`, loads the kernels and cuBLAS. Errors (never panics) when the
     /// CUDA libraries or the device are missing.
     pub fn new(ordinal: usize, opts: CudaOptions) -> Result<Self> {
@@ -593,6 +600,10 @@ impl Backend for CudaBackend {
 
     fn name(&self) -> String {
         self.name.clone()
+    }
+
+    fn supports(&self, op: ExtraOp) -> bool {
+        Self::EXTRA_OPS.contains(&op)
     }
 
     fn upload_matrix(&mut self, m: HostMatrix) -> Result<CudaMatrix> {

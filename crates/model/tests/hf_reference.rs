@@ -1,0 +1,228 @@
+//! Qwen3, Qwen3-MoE and Mixtral against Hugging Face `transformers`: the tiny random-weight
+//! models in tests/data/hf_tiny (made by scripts/reference/hf_tiny_models.py) load through
+//! wring's own loader (a sharded index for Mixtral, `chat_template.jinja`, bf16 tensors) and
+//! on the CPU in f32 reproduce transformers' logits at every prompt position within 1e-3,
+//! its 32 greedy tokens exactly (top-8 logits of every step within 1e-3), and its chat
+//! template renderings and token ids; a prompt's logits are the same bits whatever else
+//! its step holds (the experts of a token never depend on its batch).
+
+#[allow(dead_code)]
+mod support;
+
+use serde_json::Value;
+use support::{ids, prefill_batch, test_data_dir};
+use wring_model::{
+    load_model, LoadedModel, ModelRunner, ModelSpec, RunnerOptions, SeqInput, StepInput,
+};
+
+const TOL: f32 = 1e-3;
+
+fn reference(name: &str) -> Value {
+    let path = test_data_dir().join(format!("hf_tiny/{name}.reference.json"));
+    let text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
+    serde_json::from_str(&text).unwrap()
+}
+
+fn load(name: &str) -> LoadedModel {
+    let dir = test_data_dir().join("hf_tiny").join(name);
+    load_model(&ModelSpec {
+        model: Some(dir.to_string_lossy().into_owned()),
+        ..Default::default()
+    })
+    .unwrap_or_else(|e| panic!("{name} loads: {e:#}"))
+}
+
+fn runner(m: LoadedModel) -> Box<dyn ModelRunner> {
+    let opts = RunnerOptions {
+        kv_cache_bytes: 16 << 20,
+        max_model_len: 256,
+        ..Default::default()
+    };
+    m.into_runner(&opts).unwrap()
+}
+
+fn floats(v: &Value) -> Vec<f32> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_f64().unwrap() as f32)
+        .collect()
+}
+
+fn argmax(v: &[f32]) -> u32 {
+    let mut best = 0;
+    for (i, &x) in v.iter().enumerate() {
+        if x > v[best] {
+            best = i;
+        }
+    }
+    best as u32
+}
+
+/// Logits of every position of `prompt` in one prefill step.
+fn prompt_logits(r: &mut dyn ModelRunner, prompt: &[u32]) -> Vec<Vec<f32>> {
+    let n = prompt.len();
+    let step = StepInput {
+        tokens: prompt.to_vec(),
+        positions: (0..n as u32).collect(),
+        seqs: vec![SeqInput {
+            query_start: 0,
+            query_len: n,
+            context_len: n,
+            block_table: (0..n.div_ceil(r.block_size()) as u32).collect(),
+            prompt_len: n,
+        }],
+        logit_rows: (0..n).collect(),
+    };
+    let l = r.forward(&step).unwrap();
+    (0..l.rows).map(|i| l.row(i).to_vec()).collect()
+}
+
+fn check_model(name: &str, model_type: &str) {
+    let rf = reference(name);
+    assert_eq!(rf["model_type"], model_type);
+    let m = load(name);
+    assert_eq!(m.config.architecture, model_type);
+    assert_eq!(m.config.vocab_size, 384);
+    let tok = m.tokenizer.clone();
+
+    // Chat templates: the text transformers' apply_chat_template rendered, and its ids.
+    let template = m
+        .chat_template
+        .clone()
+        .expect("the model has a chat template");
+    for chat in rf["chats"].as_array().unwrap() {
+        let text = template.render_json(&chat["messages"], None, true).unwrap();
+        assert_eq!(text, chat["text"].as_str().unwrap(), "{name}: rendering");
+        assert_eq!(tok.encode(&text).unwrap(), ids(&chat["ids"]), "{name}: ids");
+    }
+    let eos_end = tok.token_to_id(template.eos_token()).unwrap();
+    assert!(
+        m.eos_token_ids.contains(&eos_end),
+        "{name}: stops at its eos"
+    );
+
+    let mut r = runner(m);
+    let bs = r.block_size();
+    for (p_i, p) in rf["prompts"].as_array().unwrap().iter().enumerate() {
+        let prompt = ids(&p["ids"]);
+        assert_eq!(
+            tok.encode(p["text"].as_str().unwrap()).unwrap(),
+            prompt,
+            "{name}: prompt {p_i} ids"
+        );
+        let got = prompt_logits(r.as_mut(), &prompt);
+        let want = p["logits"].as_array().unwrap();
+        assert_eq!(got.len(), want.len());
+        let mut worst = 0f32;
+        for (pos, (g, w)) in got.iter().zip(want).enumerate() {
+            let w = floats(w);
+            assert_eq!(g.len(), w.len());
+            for (a, b) in g.iter().zip(&w) {
+                let d = (a - b).abs();
+                worst = worst.max(d);
+                assert!(
+                    d < TOL,
+                    "{name}: prompt {p_i} position {pos}: logit {a} vs transformers {b}"
+                );
+            }
+        }
+        println!(
+            "{name}: prompt {p_i}: {} positions, largest |Δ logit| {worst:.2e}",
+            got.len()
+        );
+
+        // 32 greedy steps, one decode step each.
+        let want_ids = ids(&p["greedy_ids"]);
+        let mut seq = prompt.clone();
+        let blocks: Vec<u32> = (0..((prompt.len() + want_ids.len()).div_ceil(bs) as u32)).collect();
+        let mut logits = got.last().unwrap().clone();
+        let mut out = vec![];
+        for (i, st) in p["steps"].as_array().unwrap().iter().enumerate() {
+            for (id, lg) in ids(&st["top_ids"]).iter().zip(floats(&st["top_logits"])) {
+                let d = (logits[*id as usize] - lg).abs();
+                assert!(
+                    d < TOL,
+                    "{name}: prompt {p_i} step {i}: logit of {id} is {} vs transformers {lg}",
+                    logits[*id as usize]
+                );
+            }
+            let next = argmax(&logits);
+            out.push(next);
+            seq.push(next);
+            if out.len() == want_ids.len() {
+                break;
+            }
+            let step = StepInput {
+                tokens: vec![next],
+                positions: vec![seq.len() as u32 - 1],
+                seqs: vec![SeqInput {
+                    query_start: 0,
+                    query_len: 1,
+                    context_len: seq.len(),
+                    block_table: blocks.clone(),
+                    prompt_len: prompt.len(),
+                }],
+                logit_rows: vec![0],
+            };
+            logits = r.forward(&step).unwrap().row(0).to_vec();
+        }
+        assert_eq!(out.len(), 32);
+        assert_eq!(out, want_ids, "{name}: prompt {p_i}: greedy ids");
+    }
+
+    // Batch invariance: each prompt's last logits alone, together, and in another order
+    // on other blocks are the same bits.
+    let prompts: Vec<Vec<u32>> = rf["prompts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| ids(&p["ids"]))
+        .collect();
+    let solo: Vec<Vec<f32>> = prompts
+        .iter()
+        .map(|p| prefill_batch(r.as_mut(), std::slice::from_ref(p), 0).remove(0))
+        .collect();
+    let together = prefill_batch(r.as_mut(), &prompts, 0);
+    let reversed: Vec<Vec<u32>> = prompts.iter().rev().cloned().collect();
+    let mut together_rev = prefill_batch(r.as_mut(), &reversed, 5);
+    together_rev.reverse();
+    for i in 0..prompts.len() {
+        assert!(solo[i] == together[i], "{name}: prompt {i} batched differs");
+        assert!(
+            solo[i] == together_rev[i],
+            "{name}: prompt {i} reordered differs"
+        );
+    }
+}
+
+#[test]
+fn qwen3_matches_transformers() {
+    check_model("qwen3", "qwen3");
+}
+
+#[test]
+fn qwen3_moe_matches_transformers() {
+    let m = load("qwen3_moe");
+    let moe = m.config.moe.as_ref().expect("experts");
+    assert_eq!((moe.num_experts, moe.top_k), (16, 4));
+    assert!(moe.norm_topk_prob);
+    assert_eq!(moe.dense_layers, vec![1], "mlp_only_layers");
+    assert!(m.config.qk_norm);
+    check_model("qwen3_moe", "qwen3_moe");
+}
+
+#[test]
+fn mixtral_matches_transformers() {
+    let dir = test_data_dir().join("hf_tiny/mixtral");
+    assert!(
+        dir.join("model.safetensors.index.json").exists(),
+        "the Mixtral checkpoint is sharded"
+    );
+    let m = load("mixtral");
+    let moe = m.config.moe.as_ref().expect("experts");
+    assert_eq!((moe.num_experts, moe.top_k), (8, 2));
+    assert!(!m.config.qk_norm);
+    check_model("mixtral", "mixtral");
+}

@@ -1,0 +1,192 @@
+//! The named shapes of `--load-format dummy --model-shape` are the published models: their
+//! parameter counts (all, and those one token reads on a mixture-of-experts model) and their
+//! bf16 checkpoint sizes match the model cards; the parameter count of a config is the
+//! element count of a transformers-made checkpoint of it (tests/data/hf_tiny); and dummy
+//! weights exist for every tensor a Qwen3, Qwen3-MoE and Mixtral config implies, so the
+//! shapes run.
+
+#[allow(dead_code)]
+mod support;
+
+use support::test_data_dir;
+use wring_backend::cpu::CpuBackend;
+use wring_model::llama::LlamaRunner;
+use wring_model::weights::WeightSource;
+use wring_model::{CpuWeights, ModelConfig, ModelSpec, MoeConfig, SeqInput, StepInput};
+
+fn shape(name: &str) -> ModelConfig {
+    ModelConfig::named_shape(name).unwrap_or_else(|| panic!("{name} is a named shape"))
+}
+
+fn billions(n: usize) -> f64 {
+    n as f64 / 1e9
+}
+
+/// `got` within 2 % of the published `want` (model cards round to 0.1 B, and Qwen3-30B-A3B's
+/// "3.3 B activated" is 3.35 B with both embedding matrices counted).
+fn assert_near(what: &str, got: f64, want: f64) {
+    assert!(
+        (got - want).abs() <= 0.02 * want,
+        "{what}: {got:.3} B, published {want} B"
+    );
+}
+
+#[test]
+fn named_shapes_have_the_published_parameter_counts_and_sizes() {
+    // (shape, model_type, total B, active B, bf16 checkpoint GB) from the model cards:
+    // Qwen/Qwen3-8B (8.2 B, 6.95 B without embeddings), Qwen/Qwen3-30B-A3B (30.5 B,
+    // 3.3 B activated), mistralai/Mixtral-8x7B-v0.1 (46.7 B, 12.9 B a token).
+    for (name, model_type, total, active, gb) in [
+        ("qwen3-8b", "qwen3", 8.2, 8.2, 16.4),
+        ("qwen3-30b-a3b", "qwen3_moe", 30.5, 3.3, 61.1),
+        ("mixtral-8x7b", "mixtral", 46.7, 12.9, 93.4),
+        ("llama-3.1-8b", "llama", 8.03, 8.03, 16.1),
+    ] {
+        assert!(ModelConfig::NAMED_SHAPES.contains(&name), "{name} listed");
+        let c = shape(name);
+        assert_eq!(c.architecture, model_type, "{name}");
+        println!(
+            "{name}: {:.3} B parameters, {:.3} B a token, {:.1} GB in bf16",
+            billions(c.num_params()),
+            billions(c.active_params()),
+            billions(2 * c.num_params())
+        );
+        assert_near(
+            &format!("{name} parameters"),
+            billions(c.num_params()),
+            total,
+        );
+        assert_near(
+            &format!("{name} parameters a token reads"),
+            billions(c.active_params()),
+            active,
+        );
+        assert_near(
+            &format!("{name} bf16 bytes"),
+            billions(2 * c.num_params()),
+            gb,
+        );
+    }
+    let q = shape("qwen3-8b");
+    let without_embeddings = q.num_params() - 2 * q.vocab_size * q.hidden_size;
+    assert_near(
+        "qwen3-8b parameters without embeddings",
+        billions(without_embeddings),
+        6.95,
+    );
+
+    let moe = shape("qwen3-30b-a3b");
+    let m = moe.moe.as_ref().expect("qwen3-30b-a3b has experts");
+    assert_eq!(
+        (m.num_experts, m.top_k, m.expert_intermediate_size),
+        (128, 8, 768)
+    );
+    assert_eq!(
+        (
+            moe.hidden_size,
+            moe.num_layers,
+            moe.num_heads,
+            moe.num_kv_heads
+        ),
+        (2048, 48, 32, 4)
+    );
+    assert_eq!((moe.head_dim, moe.vocab_size), (128, 151936));
+    assert!(moe.qk_norm && m.norm_topk_prob && m.dense_layers.is_empty());
+    let mx = shape("mixtral-8x7b");
+    let m = mx.moe.as_ref().expect("mixtral-8x7b has experts");
+    assert_eq!((m.num_experts, m.top_k, mx.vocab_size), (8, 2, 32000));
+    assert!(!mx.qk_norm);
+}
+
+/// Element count of every tensor in the safetensors files of `dir` (their JSON headers).
+fn checkpoint_elements(dir: &std::path::Path) -> usize {
+    let mut n = 0;
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().and_then(|e| e.to_str()) != Some("safetensors") {
+            continue;
+        }
+        let bytes = std::fs::read(&path).unwrap();
+        let len = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+        let header: serde_json::Value = serde_json::from_slice(&bytes[8..8 + len]).unwrap();
+        for (name, t) in header.as_object().unwrap() {
+            if name == "__metadata__" {
+                continue;
+            }
+            n += t["shape"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|d| d.as_u64().unwrap() as usize)
+                .product::<usize>();
+        }
+    }
+    n
+}
+
+#[test]
+fn parameter_count_is_the_element_count_of_a_transformers_checkpoint() {
+    for name in ["qwen3", "qwen3_moe", "mixtral"] {
+        let dir = test_data_dir().join("hf_tiny").join(name);
+        let m = wring_model::load_model(&ModelSpec {
+            model: Some(dir.to_string_lossy().into_owned()),
+            ..Default::default()
+        })
+        .unwrap_or_else(|e| panic!("{name} loads: {e:#}"));
+        assert_eq!(m.config.num_params(), checkpoint_elements(&dir), "{name}");
+        assert!(m.config.active_params() <= m.config.num_params());
+    }
+}
+
+/// `name`'s proportions (q/k norms, routing, GQA) at a size the CPU runs in a test.
+fn shrunk(name: &str) -> ModelConfig {
+    let c = shape(name);
+    ModelConfig {
+        hidden_size: 64,
+        intermediate_size: 96,
+        num_layers: 2,
+        num_heads: 8,
+        num_kv_heads: 8 / (c.num_heads / c.num_kv_heads),
+        head_dim: 16,
+        vocab_size: 256,
+        moe: c.moe.as_ref().map(|m| MoeConfig {
+            num_experts: m.num_experts.min(16),
+            expert_intermediate_size: 24,
+            ..m.clone()
+        }),
+        ..c
+    }
+}
+
+#[test]
+fn dummy_weights_of_the_new_shapes_run_on_the_cpu() {
+    for name in ["qwen3-8b", "qwen3-30b-a3b", "mixtral-8x7b"] {
+        let cfg = shrunk(name);
+        let mut r = LlamaRunner::new(
+            CpuBackend::new(CpuWeights::F32),
+            cfg.clone(),
+            &WeightSource::Dummy { seed: 5 },
+            8,
+            16,
+        )
+        .unwrap_or_else(|e| panic!("{name}: dummy weights build a runner: {e:#}"));
+        let step = StepInput {
+            tokens: vec![3, 14, 15, 92, 65],
+            positions: (0..5).collect(),
+            seqs: vec![SeqInput {
+                query_start: 0,
+                query_len: 5,
+                context_len: 5,
+                block_table: vec![0],
+                prompt_len: 5,
+            }],
+            logit_rows: vec![4],
+        };
+        let logits = wring_model::ModelRunner::forward(&mut r, &step).unwrap();
+        assert_eq!((logits.rows, logits.row(0).len()), (1, cfg.vocab_size));
+        assert!(logits.row(0).iter().all(|v| v.is_finite()), "{name}");
+        let spread = logits.row(0).iter().cloned().fold(f32::MIN, f32::max)
+            - logits.row(0).iter().cloned().fold(f32::MAX, f32::min);
+        assert!(spread > 0.0, "{name}: the logits differ");
+    }
+}
