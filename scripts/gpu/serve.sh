@@ -19,8 +19,9 @@
 #               c=1: 8 prompts and c=32: HOST_C32_PROMPTS, default 128)
 #   steplog     one server (padded K=4, --step-log) serves mix at c=32 twice; where the step
 #               time went, by how each step ran (scripts/gpu/tables.py steplog)
-#   structured  what a json_schema-constrained request costs (scripts/gpu/structured_cost.py);
-#               DUMMY=<shape> VOCAB=<gguf> serves dummy weights instead of the real model
+#   structured  what json_schema and forced tool calls cost against plain requests
+#               (scripts/gpu/structured_cost.py); DUMMY=<shape> VOCAB=<gguf> serves dummy
+#               weights instead of the real model, STRUCT_SPEC=suffix speculates
 #   quant       each GPU weight format with and without padded K=4 (QUANT_FORMATS), c=32
 #   fair        fair steps on this machine's CPU (scripts/fair_steps.py), default target and 0
 #   peer        wring (no-spec, then padded K=4, with step logs) and llama.cpp's llama-server
@@ -122,11 +123,14 @@ PY
 }
 
 structured() {
-    local pid
-    "$W" serve --device "$DEVICE" --port 8201 --kv-cache-mib 4096 "${MODEL_ARGS[@]}" > "$R/structured.serve.log" 2>&1 &
+    local pid spec=${STRUCT_SPEC:-off} extra=()
+    [ "$spec" != off ] && extra=(--speculative "$spec")
+    "$W" serve --device "$DEVICE" --port 8201 --kv-cache-mib 4096 "${MODEL_ARGS[@]}" "${extra[@]}" \
+        > "$R/structured.serve.log" 2>&1 &
     pid=$!
     wait_http http://127.0.0.1:8201/v1/models
-    timeout 150 python3 scripts/gpu/structured_cost.py http://127.0.0.1:8201 "$R/structured.json" 1 32 2>&1 | tee "$R/structured.txt"
+    timeout "${STRUCT_S:-150}" python3 scripts/gpu/structured_cost.py http://127.0.0.1:8201 "$R/structured.json" \
+        --model "${DUMMY:-default}" --speculative "$spec" 1 32 2>&1 | tee "$R/structured.txt"
     stop $pid
 }
 

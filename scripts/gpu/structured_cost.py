@@ -1,15 +1,20 @@
 #!/usr/bin/env python3
 """What a grammar-constrained step costs on a running wring server.
 
-The same chat prompts are sent twice at each concurrency: plain, and with a
-`response_format` json_schema (greedy: the grammar masks are computed on the host beside the
-step and applied inside the device argmax). Prints output tokens/s for both and their ratio,
-one line each, and writes a JSON list to the path given. Then checks that each constrained
-answer is the one the same request gets with logprobs (which brings the logits back and
-masks them on the host). Standard library only (the device has no network).
+The same chat prompts are sent four ways at each concurrency: plain; with a `response_format`
+json_schema (greedy: the grammar masks are computed on the host beside the step and applied
+inside the device argmax); as a forced tool call whose arguments follow the same schema; and
+json_schema with logprobs, which brings the logit rows back and masks them on the host (the
+path every constrained step took before the masked argmax: the baseline in the same run).
+Prints output tokens/s for each and its ratio to plain, one line a concurrency, and writes a
+JSON list of `{"model", "concurrency", "mode", "speculative", "tok_s", ...}` to the path given.
+Then checks that each constrained answer is the one the same request gets with logprobs, and
+prints the server's constrained-step counters. Standard library only (the device has no
+network).
 
-    structured_cost.py BASE_URL OUT_JSON [CONCURRENCY ...]
+    structured_cost.py BASE_URL OUT_JSON [--model NAME] [--speculative off|suffix] [C ...]
 """
+import argparse
 import json
 import sys
 import threading
@@ -42,14 +47,25 @@ def post(base, body):
         return json.loads(r.read())
 
 
-def body_of(i, constrained):
+MODES = ("plain", "json_schema", "tools", "json_schema_host_mask")
+TOOL = {"type": "function", "function": {"name": "record_person",
+                                         "description": "Store a person's record.",
+                                         "parameters": SCHEMA}}
+
+
+def body_of(i, mode):
     body = {
         "messages": [{"role": "user", "content": PROMPTS[i % 4].format(c=CITIES[i % 8])}],
         "max_tokens": 128, "temperature": 0,
     }
-    if constrained:
+    if mode in ("json_schema", "json_schema_host_mask"):
         body["response_format"] = {"type": "json_schema",
                                    "json_schema": {"name": "person", "schema": SCHEMA}}
+    if mode == "json_schema_host_mask":
+        body |= {"logprobs": True, "top_logprobs": 1}
+    if mode == "tools":
+        body |= {"tools": [TOOL],
+                 "tool_choice": {"type": "function", "function": {"name": "record_person"}}}
     return body
 
 
@@ -57,13 +73,13 @@ def same_with_logprobs(base, count):
     """How many of `count` constrained answers equal the same request's with logprobs."""
     same = 0
     for i in range(count):
-        a = post(base, body_of(i, True))["choices"][0]["message"]["content"]
-        b = post(base, {**body_of(i, True), "logprobs": True, "top_logprobs": 1})
+        a = post(base, body_of(i, "json_schema"))["choices"][0]["message"]["content"]
+        b = post(base, body_of(i, "json_schema_host_mask"))
         same += a == b["choices"][0]["message"]["content"]
     return same
 
 
-def batch(base, n, constrained, requests):
+def batch(base, n, mode, requests):
     out, lock = [], threading.Lock()
     work = list(range(requests))
 
@@ -73,7 +89,7 @@ def batch(base, n, constrained, requests):
                 if not work:
                     return
                 i = work.pop()
-            r = post(base, body_of(i, constrained))
+            r = post(base, body_of(i, mode))
             with lock:
                 out.append(r["usage"]["completion_tokens"])
 
@@ -88,25 +104,38 @@ def batch(base, n, constrained, requests):
 
 
 def main():
-    base, path = sys.argv[1], sys.argv[2]
-    concs = [int(c) for c in sys.argv[3:]] or [1, 32]
+    ap = argparse.ArgumentParser()
+    ap.add_argument("base")
+    ap.add_argument("out")
+    ap.add_argument("--model", default="default")
+    ap.add_argument("--speculative", default="off")
+    ap.add_argument("concurrency", nargs="*", type=int)
+    args = ap.parse_intermixed_args()
+    base = args.base
     rows = []
-    for n in concs:
+    for n in args.concurrency or [1, 32]:
         reqs = 8 if n == 1 else 2 * n
-        batch(base, n, False, min(reqs, n))  # warm-up (graphs, grammar compile caches)
+        for mode in MODES:  # warm-up (graphs, grammar compile caches)
+            batch(base, n, mode, min(reqs, n))
         res = {}
-        for constrained in (False, True):
-            toks, dt = batch(base, n, constrained, reqs)
-            res[constrained] = toks / dt
-            rows.append({"concurrency": n, "constrained": constrained, "requests": reqs,
-                         "output_tokens": toks, "seconds": round(dt, 3),
-                         "tok_per_s": round(toks / dt, 1)})
-        print(f"structured c={n}: plain {res[False]:.0f} tok/s, json_schema {res[True]:.0f} tok/s, "
-              f"ratio {res[True] / res[False]:.2f}", flush=True)
+        for mode in MODES:
+            toks, dt = batch(base, n, mode, reqs)
+            res[mode] = toks / dt
+            rows.append({"model": args.model, "concurrency": n, "mode": mode,
+                         "speculative": args.speculative, "tok_s": round(toks / dt, 1),
+                         "requests": reqs, "output_tokens": toks, "seconds": round(dt, 3)})
+        print(f"structured {args.model} spec={args.speculative} c={n}: "
+              + ", ".join(f"{m} {res[m]:.0f} tok/s (x{res[m] / res['plain']:.2f})" for m in MODES),
+              flush=True)
     same = same_with_logprobs(base, 8)
     print(f"structured: {same}/8 constrained answers equal the same request with logprobs", flush=True)
     rows.append({"check": "same_with_logprobs", "equal": same, "of": 8})
-    json.dump(rows, open(path, "w"), indent=1)
+    with urllib.request.urlopen(base + "/metrics", timeout=30) as r:
+        counters = {line.split()[0]: float(line.split()[1]) for line in r.read().decode().splitlines()
+                    if line.startswith("wring:engine_constrained_steps")}
+    print(f"structured: {counters}", flush=True)
+    rows.append({"check": "constrained_steps", **counters})
+    json.dump(rows, open(args.out, "w"), indent=1)
 
 
 if __name__ == "__main__":
