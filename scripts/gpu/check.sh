@@ -17,6 +17,8 @@
 #                 K, each kernel vs the per-head reference (the 135M shape)
 #   graphs-gguf   `graphs dummy-gguf` (the GGUF's RoPE layout); graphs-8b: `graphs dummy-8b`
 #   cpu-135m      `cpu-compare dummy-gguf`: logits vs the f32 CPU backend (prefill included)
+#   cpu-qwen3     `cpu-compare` on the transformers-made tiny Qwen3 (tests/data/hf_tiny/qwen3)
+#                 and on dummy Qwen3-8B: the q/k norms on CUDA vs the CPU
 #   qgemm         each quantized GEMM and token count vs a host reference
 #   fp8-fused     `fp8-fused dummy` and `dummy-gguf`: the fused FP8 path vs quantise + GEMM
 #   quant         `quant dummy-gguf`: each weight format vs the same format on the CPU
@@ -63,6 +65,9 @@ args_of() {
         graphs-gguf) echo "graphs dummy-gguf" ;;
         graphs-8b) echo "graphs dummy-8b" ;;
         cpu-135m) echo "cpu-compare dummy-gguf" ;;
+        cpu-qwen3) echo "(two checks)" ;;
+        cpu-qwen3-tiny) echo "cpu-compare tests/data/hf_tiny/qwen3" ;;
+        cpu-qwen3-8b) echo "cpu-compare dummy:qwen3-8b" ;;
         quant) echo "quant dummy-gguf" ;;
         fp8-fused) echo "(two checks)" ;;
         fp8-fused-135m) echo "fp8-fused dummy" ;;
@@ -108,6 +113,7 @@ for c in "$@"; do
     case $c in golden | graphs-real | quant-real) join_model || exit 1 ;; esac
     if [ -z "$(args_of "$c")" ]; then echo "unknown check $c" | tee -a "$G/summary.md"; status=1; continue; fi
     if [ "$c" = fp8-fused ]; then group+=(fp8-fused-135m fp8-fused-gguf); continue; fi
+    if [ "$c" = cpu-qwen3 ]; then group+=(cpu-qwen3-tiny cpu-qwen3-8b); continue; fi
     if timing "$c"; then
         run_group
         mkdir -p "$G/$c"

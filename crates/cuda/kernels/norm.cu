@@ -42,6 +42,22 @@ extern "C" __global__ void rms_norm(const float* __restrict__ x, const float* __
     rms_norm_row(x + r * cols, w, out + r * cols, q ? q + r * cols : nullptr, q ? qs + r : nullptr, cols, eps);
 }
 
+// Qwen3's q/k norms: RMSNorm of every head_dim slice of the f32 rows in place, all heads with
+// the same weights w; one warp a head (blockIdx.x the token row, blockIdx.y a group of
+// blockDim.x / 32 heads), the sum of squares reduced in one fixed butterfly order, so a
+// head's bits never depend on the step it is in.
+extern "C" __global__ void head_rms_norm(float* __restrict__ x, const float* __restrict__ w,
+                                         int n_heads, int head_dim, float eps) { pdl_entry();
+    const int head = blockIdx.y * (blockDim.x >> 5) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    if (head >= n_heads) return;
+    float* h = x + ((size_t)blockIdx.x * n_heads + head) * head_dim;
+    float ss = 0.0f;
+    for (int c = lane; c < head_dim; c += 32) ss += h[c] * h[c];
+    for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+    const float scale = rsqrtf(ss / (float)head_dim + eps);
+    for (int c = lane; c < head_dim; c += 32) h[c] = h[c] * scale * w[c];
+}
+
 extern "C" __global__ void add_rms_norm(float* __restrict__ x, const float* __restrict__ y,
                                         const float* __restrict__ w, bf16_t* __restrict__ out,
                                         int cols, float eps, const float* __restrict__ ys,

@@ -173,6 +173,7 @@ pub struct Kernels {
     pub silu_mul_fused: sys::CUfunction,
     pub gather_rows: sys::CUfunction,
     pub rope: sys::CUfunction,
+    pub head_rms_norm: sys::CUfunction,
     pub rope_split_qkv: sys::CUfunction,
     /// `rope_split_qkv` over an FP8 GEMM's unscaled output (per-token x per-channel scales).
     pub rope_split_qkv_fp8: sys::CUfunction,
@@ -256,6 +257,7 @@ impl Kernels {
             silu_mul_fused: get("silu_mul_fused")?,
             gather_rows: get("gather_rows")?,
             rope: get("rope")?,
+            head_rms_norm: get("head_rms_norm")?,
             rope_split_qkv: get("rope_split_qkv")?,
             rope_split_qkv_fp8: get("rope_split_qkv_fp8")?,
             silu_mul_row_regs: [

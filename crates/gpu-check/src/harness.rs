@@ -20,10 +20,11 @@ pub type Runner = LlamaRunner<CudaBackend>;
 pub fn model_source(path: &str) -> Result<(ModelConfig, WeightSource)> {
     // `dummy`: random SmolLM2-135M weights (head_dim 64); `dummy-8b`: llama-3.1-8b (128).
     // `dummy-gguf`: the 135M shape with llama.cpp's interleaved RoPE pairs (as the GGUF).
+    // `dummy:<shape>`: any named shape (`dummy:qwen3-8b`).
     let shape = match path {
         "dummy" | "dummy-gguf" => Some("smollm2-135m"),
         "dummy-8b" => Some("llama-3.1-8b"),
-        _ => None,
+        _ => path.strip_prefix("dummy:"),
     };
     if let Some(shape) = shape {
         let mut cfg = ModelConfig::named_shape(shape).context("shape")?;
@@ -37,10 +38,14 @@ pub fn model_source(path: &str) -> Result<(ModelConfig, WeightSource)> {
         ..Default::default()
     })?
     .config;
-    Ok((
-        cfg,
-        WeightSource::Gguf(wring_model::gguf::GgufFile::open(path.as_ref())?),
-    ))
+    // A Hugging Face directory (the transformers-made tiny models under tests/data/hf_tiny
+    // among them) or a GGUF file.
+    let weights = if std::path::Path::new(path).is_dir() {
+        WeightSource::Safetensors(wring_model::weights::SafetensorsSet::open(path.as_ref())?)
+    } else {
+        WeightSource::Gguf(wring_model::gguf::GgufFile::open(path.as_ref())?)
+    };
+    Ok((cfg, weights))
 }
 
 /// A runner on GPU 0 with deterministic random weights of the named shape (8,192 KV blocks).

@@ -84,7 +84,7 @@ fn main() -> Result<()> {
             arg(&args, 4)?.parse()?,
             arg(&args, 5)?.parse()?,
         ),
-        _ => bail!("usage: gpu_check golden MODEL GOLDEN | graphs MODEL | bench MODEL | cpu-compare MODEL | quant MODEL [GOLDEN] | quant-bench [OUT] | fp8-fused MODEL | qgemm | gemv [OUT_DIR] | multi-gemv MODEL | fused-norm [OUT_DIR] | attention | steps OUT_DIR | prefill OUT_DIR | prefill-cold OUT_DIR | chunk-steps OUT_DIR | tp ... | profile MODEL BATCH Q CTX [GPU_CHECK_CHUNK=N: and an N-token prompt chunk] (MODEL: a .gguf, dummy or dummy-8b)"),
+        _ => bail!("usage: gpu_check golden MODEL GOLDEN | graphs MODEL | bench MODEL | cpu-compare MODEL (a .gguf, a Hugging Face directory or dummy:<shape>) | quant MODEL [GOLDEN] | quant-bench [OUT] | fp8-fused MODEL | qgemm | gemv [OUT_DIR] | multi-gemv MODEL | fused-norm [OUT_DIR] | attention | steps OUT_DIR | prefill OUT_DIR | prefill-cold OUT_DIR | chunk-steps OUT_DIR | tp ... | profile MODEL BATCH Q CTX [GPU_CHECK_CHUNK=N: and an N-token prompt chunk] (MODEL: a .gguf, dummy or dummy-8b)"),
     }
 }
 
@@ -112,7 +112,12 @@ fn cpu_compare(model: &str) -> Result<()> {
     );
     println!("| step | rows | ‖Δ‖/‖ref‖ | max abs Δ | max abs ref | argmax agree |");
     println!("|---|---|---|---|---|---|");
-    let ps = prompts(3);
+    // Token ids within the vocabulary (the tiny reference models have a few hundred).
+    let vocab = cfg.vocab_size as u32;
+    let ps: Vec<Vec<u32>> = prompts(3)
+        .into_iter()
+        .map(|p| p.into_iter().map(|t| t % vocab).collect())
+        .collect();
     let tabs = tables(3, 8);
     // The prompts' first halves as a step whose tokens need no logits (a long prompt's
     // first chunk): zero rows through the final norm and the LM head.

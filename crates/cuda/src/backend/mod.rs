@@ -132,10 +132,10 @@ pub struct CudaBackend {
 }
 
 impl CudaBackend {
-    /// The ops beyond the Llama family's ([`ExtraOp`]) this backend runs: none yet, so
-    /// Qwen3 (q/k norms), Qwen3-MoE and Mixtral (mixture-of-experts layers) are refused
-    /// at load, before the device is opened, with a message naming the `model_type`.
-    pub const EXTRA_OPS: &'static [ExtraOp] = &[];
+    /// The ops beyond the Llama family's ([`ExtraOp`]) this backend runs: Qwen3's q/k
+    /// norms, not yet mixture-of-experts layers, so Qwen3-MoE and Mixtral are refused at
+    /// load, before the device is opened, with a message naming the `model_type`.
+    pub const EXTRA_OPS: &'static [ExtraOp] = &[ExtraOp::HeadRmsNorm];
 
     /// Opens GPU `ordinal`, loads the kernels and cuBLAS. Errors (never panics) when the
     /// CUDA libraries or the device are missing.
@@ -847,6 +847,10 @@ impl Backend for CudaBackend {
 
     fn linear(&mut self, x: &CudaTensor, w: &CudaMatrix, bias: Option<&CudaVector>) -> CudaTensor {
         self.any_linear_op(x, w, bias)
+    }
+
+    fn head_rms_norm(&mut self, x: &mut CudaTensor, n_heads: usize, w: &CudaVector, eps: f32) {
+        self.head_rms_norm_op(x, n_heads, w, eps)
     }
 
     fn rope(&mut self, x: &mut CudaTensor, n_heads: usize, head_dim: usize, rope: &RopeSpec) {

@@ -156,6 +156,37 @@ impl CudaBackend {
         self.launch(self.kernels.rope, (x.rows as u32, 1, 1), 256, &args, "rope");
     }
 
+    /// Qwen3's q/k norms in place: every `head_dim` slice of `x`'s rows normed with `w`.
+    pub(super) fn head_rms_norm_op(
+        &mut self,
+        x: &mut CudaTensor,
+        n_heads: usize,
+        w: &CudaVector,
+        eps: f32,
+    ) {
+        if !self.expect(x, DType::F32, "head_rms_norm") {
+            return;
+        }
+        debug_assert_eq!(x.cols, n_heads * w.len);
+        const HEADS_PER_BLOCK: usize = 8;
+        let args = [
+            Arg::Ptr(x.ptr),
+            Arg::Ptr(w.buf.ptr()),
+            Arg::I32(n_heads as i32),
+            Arg::I32(w.len as i32),
+            Arg::F32(eps),
+        ];
+        let grid = (x.rows as u32, n_heads.div_ceil(HEADS_PER_BLOCK) as u32, 1);
+        let threads = 32 * HEADS_PER_BLOCK as u32;
+        self.launch(
+            self.kernels.head_rms_norm,
+            grid,
+            threads,
+            &args,
+            "head_rms_norm",
+        );
+    }
+
     pub(super) fn silu_mul_op(&mut self, gate: &CudaTensor, up: &CudaTensor) -> CudaTensor {
         if !self.expect(gate, DType::F32, "silu_mul") || !self.expect(up, DType::F32, "silu_mul") {
             return CudaTensor::empty();
