@@ -116,6 +116,8 @@ extern "C" __global__ void moe_router(const bf16_t* __restrict__ x, const float*
 // divided by the sum; the k largest by total order, ties to the lower index (a later expert
 // replaces the best only when strictly greater); their sum in that order and, when
 // `renormalize`, each divided by it if it is positive. top_k <= experts <= MOE_MAX_EXPERTS.
+// (A row without a finite logit has NaN probabilities, whose sign differs between the host
+// and the GPU, so only such a row may route otherwise than on the CPU.)
 extern "C" __global__ void moe_route(float* __restrict__ probs, int* __restrict__ ids,
                                      float* __restrict__ weights, int tokens, int experts,
                                      int top_k, int renormalize) { pdl_entry();

@@ -23,10 +23,11 @@
 struct dim3 {
     unsigned x = 1, y = 1, z = 1;
 };
-struct uint4 {
+// 16-byte aligned as on the GPU, so -fsanitize=alignment reports a misaligned vector load.
+struct alignas(16) uint4 {
     unsigned x, y, z, w;
 };
-struct float4 {
+struct alignas(16) float4 {
     float x, y, z, w;
 };
 
