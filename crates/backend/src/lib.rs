@@ -371,6 +371,13 @@ pub trait Backend: Send {
     ) {
         unreachable!("head_rms_norm is only called when supports(ExtraOp::HeadRmsNorm)")
     }
+    /// Checks one mixture-of-experts layer once its weights are uploaded, before any step:
+    /// a backend refuses here, at load, a layer its `moe_ffn` cannot run (a weight format,
+    /// a size past its limits) and may size its step memory for it. Called only when
+    /// `supports(ExtraOp::MixtureOfExperts)`. The default accepts every layer.
+    fn prepare_moe(&mut self, _layer: &MoeLayer<Self::Vector, Self::Matrix>) -> anyhow::Result<()> {
+        Ok(())
+    }
     /// The mixture-of-experts feed-forward of `x` (`[T][hidden]`, already normed):
     /// per token, its experts by [`moe::route`] of its router logits, and the weighted
     /// sum of their SwiGLU outputs, added in ascending expert order. A token's result

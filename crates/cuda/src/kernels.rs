@@ -65,6 +65,7 @@ pub const SOURCES: &[(&str, &str)] = &[
         "tensor_parallel.cu",
         include_str!("../kernels/tensor_parallel.cu"),
     ),
+    ("moe.cu", include_str!("../kernels/moe.cu")),
 ];
 
 /// Compiles one source to PTX for `compute_{major}{minor}`, or errors with NVRTC's log.
@@ -210,7 +211,20 @@ pub struct Kernels {
     /// Small-T weight-only GEMMs for T <= 8, 16, 32.
     pub qgemm_int4: [sys::CUfunction; 3],
     pub qgemm_nvfp4: [sys::CUfunction; 3],
+    /// Mixture-of-experts layers (kernels/moe.cu, `backend/moe.rs`).
+    pub moe: MoeKernels,
     _modules: Vec<sys::CUmodule>,
+}
+
+/// The launches of one mixture-of-experts layer, in the order they run.
+pub struct MoeKernels {
+    pub to_bf16: sys::CUfunction,
+    pub router: sys::CUfunction,
+    pub route: sys::CUfunction,
+    pub group: sys::CUfunction,
+    pub gate_up: sys::CUfunction,
+    pub down: sys::CUfunction,
+    pub combine: sys::CUfunction,
 }
 
 // SAFETY: module and function handles are context-wide and used from one thread at a time.
@@ -339,6 +353,15 @@ impl Kernels {
                 get("qgemm_nvfp4_n2")?,
                 get("qgemm_nvfp4_n4")?,
             ],
+            moe: MoeKernels {
+                to_bf16: get("moe_to_bf16")?,
+                router: get("moe_router")?,
+                route: get("moe_route")?,
+                group: get("moe_group")?,
+                gate_up: get("moe_gate_up")?,
+                down: get("moe_down")?,
+                combine: get("moe_combine")?,
+            },
             _modules: modules,
         })
     }

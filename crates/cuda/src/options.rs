@@ -187,6 +187,11 @@ pub struct CudaOptions {
     /// keys, each paid back only after ~6 replays (results/2026-12-04-chunk-graphs); on the 8B
     /// graphs of chunks over 256 tokens lost to the eager step (pad and grid of the bucket).
     pub chunk_graph_max: usize,
+    /// Run mixture-of-experts layers (Qwen3-MoE, Mixtral; `backend/moe.rs`) instead of
+    /// refusing those models (`WRING_CUDA_MOE` = off | on, default off). Off until the op has
+    /// been compared with the CPU on a GPU (`scripts/gpu/check.sh cpu-moe`): it was written
+    /// on a machine without one.
+    pub moe: bool,
 }
 
 /// Steps of more than this many tokens that replay no graph are padded to a bucket.
@@ -336,6 +341,7 @@ impl Default for CudaOptions {
             mma_splits: MmaSplits::default(),
             eager_pad: true,
             chunk_graph_max: 0,
+            moe: false,
         }
     }
 }
@@ -397,7 +403,7 @@ impl CudaOptions {
     /// `WRING_CUDA_QGEMM_MAX_T` = 0..=32, `WRING_CUDA_FP8_FUSED` = on | off, `WRING_CUDA_GEMM_TUNE` = off | on,
     /// `WRING_CUDA_MMA_SPLITS` = per_q=512,prefill=0,grid=fill,prefill_nt=6 ([`MmaSplits`]),
     /// `WRING_CUDA_EAGER_PAD` = on | off, `WRING_CUDA_GEMM_LT` = off | on,
-    /// `WRING_CUDA_CHUNK_GRAPHS` = off | tokens (default off).
+    /// `WRING_CUDA_CHUNK_GRAPHS` = off | tokens (default off), `WRING_CUDA_MOE` = off | on.
     pub fn from_env() -> Result<Self> {
         let mut o = Self::default();
         let var = |n: &str| std::env::var(n).ok().filter(|v| !v.trim().is_empty());
@@ -522,6 +528,9 @@ impl CudaOptions {
         }
         if let Some(v) = var("WRING_CUDA_QUANT_KERNELS") {
             o.quant_kernels = switch("WRING_CUDA_QUANT_KERNELS", &v)?;
+        }
+        if let Some(v) = var("WRING_CUDA_MOE") {
+            o.moe = switch("WRING_CUDA_MOE", &v)?;
         }
         if *o.query_lens.iter().max().unwrap_or(&1) > 64 {
             bail!("WRING_CUDA_GRAPH_K: draft lengths above 63 are not supported");

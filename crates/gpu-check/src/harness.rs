@@ -20,16 +20,33 @@ pub type Runner = LlamaRunner<CudaBackend>;
 pub fn model_source(path: &str) -> Result<(ModelConfig, WeightSource)> {
     // `dummy`: random SmolLM2-135M weights (head_dim 64); `dummy-8b`: llama-3.1-8b (128).
     // `dummy-gguf`: the 135M shape with llama.cpp's interleaved RoPE pairs (as the GGUF).
-    // `dummy:<shape>`: any named shape (`dummy:qwen3-8b`).
+    // `dummy:<shape>`: any named shape (`dummy:qwen3-8b`); `dummy:<shape>:<layers>` its first
+    // layers only (`dummy:qwen3-30b-a3b:2`: the MoE shape at a size a CPU f32 copy fits beside).
     let shape = match path {
         "dummy" | "dummy-gguf" => Some("smollm2-135m"),
         "dummy-8b" => Some("llama-3.1-8b"),
         _ => path.strip_prefix("dummy:"),
     };
     if let Some(shape) = shape {
-        let mut cfg = ModelConfig::named_shape(shape).context("shape")?;
+        let (shape, layers) = match shape.split_once(':') {
+            Some((s, l)) => (
+                s,
+                Some(l.parse::<usize>().context("dummy:<shape>:<layers>")?),
+            ),
+            None => (shape, None),
+        };
+        let mut cfg =
+            ModelConfig::named_shape(shape).with_context(|| format!("unknown shape {shape}"))?;
         if path == "dummy-gguf" {
             cfg.rope_interleaved = true;
+        }
+        if let Some(l) = layers {
+            anyhow::ensure!(
+                (1..=cfg.num_layers).contains(&l),
+                "{shape} has {} layers",
+                cfg.num_layers
+            );
+            cfg.num_layers = l;
         }
         return Ok((cfg, WeightSource::Dummy { seed: 0 }));
     }

@@ -7,6 +7,9 @@
 //! `gpu_check graphs MODEL.gguf` — graph replay versus eager (padded) logits, bit for bit;
 //!   greedy token match of verify (1+K) steps versus plain decode.
 //! `gpu_check cpu-compare MODEL.gguf|dummy` — logits versus the CPU backend (f32).
+//! `gpu_check moe` — the mixture-of-experts op versus the CPU backend's on the tiny models'
+//!   and full-size dummy layers (same bf16 weights: exact up to rounding order), its
+//!   determinism, batch invariance and step times, and graph replay of a MoE model.
 //! `gpu_check bench MODEL.gguf` — step times of the default model and of dummy
 //!   llama-3.1-8b weights against the HBM roofline.
 //! `gpu_check quant MODEL.gguf|dummy [GOLDEN.jsonl]` — each quantized weight scheme
@@ -45,6 +48,7 @@ mod attention;
 mod fused_norm;
 mod gemv;
 mod harness;
+mod moe;
 mod multi_gemv;
 mod prefill;
 mod quant;
@@ -73,6 +77,7 @@ fn main() -> Result<()> {
         "multi-gemv" => multi_gemv::run(arg(&args, 2)?),
         "fused-norm" => fused_norm::run(args.get(2).map(String::as_str)),
         "attention" => attention::check(),
+        "moe" => moe::check(),
         "steps" => steps::run(arg(&args, 2)?),
         "prefill" => prefill::run(arg(&args, 2)?),
         "prefill-cold" => prefill::run_cold(arg(&args, 2)?),
@@ -84,7 +89,7 @@ fn main() -> Result<()> {
             arg(&args, 4)?.parse()?,
             arg(&args, 5)?.parse()?,
         ),
-        _ => bail!("usage: gpu_check golden MODEL GOLDEN | graphs MODEL | bench MODEL | cpu-compare MODEL (a .gguf, a Hugging Face directory or dummy:<shape>) | quant MODEL [GOLDEN] | quant-bench [OUT] | fp8-fused MODEL | qgemm | gemv [OUT_DIR] | multi-gemv MODEL | fused-norm [OUT_DIR] | attention | steps OUT_DIR | prefill OUT_DIR | prefill-cold OUT_DIR | chunk-steps OUT_DIR | tp ... | profile MODEL BATCH Q CTX [GPU_CHECK_CHUNK=N: and an N-token prompt chunk] (MODEL: a .gguf, dummy or dummy-8b)"),
+        _ => bail!("usage: gpu_check golden MODEL GOLDEN | graphs MODEL | bench MODEL | cpu-compare MODEL (a .gguf, a Hugging Face directory or dummy:<shape>) | quant MODEL [GOLDEN] | quant-bench [OUT] | fp8-fused MODEL | qgemm | gemv [OUT_DIR] | multi-gemv MODEL | fused-norm [OUT_DIR] | attention | moe | steps OUT_DIR | prefill OUT_DIR | prefill-cold OUT_DIR | chunk-steps OUT_DIR | tp ... | profile MODEL BATCH Q CTX [GPU_CHECK_CHUNK=N: and an N-token prompt chunk] (MODEL: a .gguf, dummy or dummy-8b)"),
     }
 }
 
@@ -96,6 +101,13 @@ fn arg(args: &[String], i: usize) -> Result<&str> {
 
 /// CUDA versus the CPU backend (f32) on the same steps: prefill of three prompts in one
 /// step, then decode steps of the three together.
+///
+/// A mixture-of-experts model is judged row by row: where a token's k-th and (k+1)-th
+/// router logits are closer than the bf16 activations' error, CUDA picks the other expert
+/// (1–4% of tokens a layer with 128 experts and 8 a token, by a Monte Carlo of the logit
+/// noise), which moves that row by ~10%; a broken op moves every row. It passes when at
+/// least 80% of the rows are within 2e-2 and as many argmaxes agree (the op itself is
+/// compared exactly, routing ties aside, by `gpu_check moe`).
 fn cpu_compare(model: &str) -> Result<()> {
     let (cfg, src) = model_source(model)?;
     let mut cpu = LlamaRunner::new(
@@ -142,9 +154,22 @@ fn cpu_compare(model: &str) -> Result<()> {
         .collect();
     let mut ctx: Vec<usize> = ps.iter().map(Vec::len).collect();
     let mut worst = 0f64;
+    // Per row: (relative error, argmax agrees).
+    let mut rows: Vec<(f64, bool)> = vec![];
     for n in 0..10 {
         let (a, b) = (cpu.forward(&s)?, gpu.forward(&s)?);
         let v = a.vocab;
+        for r in 0..a.rows.min(b.rows) {
+            let (x, y) = (&a.data[r * v..(r + 1) * v], &b.data[r * v..(r + 1) * v]);
+            let (num, den) = x.iter().zip(y).fold((0f64, 0f64), |(n, d), (p, q)| {
+                (n + ((p - q) as f64).powi(2), d + (*p as f64).powi(2))
+            });
+            let rel = (num / den.max(1e-30)).sqrt();
+            rows.push((
+                if rel.is_nan() { f64::INFINITY } else { rel },
+                argmax(x) == argmax(y),
+            ));
+        }
         let (mut num, mut den, mut maxd, mut maxr) = (0f64, 0f64, 0f32, 0f32);
         for (x, y) in a.data.iter().zip(&b.data) {
             num += ((x - y) as f64).powi(2);
@@ -170,7 +195,21 @@ fn cpu_compare(model: &str) -> Result<()> {
             *c += 1;
         }
     }
-    let pass = worst < 2e-2;
+    let pass = if cfg.moe.is_some() {
+        let close = rows.iter().filter(|r| r.0 < 2e-2).count();
+        let agree = rows.iter().filter(|r| r.1).count();
+        let mut rels: Vec<f64> = rows.iter().map(|r| r.0).collect();
+        rels.sort_by(f64::total_cmp);
+        println!(
+            "\nMixture of experts, row by row: {close}/{n} rows within 2e-2, argmax {agree}/{n}, median row {:.2e}, worst row {:.2e} (a routing near-tie moves its row by ~1e-1; 80% of rows must be close).",
+            rels.get(rels.len() / 2).copied().unwrap_or(f64::INFINITY),
+            rels.last().copied().unwrap_or(f64::INFINITY),
+            n = rows.len()
+        );
+        !rows.is_empty() && close * 5 >= rows.len() * 4 && agree * 5 >= rows.len() * 4
+    } else {
+        worst < 2e-2
+    };
     println!(
         "\nWorst relative error {worst:.2e} (bf16 weights and GEMM inputs: 1e-3..1e-2 expected)."
     );

@@ -323,7 +323,8 @@ impl<B: Backend> LlamaRunner<B> {
 
 /// One mixture-of-experts layer's router and experts (`n` names the layer's tensors):
 /// each expert's gate and up rows stacked into one matrix ([`Expert::gate_up`]), the
-/// router kept in f32 ([`MoeLayer::router`]).
+/// router kept in f32 ([`MoeLayer::router`]); the backend checks the layer before any step
+/// ([`Backend::prepare_moe`]).
 fn load_moe<B: Backend>(
     backend: &mut B,
     src: &WeightSource,
@@ -353,14 +354,16 @@ fn load_moe<B: Backend>(
             Ok(Expert { gate_up, down })
         })
         .collect::<Result<_>>()?;
-    Ok(MoeLayer {
+    let layer = MoeLayer {
         router,
         experts,
         routing: MoeRouting {
             top_k: m.top_k,
             renormalize: m.norm_topk_prob,
         },
-    })
+    };
+    backend.prepare_moe(&layer)?;
+    Ok(layer)
 }
 
 /// `Part::All` when `range` is all of `0..full`, else `part`.

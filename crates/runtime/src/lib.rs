@@ -27,9 +27,10 @@ pub fn open_runner(model: LoadedModel, opts: &RunnerOptions) -> Result<Box<dyn M
     #[cfg(feature = "cuda")]
     if let Device::Cuda(_) = opts.device {
         // Before the device is opened: a model it cannot run is refused in words.
-        model.config.refuse_unsupported("cuda", |op| {
-            wring_cuda::CudaBackend::EXTRA_OPS.contains(&op)
-        })?;
+        let cuda = cuda_ranks::cuda_options(opts)?;
+        model
+            .config
+            .refuse_unsupported("cuda", |op| wring_cuda::CudaBackend::runs(&cuda, op))?;
     }
     match (opts.device, opts.tensor_parallel_size) {
         (Device::Cpu, 1) => model.into_runner(opts),

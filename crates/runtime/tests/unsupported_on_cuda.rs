@@ -2,7 +2,7 @@
 //! layers) is refused by `open_runner` before the device is opened, with an error naming
 //! its `model_type` and the missing ops: the same answer on a machine with or without a
 //! GPU, at one rank or split, never a panic or wrong output. Qwen3 (dense: q/k norms) is
-//! not refused.
+//! not refused. (`WRING_CUDA_MOE=on` lets the MoE models through: moe_on_cuda_when_asked.rs.)
 #![cfg(feature = "cuda")]
 
 use std::path::PathBuf;

@@ -8,6 +8,7 @@ reference. Run it after editing a kernel's index arithmetic; a device call is sc
     python3 scripts/gpu/emulate flash   # kernels/attention/flash.cu (prefill chunks)
     python3 scripts/gpu/emulate gemv    # kernels/gemv.cu and gemv_multi.cu ("gemv multi": the
                                         # multi-tile builds only)
+    python3 scripts/gpu/emulate moe     # kernels/moe.cu itself, run on host threads (g++)
     python3 scripts/gpu/emulate all     # every one; exit status 1 if any fails
 """
 import os
@@ -15,7 +16,7 @@ import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-KERNELS = {"mma": "attention_mma.py", "flash": "attention_flash.py", "gemv": "gemv.py"}
+KERNELS = {"mma": "attention_mma.py", "flash": "attention_flash.py", "gemv": "gemv.py", "moe": "moe.py"}
 
 
 def main():

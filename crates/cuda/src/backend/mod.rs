@@ -13,6 +13,7 @@ mod argmax;
 mod attention;
 mod fp8;
 mod linear;
+mod moe;
 mod qlinear;
 mod rows;
 mod small_step;
@@ -43,7 +44,7 @@ use cudarc::driver::{result, sys, CudaContext, CudaStream};
 use std::sync::Arc;
 use tensor::{DType, Weights};
 use wring_backend::{
-    AttnShape, Backend, ExtraOp, HostMatrix, KvSpec, RopeSpec, RowMasks, StepInput,
+    AttnShape, Backend, ExtraOp, HostMatrix, KvSpec, MoeLayer, RopeSpec, RowMasks, StepInput,
 };
 
 struct KvPool {
@@ -129,13 +130,23 @@ pub struct CudaBackend {
     /// enqueue time is its whole time is host-bound.
     step_started: Option<std::time::Instant>,
     last_enqueue_s: f64,
+    /// Arena bytes the largest mixture-of-experts layer's op holds in a step of `max_tokens`
+    /// tokens (`moe.rs`, recorded by `prepare_moe` before the arena is sized).
+    moe_scratch: usize,
 }
 
 impl CudaBackend {
-    /// The ops beyond the Llama family's ([`ExtraOp`]) this backend runs: Qwen3's q/k
-    /// norms, not yet mixture-of-experts layers, so Qwen3-MoE and Mixtral are refused at
+    /// The ops beyond the Llama family's ([`ExtraOp`]) this backend runs by default: Qwen3's
+    /// q/k norms, not yet mixture-of-experts layers, so Qwen3-MoE and Mixtral are refused at
     /// load, before the device is opened, with a message naming the `model_type`.
+    /// `WRING_CUDA_MOE=on` adds them ([`Self::runs`]) until the op has been checked on a GPU.
     pub const EXTRA_OPS: &'static [ExtraOp] = &[ExtraOp::HeadRmsNorm];
+
+    /// Whether a backend opened with `opts` runs `op` (what its `supports` answers; known
+    /// before the device is opened).
+    pub fn runs(opts: &CudaOptions, op: ExtraOp) -> bool {
+        Self::EXTRA_OPS.contains(&op) || (op == ExtraOp::MixtureOfExperts && opts.moe)
+    }
 
     /// Opens GPU `ordinal`, loads the kernels and cuBLAS. Errors (never panics) when the
     /// CUDA libraries or the device are missing.
@@ -208,6 +219,7 @@ impl CudaBackend {
             small: Default::default(),
             step_started: None,
             last_enqueue_s: 0.0,
+            moe_scratch: 0,
         })
     }
 
@@ -526,11 +538,12 @@ impl CudaBackend {
     /// gate|up and its product, or q|k|v and the attention output); the logits and the
     /// rows gathered for them take (vocab + 2 · widest) f32 per row, and any token may be a
     /// logit row. The vocabulary is never the widest dimension: a separate lm head has as
-    /// many rows as the embedding (`note_dims`).
+    /// many rows as the embedding (`note_dims`). A mixture-of-experts layer's op takes its
+    /// scratch on top (`moe.rs`: router logits, routing, expert lists, per-pair rows).
     fn arena_bytes(&self) -> usize {
         let t = self.opts.max_tokens;
         let w = self.widest.max(1);
-        t * 6 * 4 * w + t * (self.vocab.max(1) + 2 * w) * 4 + (64 << 20)
+        t * 6 * 4 * w + t * (self.vocab.max(1) + 2 * w) * 4 + self.moe_scratch + (64 << 20)
     }
 
     /// Device memory a step needs besides the KV pool and the weights: the arena, the
@@ -603,7 +616,7 @@ impl Backend for CudaBackend {
     }
 
     fn supports(&self, op: ExtraOp) -> bool {
-        Self::EXTRA_OPS.contains(&op)
+        Self::runs(&self.opts, op)
     }
 
     fn upload_matrix(&mut self, m: HostMatrix) -> Result<CudaMatrix> {
@@ -851,6 +864,14 @@ impl Backend for CudaBackend {
 
     fn head_rms_norm(&mut self, x: &mut CudaTensor, n_heads: usize, w: &CudaVector, eps: f32) {
         self.head_rms_norm_op(x, n_heads, w, eps)
+    }
+
+    fn prepare_moe(&mut self, layer: &MoeLayer<CudaVector, CudaMatrix>) -> Result<()> {
+        self.prepare_moe_op(layer)
+    }
+
+    fn moe_ffn(&mut self, x: &CudaTensor, layer: &MoeLayer<CudaVector, CudaMatrix>) -> CudaTensor {
+        self.moe_ffn_op(x, layer)
     }
 
     fn rope(&mut self, x: &mut CudaTensor, n_heads: usize, head_dim: usize, rope: &RopeSpec) {
