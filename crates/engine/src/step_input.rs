@@ -100,6 +100,7 @@ mod tests {
                 slots: 3,
                 scores: None,
                 dynamic: false,
+                forced: 0,
             }],
         );
         let plan = s.schedule(
