@@ -101,6 +101,7 @@ mod tests {
                 scores: None,
                 dynamic: false,
                 forced: 0,
+                from_drafter: true,
             }],
         );
         let plan = s.schedule(

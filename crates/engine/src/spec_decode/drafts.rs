@@ -25,8 +25,12 @@ pub struct StepDrafts {
     pub(crate) scores: Vec<Option<Vec<f32>>>,
     /// Rows under the dynamic-K policy (their acceptance feeds its controller).
     pub(crate) dynamic: Vec<bool>,
-    /// Leading draft tokens of each row that its grammar forced (not the drafter's).
+    /// Leading draft tokens of each row that its grammar forced.
     pub(crate) forced: Vec<usize>,
+    /// Rows whose draft is the drafter's own (a forced run it drafted too included):
+    /// their acceptance teaches the drafter's statistics; a run of forced tokens alone,
+    /// accepted by construction, would not.
+    pub(crate) from_drafter: Vec<bool>,
     row_of: HashMap<u64, usize>,
 }
 
@@ -39,6 +43,7 @@ pub(crate) struct DraftRow {
     pub dynamic: bool,
     /// Leading tokens from the grammar.
     pub forced: usize,
+    pub from_drafter: bool,
 }
 
 impl StepDrafts {
@@ -62,6 +67,7 @@ impl StepDrafts {
             d.scores.push(r.scores);
             d.dynamic.push(r.dynamic);
             d.forced.push(r.forced);
+            d.from_drafter.push(r.from_drafter);
         }
         d
     }
@@ -107,6 +113,7 @@ mod tests {
             scores: None,
             dynamic: false,
             forced: 0,
+            from_drafter: true,
         }
     }
 

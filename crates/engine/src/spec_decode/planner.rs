@@ -70,18 +70,22 @@ impl SpecDecoder {
             .zip(&wants)
             .map(|(a, &want)| (a.id, want.min(a.cap)))
             .collect();
-        let proposals: Vec<DraftProposal> = self
+        let (proposals, own): (Vec<DraftProposal>, Vec<bool>) = self
             .propose(&requests)
             .into_iter()
             .zip(asks)
             .map(|(p, a)| with_forced(a.forced, p))
-            .collect();
+            .unzip();
         let adaptive_ks = self.adaptive_ks(asks, &proposals, &load);
 
         let mut step_k = 0;
         let mut rows = Vec::with_capacity(asks.len());
-        for (((a, &want), p), &adaptive_k) in
-            asks.iter().zip(&wants).zip(proposals).zip(&adaptive_ks)
+        for ((((a, &want), p), &adaptive_k), &own) in asks
+            .iter()
+            .zip(&wants)
+            .zip(proposals)
+            .zip(&adaptive_ks)
+            .zip(&own)
         {
             let k = match a.policy {
                 KPolicy::Adaptive => adaptive_k,
@@ -92,9 +96,7 @@ impl SpecDecoder {
             let mut tokens = p.tokens;
             tokens.truncate(k);
             let forced = a.forced.len().min(tokens.len());
-            // The drafter's scores describe its own drafts: a row that starts with the
-            // grammar's tokens teaches its calibration nothing.
-            let scores = p.probs.filter(|_| forced == 0).map(|mut pr| {
+            let scores = p.probs.map(|mut pr| {
                 pr.truncate(tokens.len());
                 pr
             });
@@ -105,6 +107,7 @@ impl SpecDecoder {
                 scores,
                 dynamic: *a.policy == KPolicy::Dynamic,
                 forced,
+                from_drafter: own || forced == 0,
             });
         }
         if self.pad {
@@ -267,17 +270,17 @@ impl SpecDecoder {
     }
 }
 
-/// A constrained sequence's proposal: the grammar's `forced` tokens, continued by the
-/// drafter's draft where that draft starts with them (it then keeps its scores), else
-/// those tokens alone.
-fn with_forced(forced: &[u32], p: DraftProposal) -> DraftProposal {
+/// A constrained sequence's proposal: the drafter's draft where it starts with the
+/// grammar's `forced` tokens, else those tokens alone; and whether it is the drafter's.
+fn with_forced(forced: &[u32], p: DraftProposal) -> (DraftProposal, bool) {
     if forced.is_empty() || p.tokens.starts_with(forced) {
-        return p;
+        return (p, true);
     }
-    DraftProposal {
+    let alone = DraftProposal {
         tokens: forced.to_vec(),
         probs: None,
-    }
+    };
+    (alone, false)
 }
 
 #[cfg(test)]
@@ -404,9 +407,10 @@ mod tests {
         assert_eq!(drafts.forced, vec![2, 1, 0, 4, 1]);
         // Padded: every row keeps the step's shape (where its context has room).
         assert_eq!(drafts.slots, vec![4, 4, 4, 4, 3]);
-        // Only the drafter's own drafts keep its scores (they feed its calibration).
+        // Only the drafter's own drafts keep its scores and teach its statistics.
+        assert_eq!(drafts.from_drafter, vec![false, true, true, false, false]);
         let scored: Vec<bool> = drafts.scores.iter().map(Option::is_some).collect();
-        assert_eq!(scored, vec![false, false, true, false, false]);
+        assert_eq!(scored, drafts.from_drafter);
     }
 
     #[test]

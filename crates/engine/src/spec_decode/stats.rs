@@ -96,15 +96,15 @@ impl AcceptanceStats {
         metrics: &mut MetricsSnapshot,
     ) {
         let valid = drafts.valid_len[b];
-        // A row that starts with its grammar's forced tokens (accepted by construction)
-        // would teach the drafter's estimates a rate no draft of its own earns: such rows
-        // count in the totals only.
+        // A run of forced tokens alone (accepted by construction) would teach the
+        // drafter's estimates a rate no draft of its own earns: it counts in the totals only.
         let forced = drafts.forced[b];
+        let own = drafts.from_drafter[b];
         if valid > 0 {
             usage.spec_steps += 1;
             usage.draft_tokens += valid as u32;
             usage.accepted_tokens += accepted as u32;
-            if forced == 0 {
+            if own {
                 self.position.observe(valid, accepted);
                 if let Some(sc) = &drafts.scores[b] {
                     self.calibration
@@ -114,7 +114,7 @@ impl AcceptanceStats {
         }
         metrics.count_verify(valid, accepted);
         metrics.count_grammar_drafts(forced, accepted.min(forced));
-        if drafts.dynamic[b] && forced == 0 {
+        if drafts.dynamic[b] && own {
             self.dynamic.0 += accepted;
             self.dynamic.1 += 1;
         }
