@@ -9,7 +9,7 @@ path every constrained step took before the masked argmax: the baseline in the s
 Prints output tokens/s for each and its ratio to plain, one line a concurrency, and writes a
 JSON list of `{"model", "concurrency", "mode", "speculative", "tok_s", ...}` to the path given.
 Then checks that each constrained answer is the one the same request gets with logprobs, and
-prints the server's constrained-step counters. Standard library only (the device has no
+prints the server's constrained-step and grammar-draft counters. Standard library only (the device has no
 network).
 
     structured_cost.py BASE_URL OUT_JSON [--model NAME] [--speculative off|suffix] [C ...]
@@ -132,7 +132,8 @@ def main():
     rows.append({"check": "same_with_logprobs", "equal": same, "of": 8})
     with urllib.request.urlopen(base + "/metrics", timeout=30) as r:
         counters = {line.split()[0]: float(line.split()[1]) for line in r.read().decode().splitlines()
-                    if line.startswith("wring:engine_constrained_steps")}
+                    if line.startswith(("wring:engine_constrained_steps",
+                                         "wring:engine_grammar_draft"))}
     print(f"structured: {counters}", flush=True)
     rows.append({"check": "constrained_steps", **counters})
     json.dump(rows, open(args.out, "w"), indent=1)

@@ -7,8 +7,10 @@
 //! there like any mismatch) — while the model runs (`core.rs` runs it on a scoped
 //! thread beside the forward). `masked_rows` then sets the forbidden logits of
 //! those rows to -inf before the verifier (or the plain sampler) and the logprobs
-//! see them (`EngineCore::mask_logits` applies them in place), and `advance` moves the matcher over what was emitted. Requests
-//! without a grammar never reach this file.
+//! see them (`EngineCore::mask_logits` applies them in place), and `advance` moves the matcher over what was emitted.
+//! When the sequence speculates, `forced` gives the tokens its grammar forces next,
+//! which the planner drafts first (`spec_decode/planner.rs`). Requests without a
+//! grammar never reach this file.
 
 use anyhow::Context;
 use wring_grammar::{GrammarMatcher, TokenMask};
@@ -53,6 +55,12 @@ impl Constraint {
         }
         self.matcher.rollback(advanced)?;
         Ok(())
+    }
+
+    /// The tokens the grammar forces from here, at most `max` (the start of the
+    /// sequence's draft when it speculates); the matcher stays where it was.
+    pub fn forced(&mut self, max: usize) -> anyhow::Result<Vec<u32>> {
+        self.matcher.forced_tokens(max)
     }
 
     /// This step's masks: `masks()[j]` for the sequence's query position j. Rows

@@ -333,21 +333,32 @@ impl EngineCore {
             return StepDrafts::default();
         }
         let ids = self.sched.decoding_ids();
-        let mut asks = Vec::with_capacity(ids.len());
-        for &id in &ids {
+        // Per sequence: the most draft tokens it may have (emitting accepted + 1 tokens
+        // must stay within the context and max_tokens) and the room left in its context.
+        let limits: Vec<(u64, usize, usize)> = ids
+            .iter()
+            .filter_map(|&id| {
+                let (seq, r) = (self.sched.get(id)?, self.requests.get(&id)?);
+                let room = self.max_model_len.saturating_sub(seq.len());
+                let remaining = r.max_tokens.saturating_sub(seq.num_output() + 1);
+                Some((id, room, room.min(remaining)))
+            })
+            .collect();
+        // A constrained sequence drafts what its grammar forces first.
+        let forced = self.forced_tokens(&limits);
+        let mut asks = Vec::with_capacity(limits.len());
+        for (&(id, room, cap), forced) in limits.iter().zip(&forced) {
             let (Some(seq), Some(r)) = (self.sched.get(id), self.requests.get(&id)) else {
                 continue;
             };
-            let room = self.max_model_len.saturating_sub(seq.len());
-            // Emitting accepted + 1 tokens must stay within max_tokens.
-            let remaining = r.max_tokens.saturating_sub(seq.num_output() + 1);
             asks.push(DraftAsk {
                 id,
                 policy: &r.k_policy,
                 workload: r.workload.as_deref(),
                 room,
                 context: seq.num_computed,
-                cap: room.min(remaining),
+                cap,
+                forced,
             });
         }
         // The prefill that can share the step: at most what the budgeter would give

@@ -116,6 +116,10 @@ pub struct MetricsSnapshot {
     /// vLLM `spec_decode_num_accepted_tokens_per_pos`: index j counts drafts whose
     /// position j was accepted.
     pub spec_num_accepted_tokens_per_pos: Vec<u64>,
+    /// Draft tokens a constrained sequence's grammar forced (counted in the
+    /// `spec_*` totals too), and how many of them were accepted.
+    pub grammar_draft_tokens: u64,
+    pub grammar_draft_accepted_tokens: u64,
     // Histograms (seconds).
     pub ttft: Histogram,
     pub tpot: Histogram,
@@ -152,6 +156,8 @@ impl Default for MetricsSnapshot {
             spec_num_draft_tokens: 0,
             spec_num_accepted_tokens: 0,
             spec_num_accepted_tokens_per_pos: Vec::new(),
+            grammar_draft_tokens: 0,
+            grammar_draft_accepted_tokens: 0,
             ttft: Histogram::new(&TTFT_BUCKETS),
             tpot: Histogram::new(&TPOT_BUCKETS),
             e2e: Histogram::new(&E2E_BUCKETS),
@@ -183,6 +189,13 @@ impl MetricsSnapshot {
         for c in &mut self.spec_num_accepted_tokens_per_pos[..accepted] {
             *c += 1;
         }
+    }
+
+    /// Records a verified row's `forced` leading draft tokens from its grammar, of which
+    /// `accepted` were accepted.
+    pub fn count_grammar_drafts(&mut self, forced: usize, accepted: usize) {
+        self.grammar_draft_tokens += forced as u64;
+        self.grammar_draft_accepted_tokens += accepted as u64;
     }
 
     /// Accepted / real draft tokens.

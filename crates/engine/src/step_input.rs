@@ -100,6 +100,8 @@ mod tests {
                 slots: 3,
                 scores: None,
                 dynamic: false,
+                forced: 0,
+                from_drafter: true,
             }],
         );
         let plan = s.schedule(

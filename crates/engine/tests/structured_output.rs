@@ -1,8 +1,9 @@
 //! Structured output in the engine, on the real default model (greedy, CPU): the
 //! grammar decides the shape of every output (JSON schema, regex, choice, Lark),
 //! a request ends with `stop` when its grammar is complete, constrained output with
-//! suffix speculation equals constrained output without it token for token, and
-//! unconstrained requests sharing the steps are untouched.
+//! suffix speculation (padded fixed K, unpadded adaptive K) equals constrained output
+//! without it token for token, the tokens a grammar forces are drafted and accepted,
+//! and unconstrained requests sharing the steps are untouched.
 
 mod common;
 
@@ -18,7 +19,10 @@ use wring_model::{ChatTemplate, Tokenizer};
 
 struct Fixture {
     plain: EngineHandle,
+    /// Suffix drafts padded to a fixed K of 4.
     spec: EngineHandle,
+    /// Suffix drafts of the adaptive policy's K, unpadded (the CPU's `--speculative suffix`).
+    adaptive: EngineHandle,
     compiler: GrammarCompiler,
     tokenizer: Arc<Tokenizer>,
     template: Arc<ChatTemplate>,
@@ -46,9 +50,17 @@ fn fixture() -> &'static Fixture {
             ..SpecConfig::default()
         };
         let (spec, _) = start(config(8, spec_cfg));
+        let adaptive_cfg = SpecConfig {
+            method: ProposerKind::Suffix,
+            k_policy: KPolicy::Adaptive,
+            pad: false,
+            ..SpecConfig::default()
+        };
+        let (adaptive, _) = start(config(8, adaptive_cfg));
         Fixture {
             plain,
             spec,
+            adaptive,
             compiler,
             tokenizer,
             template,
@@ -63,6 +75,56 @@ fn chat(user: &str) -> Vec<u32> {
         .render_json(&json!([{"role": "user", "content": user}]), None, true)
         .unwrap();
     f.tokenizer.encode(&text).unwrap()
+}
+
+/// Tools offered for a forced call, and the record one of them takes.
+fn tools() -> Value {
+    json!([
+        {"type": "function", "function": {"name": "get_weather", "description": "Current weather in a city.",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}},
+        {"type": "function", "function": {"name": "record_person", "description": "Store a person's record.",
+            "parameters": person_schema()}}
+    ])
+}
+
+/// A chat prompt offering `tools()` that ends with the opening of a forced Hermes
+/// call, as the server writes it for `tool_choice: "required"`.
+fn tool_call_prompt(user: &str) -> Vec<u32> {
+    let f = fixture();
+    let system = format!(
+        "# Tools\n\nYou may call functions to help with the user's request. They are described in JSON inside <tools></tools>:\n<tools>\n{}\n</tools>\n\nTo call a function, reply with one JSON object per call, each inside <tool_call></tool_call> tags:\n<tool_call>\n{{\"name\": \"<function name>\", \"arguments\": <JSON object of arguments>}}\n</tool_call>",
+        tools().as_array().unwrap().iter().map(Value::to_string).collect::<Vec<_>>().join("\n")
+    );
+    let text = f
+        .template
+        .render_json(
+            &json!([{"role": "system", "content": system}, {"role": "user", "content": user}]),
+            None,
+            true,
+        )
+        .unwrap();
+    f.tokenizer
+        .encode(&format!("{text}<tool_call>\n{{\"name\": \""))
+        .unwrap()
+}
+
+/// The grammar of a forced call to one of `tools()`: the rest of the name, then
+/// arguments under its `parameters` schema (closed to the declared keys) and the
+/// closing brace (what the server's `forced_call_grammar` writes).
+fn tool_call_grammar() -> GrammarSpec {
+    let mut rules = vec!["start: call_0 | call_1".to_string()];
+    for (i, t) in tools().as_array().unwrap().iter().enumerate() {
+        let name = t["function"]["name"].as_str().unwrap();
+        let mut params = t["function"]["parameters"].clone();
+        params["additionalProperties"] = json!(false);
+        let head = Value::String(format!("{name}\", \"arguments\": ")).to_string();
+        rules.push(format!("call_{i}: {head} args_{i} \"}}\""));
+        rules.push(format!(
+            "args_{i}: %json {}",
+            wring_grammar::with_json_layout(&params)
+        ));
+    }
+    GrammarSpec::Grammar(rules.join("\n"))
 }
 
 fn matcher(spec: &GrammarSpec) -> GrammarMatcher {
@@ -225,6 +287,20 @@ fn cases() -> Vec<(Vec<u32>, GrammarSpec, u32)> {
             GrammarSpec::Choice(vec!["yes".into(), "no".into()]),
             8,
         ),
+        (
+            chat("Where does Santa Claus live?"),
+            GrammarSpec::Choice(vec![
+                "at the north pole".into(),
+                "at the south pole".into(),
+                "nowhere at all".into(),
+            ]),
+            12,
+        ),
+        (
+            tool_call_prompt("Store a record of Ann, 31, who lives in Paris."),
+            tool_call_grammar(),
+            64,
+        ),
     ]
 }
 
@@ -232,47 +308,143 @@ fn cases() -> Vec<(Vec<u32>, GrammarSpec, u32)> {
 fn speculative_constrained_output_equals_plain_constrained_output() {
     let f = fixture();
     let cases = cases();
-    let (mut drafted, mut accepted) = (0, 0);
-    for (prompt, spec, max_tokens) in &cases {
-        let plain = collect(
-            f.plain
-                .submit(constrained(prompt, spec, *max_tokens))
-                .unwrap(),
-        );
-        // The drafter first learns the unconstrained answer, so its drafts for the
-        // constrained request are often tokens the grammar forbids.
-        let free = collect(f.spec.submit(greedy(prompt, 32)).unwrap());
-        assert_eq!(free.error, None);
-        for _ in 0..2 {
-            let spec_out = collect(
-                f.spec
+    for (engine, what) in [(&f.spec, "padded K 4"), (&f.adaptive, "adaptive K")] {
+        let (mut drafted, mut accepted) = (0, 0);
+        for (prompt, spec, max_tokens) in &cases {
+            let plain = collect(
+                f.plain
                     .submit(constrained(prompt, spec, *max_tokens))
                     .unwrap(),
             );
-            assert_eq!(spec_out.error, None, "{spec:?}");
-            assert_eq!(
-                spec_out.ids, plain.ids,
-                "{spec:?}: speculation changed the output"
-            );
-            assert_eq!(spec_out.reason, plain.reason, "{spec:?}");
-            eprintln!(
-                "{}: {:?} ({} tokens, {:?}), drafted {} accepted {}",
-                spec.kind(),
-                spec_out.text,
-                spec_out.ids.len(),
-                spec_out.reason,
-                spec_out.usage.draft_tokens,
-                spec_out.usage.accepted_tokens
-            );
-            drafted += spec_out.usage.draft_tokens;
-            accepted += spec_out.usage.accepted_tokens;
+            // The drafter first learns the unconstrained answer, so its drafts for the
+            // constrained request are often tokens the grammar forbids.
+            let free = collect(engine.submit(greedy(prompt, 32)).unwrap());
+            assert_eq!(free.error, None);
+            for _ in 0..2 {
+                let spec_out = collect(
+                    engine
+                        .submit(constrained(prompt, spec, *max_tokens))
+                        .unwrap(),
+                );
+                assert_eq!(spec_out.error, None, "{what} {spec:?}");
+                assert_eq!(
+                    spec_out.ids, plain.ids,
+                    "{what} {spec:?}: speculation changed the output"
+                );
+                assert_eq!(spec_out.reason, plain.reason, "{what} {spec:?}");
+                eprintln!(
+                    "{what} {}: {:?} ({} tokens, {:?}), drafted {} accepted {}",
+                    spec.kind(),
+                    spec_out.text,
+                    spec_out.ids.len(),
+                    spec_out.reason,
+                    spec_out.usage.draft_tokens,
+                    spec_out.usage.accepted_tokens
+                );
+                drafted += spec_out.usage.draft_tokens;
+                accepted += spec_out.usage.accepted_tokens;
+            }
+        }
+        assert!(drafted > 0, "{what}: nothing was drafted");
+        assert!(accepted > 0, "{what}: no draft token was accepted");
+        assert!(
+            accepted < drafted,
+            "{what}: some drafts must have been rejected ({accepted}/{drafted})"
+        );
+    }
+}
+
+#[test]
+fn tokens_a_grammar_forces_are_drafted_and_accepted() {
+    // An engine of its own, so its counters see only these requests; a fresh suffix
+    // tree, so drafts of a forced run come from the grammar. The forced call's name
+    // and arguments key follow its first token (`get` or `record`), and each JSON key
+    // follows its opening quote: tokens no other output could have.
+    let f = fixture();
+    let cfg = SpecConfig {
+        method: ProposerKind::Suffix,
+        k_policy: KPolicy::Fixed(8),
+        pad: false,
+        ..SpecConfig::default()
+    };
+    let (engine, _) = start(config(4, cfg));
+    let prompt = tool_call_prompt("What is the weather like in Oslo today?");
+    let plain = collect(
+        f.plain
+            .submit(constrained(&prompt, &tool_call_grammar(), 64))
+            .unwrap(),
+    );
+    assert_stopped(&plain, "forced call");
+    let spec_out = collect(
+        engine
+            .submit(constrained(&prompt, &tool_call_grammar(), 64))
+            .unwrap(),
+    );
+    assert_eq!(
+        spec_out.ids, plain.ids,
+        "speculation changed the forced call"
+    );
+    let m = wait_idle(&engine);
+    eprintln!(
+        "{:?}: {} tokens, {} drafted ({} by the grammar), {} accepted ({} of the grammar's), {} steps",
+        spec_out.text,
+        spec_out.ids.len(),
+        m.spec_num_draft_tokens,
+        m.grammar_draft_tokens,
+        m.spec_num_accepted_tokens,
+        m.grammar_draft_accepted_tokens,
+        m.steps
+    );
+    // At least the run after the name's first token (the rest of the name, `", "` and
+    // `arguments":`) and the first key of the arguments.
+    assert!(
+        m.grammar_draft_tokens >= 5,
+        "the grammar's forced tokens were not drafted: {m:?}"
+    );
+    // Under its mask a forced token is the only one allowed: the greedy target takes it.
+    assert_eq!(m.grammar_draft_accepted_tokens, m.grammar_draft_tokens);
+
+    // Sampling: after the mask a forced token has probability 1, so rejection sampling
+    // accepts every one of them, and the call still follows the grammar.
+    for seed in 0..3 {
+        let before = engine.metrics();
+        let req = GenerateRequest {
+            sampling: SamplingParams {
+                temperature: 1.0,
+                seed: Some(seed),
+                ..Default::default()
+            },
+            ..constrained(&prompt, &tool_call_grammar(), 64)
+        };
+        let o = collect(engine.submit(req).unwrap());
+        assert_eq!(o.error, None, "seed {seed}");
+        let m = wait_idle(&engine);
+        let forced = m.grammar_draft_tokens - before.grammar_draft_tokens;
+        let taken = m.grammar_draft_accepted_tokens - before.grammar_draft_accepted_tokens;
+        assert!(forced >= 5, "seed {seed}: {forced} forced draft tokens");
+        assert_eq!(
+            taken, forced,
+            "seed {seed}: a forced draft token was rejected"
+        );
+        if o.reason == Some(FinishReason::Stop) {
+            let call: Value = serde_json::from_str(&format!("{{\"name\": \"{}", o.text))
+                .unwrap_or_else(|e| panic!("seed {seed}: {e}: {:?}", o.text));
+            assert!(call["arguments"].is_object(), "{call}");
         }
     }
-    assert!(drafted > 0, "the suffix drafter proposed nothing");
-    assert!(accepted > 0, "no draft token was accepted");
-    assert!(
-        accepted < drafted,
-        "some drafts must have been rejected ({accepted}/{drafted})"
+
+    // Speculation off: nothing is drafted, the grammar's tokens included.
+    let before = f.plain.metrics();
+    let again = collect(
+        f.plain
+            .submit(constrained(&prompt, &tool_call_grammar(), 64))
+            .unwrap(),
+    );
+    assert_eq!(again.ids, plain.ids);
+    assert_eq!(again.usage.draft_tokens, 0);
+    assert_eq!(
+        f.plain.metrics().grammar_draft_tokens,
+        before.grammar_draft_tokens
     );
 }
 

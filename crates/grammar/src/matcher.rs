@@ -98,6 +98,26 @@ impl GrammarMatcher {
         self.inner.validate_tokens(draft)
     }
 
+    /// The tokens the grammar forces from here (a fixed JSON key, a closing `"}`: bytes
+    /// no other output could have, in their canonical tokenisation), at most `max`, without
+    /// advancing. At a forced position the mask [`Self::allowed_tokens`] gives is that one
+    /// token, so a draft of them is accepted unless its tokenisation changes once the
+    /// first is emitted (llguidance keeps back a last token that later bytes could
+    /// lengthen). Empty when nothing is forced, or where the grammar has stopped.
+    pub fn forced_tokens(&mut self, max: usize) -> anyhow::Result<Vec<u32>> {
+        if max == 0 || self.inner.is_stopped() {
+            return Ok(Vec::new());
+        }
+        // llguidance pushes the forced bytes into its parser (as computing a mask does)
+        // and keeps the result for the next mask; the tokens consumed stay the same.
+        let mut forced = self.inner.compute_ff_tokens();
+        if let Some(e) = self.inner.get_error() {
+            anyhow::bail!("computing the forced tokens: {e}");
+        }
+        forced.truncate(max);
+        Ok(forced)
+    }
+
     /// Undoes the last `n` advanced tokens.
     pub fn rollback(&mut self, n: usize) -> anyhow::Result<()> {
         self.inner.rollback(n)

@@ -266,3 +266,87 @@ fn a_clone_advances_independently() {
     assert!(b.allowed_tokens().unwrap().allows(ids("{")[0]));
     assert!(a.allowed_tokens().unwrap().allows(ids(":")[0]));
 }
+
+/// The grammar of a forced call to one of two tools, as the server writes it (the
+/// prompt ends with `{"name": "`).
+fn two_tools() -> GrammarSpec {
+    let args = |key: &str| {
+        json!({"type": "object", "properties": {key: {"type": "string"}},
+               "required": [key], "additionalProperties": false})
+    };
+    GrammarSpec::Grammar(format!(
+        "start: call_0 | call_1\n\
+         call_0: \"get_weather\\\", \\\"arguments\\\": \" args_0 \"}}\"\n\
+         call_1: \"record_person\\\", \\\"arguments\\\": \" args_1 \"}}\"\n\
+         args_0: %json {}\nargs_1: %json {}",
+        args("city"),
+        args("name")
+    ))
+}
+
+#[test]
+fn forced_tokens_are_the_only_ones_allowed_and_leave_the_matcher_where_it_was() {
+    let f = fixture();
+    let text = |t: &[u32]| f.tokenizer.decode(t, false).unwrap();
+    let cases = [
+        (
+            person_schema(),
+            r#"{"name": "Ann", "age": 31}"#,
+            vec!["name", "age"],
+        ),
+        (
+            GrammarSpec::Regex("[A-Z]{2}-[0-9]{3}".into()),
+            "AB-123",
+            vec!["-"],
+        ),
+        (
+            GrammarSpec::Choice(vec!["north pole".into(), "south pole".into()]),
+            "north pole",
+            vec![" pole"],
+        ),
+        (
+            two_tools(),
+            r#"get_weather", "arguments": {"city": "Paris"}}"#,
+            // After `get` the name and the arguments key are fixed; llguidance keeps back
+            // the bytes a later token could lengthen (the space after the colon).
+            vec![
+                r#"_weather", "arguments":"#,
+                r#"weather", "arguments":"#,
+                r#"", "arguments":"#,
+                r#" "arguments":"#,
+                r#"arguments":"#,
+                r#"":"#,
+                "city",
+            ],
+        ),
+    ];
+    for (spec, output, expected) in cases {
+        let mut m = f.compiler.compile(&spec).unwrap();
+        let mut runs = Vec::new();
+        for t in ids(output) {
+            let mut untouched = m.clone();
+            let forced = m.forced_tokens(16).unwrap();
+            assert!(m.forced_tokens(0).unwrap().is_empty());
+            let mask = m.allowed_tokens().unwrap();
+            assert_eq!(
+                mask.words(),
+                untouched.allowed_tokens().unwrap().words(),
+                "{spec:?}: asking for the forced tokens changed the mask"
+            );
+            if let Some(&first) = forced.first() {
+                assert_eq!(mask.count(), 1, "{spec:?}: {forced:?} is forced");
+                assert!(mask.allows(first));
+                assert_eq!(m.allowed_prefix_len(&forced).unwrap(), forced.len());
+                assert_eq!(m.forced_tokens(1).unwrap(), vec![first]);
+                runs.push(text(&forced));
+            }
+            m.advance(&[t]).unwrap();
+        }
+        assert!(m.is_accepting(), "{spec:?}");
+        assert_eq!(runs, expected, "{spec:?}");
+        // Nothing is forced once the output is complete.
+        let mut done = f.compiler.compile(&spec).unwrap();
+        done.advance(&ids(output)).unwrap();
+        assert!(done.forced_tokens(16).unwrap().is_empty(), "{spec:?}");
+    }
+}

@@ -190,6 +190,16 @@ pub fn render(m: &MetricsSnapshot, model_name: &str) -> String {
         "Draft tokens accepted.",
         m.spec_num_accepted_tokens as f64,
     );
+    p.counter(
+        "wring:engine_grammar_draft_tokens_total",
+        "Draft tokens a structured-output grammar forced (in the spec_decode totals too).",
+        m.grammar_draft_tokens as f64,
+    );
+    p.counter(
+        "wring:engine_grammar_draft_tokens_accepted_total",
+        "Draft tokens a structured-output grammar forced that were accepted.",
+        m.grammar_draft_accepted_tokens as f64,
+    );
     let positions: Vec<String> = (0..m.spec_num_accepted_tokens_per_pos.len())
         .map(|i| i.to_string())
         .collect();
@@ -244,6 +254,7 @@ mod tests {
             ..MetricsSnapshot::default()
         };
         m.count_verify(3, 2);
+        m.count_grammar_drafts(2, 1);
         m.ttft.observe(0.03);
         let text = render(&m, "smol");
         assert!(!text.contains("lora"), "no adapters, no LoRA metric");
@@ -260,6 +271,8 @@ mod tests {
             "vllm:spec_decode_num_draft_tokens_total{model_name=\"smol\"} 3",
             "vllm:spec_decode_num_accepted_tokens_per_pos_total{model_name=\"smol\",position=\"1\"} 1",
             "vllm:spec_decode_num_accepted_tokens_per_pos_total{model_name=\"smol\",position=\"2\"} 0",
+            "wring:engine_grammar_draft_tokens_total{model_name=\"smol\"} 2",
+            "wring:engine_grammar_draft_tokens_accepted_total{model_name=\"smol\"} 1",
             "vllm:time_to_first_token_seconds_bucket{model_name=\"smol\",le=\"0.04\"} 1",
             "vllm:time_to_first_token_seconds_count{model_name=\"smol\"} 1",
         ] {

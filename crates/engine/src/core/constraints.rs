@@ -2,6 +2,8 @@
 //! constrained sequence it samples, computes the masks along the drafts beside the forward
 //! pass (`prepare_masks` on a scoped thread), and puts the states back. A greedy step hands
 //! the masks to the runner's argmax (`row_masks`); any other masks the logits on the host.
+//! Before that, when speculation is on, the planner asks for the tokens each grammar forces
+//! next (`forced_tokens`), which it drafts first.
 
 use std::sync::Weak;
 
@@ -12,10 +14,47 @@ use wring_model::runner::RowMasks;
 use super::EngineCore;
 use crate::channel::Shared;
 use crate::constraint::Constraint;
-use crate::spec_decode::{StepDrafts, StepOutput};
+use crate::spec_decode::{StepDrafts, StepOutput, MAX_K};
 use crate::step_input::StepRow;
 
 impl EngineCore {
+    /// The tokens each constrained sequence's grammar forces next, at most its cap and
+    /// [`MAX_K`] (`limits`: id, room, cap); empty for the others. The matchers stay where
+    /// they were (llguidance keeps the result for the step's first mask). A matcher that
+    /// fails here gives none and fails its sequence when the step's masks are computed.
+    pub(super) fn forced_tokens(&mut self, limits: &[(u64, usize, usize)]) -> Vec<Vec<u32>> {
+        let mut out = vec![Vec::new(); limits.len()];
+        let mut jobs: Vec<(usize, usize, Constraint)> = Vec::new();
+        for (i, &(id, _, cap)) in limits.iter().enumerate() {
+            let max = cap.min(MAX_K);
+            if max == 0 {
+                continue;
+            }
+            if let Some(c) = self.requests.get_mut(&id).and_then(|s| s.constraint.take()) {
+                jobs.push((i, max, c));
+            }
+        }
+        let forced = |(_, max, c): &mut (usize, usize, Constraint)| {
+            c.forced(*max).unwrap_or_else(|e| {
+                tracing::debug!("forced tokens: {e:#}");
+                Vec::new()
+            })
+        };
+        // A forced run costs about what a mask does: sequences in parallel, as there.
+        let runs: Vec<Vec<u32>> = if jobs.len() > 1 {
+            jobs.par_iter_mut().map(forced).collect()
+        } else {
+            jobs.iter_mut().map(forced).collect()
+        };
+        for ((i, _, c), run) in jobs.into_iter().zip(runs) {
+            out[i] = run;
+            if let Some(state) = self.requests.get_mut(&limits[i].0) {
+                state.constraint = Some(c);
+            }
+        }
+        out
+    }
+
     /// Takes the grammar state of every constrained sequence that samples this
     /// step, with the draft its masks follow.
     pub(super) fn take_constraints(

@@ -25,6 +25,12 @@ pub struct StepDrafts {
     pub(crate) scores: Vec<Option<Vec<f32>>>,
     /// Rows under the dynamic-K policy (their acceptance feeds its controller).
     pub(crate) dynamic: Vec<bool>,
+    /// Leading draft tokens of each row that its grammar forced.
+    pub(crate) forced: Vec<usize>,
+    /// Rows whose draft is the drafter's own (a forced run it drafted too included):
+    /// their acceptance teaches the drafter's statistics; a run of forced tokens alone,
+    /// accepted by construction, would not.
+    pub(crate) from_drafter: Vec<bool>,
     row_of: HashMap<u64, usize>,
 }
 
@@ -35,6 +41,9 @@ pub(crate) struct DraftRow {
     pub slots: usize,
     pub scores: Option<Vec<f32>>,
     pub dynamic: bool,
+    /// Leading tokens from the grammar.
+    pub forced: usize,
+    pub from_drafter: bool,
 }
 
 impl StepDrafts {
@@ -47,6 +56,7 @@ impl StepDrafts {
         };
         for (b, r) in rows.into_iter().enumerate() {
             debug_assert!(r.tokens.len() <= r.slots && r.slots <= k);
+            debug_assert!(r.forced <= r.tokens.len());
             d.row_of.insert(r.id, b);
             d.ids.push(r.id);
             d.valid_len.push(r.tokens.len());
@@ -56,6 +66,8 @@ impl StepDrafts {
                 .extend(std::iter::repeat_n(PAD_TOKEN, k - r.tokens.len()));
             d.scores.push(r.scores);
             d.dynamic.push(r.dynamic);
+            d.forced.push(r.forced);
+            d.from_drafter.push(r.from_drafter);
         }
         d
     }
@@ -100,6 +112,8 @@ mod tests {
             slots,
             scores: None,
             dynamic: false,
+            forced: 0,
+            from_drafter: true,
         }
     }
 

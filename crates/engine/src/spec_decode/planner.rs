@@ -2,6 +2,17 @@
 //! each sequence's K under its policy (the adaptive one priced by the step time the
 //! drafted rows add, the drafter asked only where a draft could pay) and lays the
 //! drafts out as [`StepDrafts`].
+//!
+//! A constrained sequence's draft starts with the tokens its grammar forces (a fixed
+//! JSON key, a closing `"}`: `DraftAsk::forced`), up to its K. After them comes the
+//! drafter's own draft only where that draft starts with the same tokens: the drafter
+//! continues the sequence as emitted, so a draft that leaves the forced run is one
+//! the masks reject there (at a forced position the mask allows that one token) and
+//! would be cut at that point anyway. The rule needs no drafting past hypothetical
+//! tokens. Every draft token is still verified against the masked target, so drafts
+//! from the grammar are as lossless as any (greedy, or rejection sampling of a point
+//! mass); under its mask a forced token has probability 1, so it is accepted unless
+//! emitting the run's first token changed how llguidance tokenises the rest.
 
 use std::time::Instant;
 
@@ -24,6 +35,9 @@ pub struct DraftAsk<'a> {
     /// The most draft tokens it may have: emitting all of them plus one must stay
     /// within both the context and `max_tokens`.
     pub cap: usize,
+    /// The tokens its grammar forces next (empty without a grammar), at most `cap`:
+    /// drafted first, and counted as sure by the adaptive policy.
+    pub forced: &'a [u32],
 }
 
 /// The step the drafts will share.
@@ -56,13 +70,22 @@ impl SpecDecoder {
             .zip(&wants)
             .map(|(a, &want)| (a.id, want.min(a.cap)))
             .collect();
-        let proposals = self.propose(&requests);
+        let (proposals, own): (Vec<DraftProposal>, Vec<bool>) = self
+            .propose(&requests)
+            .into_iter()
+            .zip(asks)
+            .map(|(p, a)| with_forced(a.forced, p))
+            .unzip();
         let adaptive_ks = self.adaptive_ks(asks, &proposals, &load);
 
         let mut step_k = 0;
         let mut rows = Vec::with_capacity(asks.len());
-        for (((a, &want), p), &adaptive_k) in
-            asks.iter().zip(&wants).zip(proposals).zip(&adaptive_ks)
+        for ((((a, &want), p), &adaptive_k), &own) in asks
+            .iter()
+            .zip(&wants)
+            .zip(proposals)
+            .zip(&adaptive_ks)
+            .zip(&own)
         {
             let k = match a.policy {
                 KPolicy::Adaptive => adaptive_k,
@@ -72,6 +95,7 @@ impl SpecDecoder {
             step_k = step_k.max(k);
             let mut tokens = p.tokens;
             tokens.truncate(k);
+            let forced = a.forced.len().min(tokens.len());
             let scores = p.probs.map(|mut pr| {
                 pr.truncate(tokens.len());
                 pr
@@ -82,6 +106,8 @@ impl SpecDecoder {
                 tokens,
                 scores,
                 dynamic: *a.policy == KPolicy::Dynamic,
+                forced,
+                from_drafter: own || forced == 0,
             });
         }
         if self.pad {
@@ -206,10 +232,16 @@ impl SpecDecoder {
                 continue;
             }
             let n = p.tokens.len().min(a.cap);
-            scores.push(match &p.probs {
+            let mut s = match &p.probs {
                 Some(pr) => self.stats.calibration.apply(&pr[..n.min(pr.len())]),
                 None => self.stats.position.running_probs(n),
-            });
+            };
+            // The grammar's forced tokens are sure; what follows them is the drafter's
+            // (its running estimate, which counted them as uncertain: a lower bound).
+            let forced = a.forced.len().min(n);
+            s.resize(s.len().max(forced), 1.0);
+            s[..forced].fill(1.0);
+            scores.push(s);
             index.push(i);
         }
         let seqs: Vec<DraftSeq> = scores
@@ -236,6 +268,19 @@ impl SpecDecoder {
         }
         ks
     }
+}
+
+/// A constrained sequence's proposal: the drafter's draft where it starts with the
+/// grammar's `forced` tokens, else those tokens alone; and whether it is the drafter's.
+fn with_forced(forced: &[u32], p: DraftProposal) -> (DraftProposal, bool) {
+    if forced.is_empty() || p.tokens.starts_with(forced) {
+        return (p, true);
+    }
+    let alone = DraftProposal {
+        tokens: forced.to_vec(),
+        probs: None,
+    };
+    (alone, false)
 }
 
 #[cfg(test)]
@@ -286,6 +331,7 @@ mod tests {
                 room: 1000,
                 context: 300,
                 cap: 63,
+                forced: &[],
             })
             .collect()
     }
@@ -319,5 +365,77 @@ mod tests {
         let drafts = d.plan(&one, budget);
         assert_eq!(asked.load(Ordering::Relaxed), 1);
         assert!(drafts.k > 0, "{drafts:?}");
+    }
+
+    #[test]
+    fn forced_tokens_lead_the_draft_and_the_drafter_continues_only_what_agrees() {
+        let cfg = SpecConfig {
+            k_policy: KPolicy::Fixed(4),
+            pad: true,
+            ..SpecConfig::default()
+        };
+        let mut d = SpecDecoder::new(&cfg, 100, None).unwrap();
+        d.proposer = Box::new(Counting(Arc::new(AtomicUsize::new(0))));
+        let policy = KPolicy::Fixed(4);
+        let forced: [&[u32]; 5] = [&[3, 4], &[7], &[], &[1, 2, 3, 4, 5, 6], &[8, 9]];
+        let asks: Vec<DraftAsk> = forced
+            .iter()
+            .enumerate()
+            .map(|(i, f)| DraftAsk {
+                id: i as u64,
+                policy: &policy,
+                workload: None,
+                room: if i == 4 { 3 } else { 1000 },
+                context: 300,
+                cap: if i == 4 { 1 } else { 63 },
+                forced: &f[..f.len().min(if i == 4 { 1 } else { 63 })],
+            })
+            .collect();
+        let budget = StepBudget {
+            max_tokens: 2048,
+            prefill: PrefillDemand::default(),
+        };
+        let drafts = d.plan(&asks, budget);
+        assert_eq!(drafts.k, 4);
+        // The drafter's [7, 7, 7, 7] leaves the forced run of row 0: the run alone. It
+        // starts with row 1's: kept whole. Row 3's run is cut at K, row 4's at its cap.
+        assert_eq!(drafts.draft(0), &[3, 4]);
+        assert_eq!(drafts.draft(1), &[7, 7, 7, 7]);
+        assert_eq!(drafts.draft(2), &[7, 7, 7, 7]);
+        assert_eq!(drafts.draft(3), &[1, 2, 3, 4]);
+        assert_eq!(drafts.draft(4), &[8]);
+        assert_eq!(drafts.forced, vec![2, 1, 0, 4, 1]);
+        // Padded: every row keeps the step's shape (where its context has room).
+        assert_eq!(drafts.slots, vec![4, 4, 4, 4, 3]);
+        // Only the drafter's own drafts keep its scores and teach its statistics.
+        assert_eq!(drafts.from_drafter, vec![false, true, true, false, false]);
+        let scored: Vec<bool> = drafts.scores.iter().map(Option::is_some).collect();
+        assert_eq!(scored, drafts.from_drafter);
+    }
+
+    #[test]
+    fn forced_tokens_are_drafted_where_the_drafter_is_not_asked() {
+        // The step of the first test, where no draft of the drafter's can pay: a
+        // sequence whose grammar forces two tokens still drafts them (they are sure).
+        let cost = StepCostModel::from_coefficients(0.011, 0.0001, 0.0025);
+        let (mut d, asked) = decoder(cost);
+        for bin in 0..10 {
+            for _ in 0..50 {
+                d.stats.calibration.observe(&[bin as f32 / 10.0 + 0.05], 0);
+            }
+        }
+        let budget = StepBudget {
+            max_tokens: 2048,
+            prefill: PrefillDemand::default(),
+        };
+        let mut many = asks(8);
+        many[3].forced = &[5, 6];
+        let drafts = d.plan(&many, budget);
+        assert_eq!(asked.load(Ordering::Relaxed), 0);
+        assert_eq!(drafts.draft(3), &[5, 6], "{drafts:?}");
+        assert_eq!(drafts.forced[3], 2);
+        for b in (0..8).filter(|&b| b != 3) {
+            assert!(drafts.draft(b).is_empty(), "{drafts:?}");
+        }
     }
 }

@@ -1,7 +1,8 @@
 //! Acceptance statistics, learned from every verify outcome: per draft position (the
 //! adaptive policy's estimate for drafters without scores), the drafter's score
 //! calibration, the dynamic controller's per-step tally, and the counters reported
-//! per request (`Usage`) and in `/metrics` (vLLM's names).
+//! per request (`Usage`) and in `/metrics` (vLLM's names, and the drafts that came
+//! from a grammar).
 
 use super::drafts::StepDrafts;
 use super::k_policy::ScoreCalibration;
@@ -95,18 +96,25 @@ impl AcceptanceStats {
         metrics: &mut MetricsSnapshot,
     ) {
         let valid = drafts.valid_len[b];
+        // A run of forced tokens alone (accepted by construction) would teach the
+        // drafter's estimates a rate no draft of its own earns: it counts in the totals only.
+        let forced = drafts.forced[b];
+        let own = drafts.from_drafter[b];
         if valid > 0 {
             usage.spec_steps += 1;
             usage.draft_tokens += valid as u32;
             usage.accepted_tokens += accepted as u32;
-            self.position.observe(valid, accepted);
-            if let Some(sc) = &drafts.scores[b] {
-                self.calibration
-                    .observe(&sc[..valid.min(sc.len())], accepted);
+            if own {
+                self.position.observe(valid, accepted);
+                if let Some(sc) = &drafts.scores[b] {
+                    self.calibration
+                        .observe(&sc[..valid.min(sc.len())], accepted);
+                }
             }
         }
         metrics.count_verify(valid, accepted);
-        if drafts.dynamic[b] {
+        metrics.count_grammar_drafts(forced, accepted.min(forced));
+        if drafts.dynamic[b] && own {
             self.dynamic.0 += accepted;
             self.dynamic.1 += 1;
         }
