@@ -16,7 +16,7 @@
 //! the 8B weights while other checks run and still time alone.
 
 use crate::harness::{
-    argmax_agreement, gguf_runner, same, spec_check, step, tables, time_steps, Runner,
+    argmax_agreement, gguf_runner, prefill_each, same, spec_check, step, tables, time_steps, Runner,
 };
 use anyhow::Result;
 use serde_json::json;
@@ -107,9 +107,7 @@ fn one_model(model: &str, out: &mut Vec<serde_json::Value>) -> Result<bool> {
         })
         .collect();
     set_path(&mut r, SmallStepPath::Cublas, false)?;
-    for (i, p) in ps.iter().enumerate() {
-        r.forward(&step(std::slice::from_ref(p), &[0], &tabs[i..i + 1]))?;
-    }
+    prefill_each(&mut r, &ps, &tabs)?;
     let ctx: Vec<usize> = ps.iter().map(Vec::len).collect();
 
     println!("| batch × q | gemv+fused = gemv (bitwise, expected) | max |Δ| vs gemv | max |Δ| vs cuBLAS (max |logit|) | argmax vs cuBLAS | gemv kernels ran | ok |");

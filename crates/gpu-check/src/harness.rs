@@ -155,6 +155,38 @@ pub fn replays_match_eager(r: &mut Runner, s: &StepInput) -> Result<(Vec<f32>, b
     Ok((eager, ok))
 }
 
+/// Greedy verification of one sequence's verify row: `row` holds the target's k + 1
+/// argmax ids for `fed` (the last emitted token, then k drafts). Appends the targets of
+/// the drafts accepted while they equal them, then the bonus token, stopping once `out`
+/// holds `gen` tokens; returns how many it appended.
+pub fn accept_greedy(row: &[u32], fed: &[u32], out: &mut Vec<u32>, gen: usize) -> usize {
+    let k = row.len() - 1;
+    let mut emitted = 0;
+    for j in 0..k {
+        if out.len() >= gen {
+            break;
+        }
+        out.push(row[j]);
+        emitted += 1;
+        if row[j] != fed[j + 1] {
+            break;
+        }
+    }
+    if emitted == k && out.len() < gen {
+        out.push(row[k]);
+        emitted += 1;
+    }
+    emitted
+}
+
+/// Prefills each prompt as a step of its own, `prompts[i]` into the blocks `tables[i]`.
+pub fn prefill_each(r: &mut Runner, prompts: &[Vec<u32>], tables: &[Vec<u32>]) -> Result<()> {
+    for (i, p) in prompts.iter().enumerate() {
+        r.forward(&step(std::slice::from_ref(p), &[0], &tables[i..i + 1]))?;
+    }
+    Ok(())
+}
+
 pub fn tables(n: usize, blocks_each: usize) -> Vec<Vec<u32>> {
     (0..n)
         .map(|i| ((i * blocks_each) as u32..((i + 1) * blocks_each) as u32).collect())
@@ -249,9 +281,7 @@ pub fn spec_check(
         let mut spec: Vec<Vec<u32>> = (0..batch).map(|i| vec![plain[i][0]]).collect();
         let mut ctx_s: Vec<usize> = ps.iter().map(Vec::len).collect();
         // Prefill the prompts into the new blocks.
-        for (i, p) in ps.iter().enumerate() {
-            r.forward(&step(std::slice::from_ref(p), &[0], &tabs3[i..i + 1]))?;
-        }
+        prefill_each(r, &ps, &tabs3)?;
         let mut round = 0;
         while spec.iter().any(|s| s.len() < gen) {
             round += 1;
@@ -272,24 +302,9 @@ pub fn spec_check(
                 .collect();
             let out = r.forward_greedy(&step(&new, &ctx_s, &tabs3))?;
             for i in 0..batch {
-                // Accept drafts while they equal the target's argmax; then the bonus token.
                 let row = &out[i * (k + 1)..(i + 1) * (k + 1)];
-                let mut emitted = 0;
-                for j in 0..k {
-                    if spec[i].len() >= gen {
-                        break;
-                    }
-                    spec[i].push(row[j]);
-                    emitted += 1;
-                    if row[j] != new[i][j + 1] {
-                        break;
-                    }
-                }
-                if emitted == k && spec[i].len() < gen {
-                    spec[i].push(row[k]);
-                    emitted += 1;
-                }
-                ctx_s[i] += emitted; // the last emitted token is fed next round
+                // The last emitted token is fed next round.
+                ctx_s[i] += accept_greedy(row, &new[i], &mut spec[i], gen);
             }
         }
         let pos: usize = (0..batch)

@@ -57,8 +57,8 @@ mod tp;
 
 use harness::{
     argmax, argmax_agreement, dummy_runner, gguf_runner, gguf_runner_with, ids, model_source,
-    prompts, replays_match_eager, same, spec_check, step, tables, time_steps, time_steps_profiled,
-    BLOCK, SPEC_GEN,
+    prefill_each, prompts, replays_match_eager, same, spec_check, step, tables, time_steps,
+    time_steps_profiled, BLOCK, SPEC_GEN,
 };
 
 fn main() -> Result<()> {
@@ -293,9 +293,7 @@ fn graphs(model: &str) -> Result<()> {
     let batch = 6; // padded to bucket 8
     let ps = prompts(batch);
     let tabs = tables(batch, 16);
-    for (i, p) in ps.iter().enumerate() {
-        r.forward(&step(std::slice::from_ref(p), &[0], &tabs[i..i + 1]))?;
-    }
+    prefill_each(&mut r, &ps, &tabs)?;
     let mut ctx: Vec<usize> = ps.iter().map(Vec::len).collect();
     let mut all_same = true;
     println!("| step shape | eager (pad-only) = capture run = replay (bitwise) |");

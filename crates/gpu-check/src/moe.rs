@@ -21,7 +21,7 @@
 //! qwen3-30b-a3b, mixtral-8x7b, graphs).
 
 use crate::harness::{
-    gguf_runner_with, model_source, prompts, replays_match_eager, same, step, tables,
+    gguf_runner_with, model_source, prefill_each, prompts, replays_match_eager, same, step, tables,
 };
 use anyhow::{ensure, Context, Result};
 use std::time::Instant;
@@ -329,9 +329,7 @@ fn graphs_in_a_model() -> Result<bool> {
     let batch = 6; // padded to bucket 8
     let ps = prompts(batch);
     let tabs = tables(batch, 16);
-    for (i, p) in ps.iter().enumerate() {
-        r.forward(&step(std::slice::from_ref(p), &[0], &tabs[i..i + 1]))?;
-    }
+    prefill_each(&mut r, &ps, &tabs)?;
     let mut ctx: Vec<usize> = ps.iter().map(Vec::len).collect();
     let mut all = true;
     for (b, q) in [(batch, 1usize), (batch, 5), (1, 1), (1, 13)] {

@@ -24,6 +24,8 @@ use wring_model::weights::WeightSource;
 use wring_model::{ModelConfig, ModelRunner, ModelWeights};
 use wring_runtime::cuda_ranks::cuda_ranks;
 
+use crate::harness::accept_greedy;
+
 const BLOCK: usize = 16;
 
 /// `args[1]` is the tp subcommand (`args[0]` is "tp").
@@ -262,22 +264,7 @@ fn spec(src: &str, tp: usize) -> Result<()> {
                 .context("greedy ids")?;
             for i in 0..batch {
                 let row = &out[i * (k + 1)..(i + 1) * (k + 1)];
-                let mut emitted = 0;
-                for j in 0..k {
-                    if spec[i].len() >= gen {
-                        break;
-                    }
-                    spec[i].push(row[j]);
-                    emitted += 1;
-                    if row[j] != new[i][j + 1] {
-                        break;
-                    }
-                }
-                if emitted == k && spec[i].len() < gen {
-                    spec[i].push(row[k]);
-                    emitted += 1;
-                }
-                ctx_s[i] += emitted;
+                ctx_s[i] += accept_greedy(row, &new[i], &mut spec[i], gen);
             }
         }
         let pos: usize = (0..batch)

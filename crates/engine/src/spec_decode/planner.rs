@@ -336,6 +336,23 @@ mod tests {
             .collect()
     }
 
+    /// A step budget of 2,048 tokens with no prefill waiting.
+    fn no_prefill() -> StepBudget {
+        StepBudget {
+            max_tokens: 2048,
+            prefill: PrefillDemand::default(),
+        }
+    }
+
+    /// Teaches the calibration that no first draft token is accepted, whatever its score.
+    fn calibrate_all_rejected(d: &mut SpecDecoder) {
+        for bin in 0..10 {
+            for _ in 0..50 {
+                d.stats.calibration.observe(&[bin as f32 / 10.0 + 0.05], 0);
+            }
+        }
+    }
+
     #[test]
     fn where_no_draft_can_pay_the_drafter_is_not_asked() {
         // A compute-bound CPU step: 11 ms fixed, 2.5 ms a row. A first draft's calibrated
@@ -346,15 +363,8 @@ mod tests {
             d.stats.calibration.observe(&[1.0, 1.0], 1);
             d.stats.calibration.observe(&[1.0, 1.0], 0);
         }
-        for bin in 0..10 {
-            for _ in 0..50 {
-                d.stats.calibration.observe(&[bin as f32 / 10.0 + 0.05], 0);
-            }
-        }
-        let budget = StepBudget {
-            max_tokens: 2048,
-            prefill: PrefillDemand::default(),
-        };
+        calibrate_all_rejected(&mut d);
+        let budget = no_prefill();
         let many = asks(32);
         let drafts = d.plan(&many, budget);
         assert_eq!(asked.load(Ordering::Relaxed), 0);
@@ -391,10 +401,7 @@ mod tests {
                 forced: &f[..f.len().min(if i == 4 { 1 } else { 63 })],
             })
             .collect();
-        let budget = StepBudget {
-            max_tokens: 2048,
-            prefill: PrefillDemand::default(),
-        };
+        let budget = no_prefill();
         let drafts = d.plan(&asks, budget);
         assert_eq!(drafts.k, 4);
         // The drafter's [7, 7, 7, 7] leaves the forced run of row 0: the run alone. It
@@ -419,15 +426,8 @@ mod tests {
         // sequence whose grammar forces two tokens still drafts them (they are sure).
         let cost = StepCostModel::from_coefficients(0.011, 0.0001, 0.0025);
         let (mut d, asked) = decoder(cost);
-        for bin in 0..10 {
-            for _ in 0..50 {
-                d.stats.calibration.observe(&[bin as f32 / 10.0 + 0.05], 0);
-            }
-        }
-        let budget = StepBudget {
-            max_tokens: 2048,
-            prefill: PrefillDemand::default(),
-        };
+        calibrate_all_rejected(&mut d);
+        let budget = no_prefill();
         let mut many = asks(8);
         many[3].forced = &[5, 6];
         let drafts = d.plan(&many, budget);
