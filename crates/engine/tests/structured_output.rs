@@ -453,10 +453,18 @@ fn greedy_constrained_steps_mask_inside_the_argmax_as_the_host_masks_the_logits(
     // Without logprobs a greedy constrained step hands its masks to the runner's argmax
     // (on the device where there is one) and gets ids back; asking for logprobs brings the
     // logits back and masks them on the host. Both must pick the same tokens, with and
-    // without speculation.
-    let f = fixture();
+    // without speculation. Engines of its own: the argmax path is for steps whose rows
+    // are all greedy, so a sampled request of another test sharing a step would send that
+    // step's masks to the host and the counter below would not move.
+    let (plain, _) = start(config(8, SpecConfig::default()));
+    let spec_cfg = SpecConfig {
+        method: ProposerKind::Suffix,
+        k_policy: KPolicy::Fixed(4),
+        ..SpecConfig::default()
+    };
+    let (speculating, _) = start(config(8, spec_cfg));
     for (prompt, spec, max_tokens) in cases() {
-        for engine in [&f.plain, &f.spec] {
+        for engine in [&plain, &speculating] {
             let before = engine.metrics().constrained_steps_masked_argmax;
             let ids_path = collect(
                 engine
