@@ -335,6 +335,14 @@ pub fn chat_plan(
             "A forced tool call (`required` or a named function) cannot be combined with `response_format` or guided decoding.",
         ));
     }
+    // The server's loop penalty is for free text. A grammar already fixes a constrained
+    // answer's shape (a schema, a forced tool call), DRY would penalise the repeats JSON is
+    // made of, and it keeps greedy rows off the masked argmax (the rows' logits must come
+    // back to the host for it).
+    let forced_call = tools.parses_calls() && tools.choice != crate::tools::ToolChoice::Auto;
+    if (plan.constraint.is_some() || forced_call) && req.dry_multiplier.is_none() {
+        plan.sampling.dry_multiplier = 0.0;
+    }
     let messages = chat_messages(&req.messages)?;
     Ok((plan, ChatInput { messages, tools }))
 }
@@ -899,6 +907,29 @@ mod tests {
         assert!(!s.dry_enabled(), "a request's 0 turns it off");
         let s = plan(serde_json::json!({"messages": m, "dry_multiplier": 1.5, "dry_base": 2}));
         assert_eq!((s.dry_multiplier, s.dry_base), (1.5, 2.0));
+        // A grammar decides a constrained answer's shape: no default penalty, a sent one stays.
+        let schema = serde_json::json!({"type": "json_schema",
+            "json_schema": {"name": "p", "schema": {"type": "object"}}});
+        let s = plan(serde_json::json!({"messages": m, "response_format": schema}));
+        assert!(!s.dry_enabled(), "json_schema: no default loop penalty");
+        let s = plan(serde_json::json!({"messages": m, "response_format": schema,
+            "dry_multiplier": 0.5}));
+        assert_eq!(
+            s.dry_multiplier, 0.5,
+            "a constrained request's own penalty stays"
+        );
+        let tool = serde_json::json!([{"type": "function", "function": {"name": "f",
+            "parameters": {"type": "object"}}}]);
+        let s = plan(serde_json::json!({"messages": m, "tools": tool, "tool_choice": "required"}));
+        assert!(
+            !s.dry_enabled(),
+            "a forced tool call: no default loop penalty"
+        );
+        let s = plan(serde_json::json!({"messages": m, "tools": tool}));
+        assert!(
+            s.dry_enabled(),
+            "tools the model may or may not call: free text first"
+        );
         let r: CompletionRequest =
             parse_json_object(b"{\"prompt\": \"x\"}", CompletionRequest::FIELDS).unwrap();
         let (p, _) = completion_plan(&r, None, limits).unwrap();
