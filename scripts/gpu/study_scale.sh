@@ -15,7 +15,8 @@
 #   call 2 (carry .dev/ss2): scripts/gpu/study_scale.sh stage tune8b:32:256:reference
 #   call 3 (carry .dev/ss3): scripts/gpu/study_scale.sh stage own tunesmall:32
 # tune8b:C:MAX_TOKENS:SOURCE[:CORPORA[:CONFIGS]] (SOURCE reference, own = reference then the
-# default model's own outputs, ownonly); tunesmall:C[:CORPORA]. Each step checks the time left
+# default model's own outputs, ownonly; SHAPE=qwen3-30b-a3b serves that dummy shape instead);
+# tunesmall:C[:CORPORA]. Each step checks the time left
 # (STEP_DEADLINE seconds after the call started, default 540).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -188,15 +189,18 @@ PY
 }
 
 # Dummy Llama-3.1-8B (bf16): no-spec against suffix K in {4,6,8,12} padded and adaptive.
+# SHAPE=<dummy shape> serves another (qwen3-30b-a3b: a mixture of experts, with
+# WRING_CUDA_MOE=on while that path is opt-in); its folders are named after it.
 tune8b() { # concurrency max_tokens source [corpora] [configs]
     setup
-    local src=$3
+    local src=$3 shape=${SHAPE:-llama-3.1-8b} prefix=8b
+    [ "$shape" = llama-3.1-8b ] || prefix=$shape
     [ "$src" = own ] && src=reference,own:$OUT/own/own-trace.jsonl
     [ "$src" = ownonly ] && src=own:$OUT/own/own-trace.jsonl
     local np=${NP:-128}; [ $1 -eq 1 ] && np=${NP1:-12}
-    NAME=8b-c$1-t$2-${3%%:*} CONFIGS=${5:-nospec,suffix-k4,suffix-k6,suffix-k8,suffix-k12,adaptive} \
+    NAME=$prefix-c$1-t$2-${3%%:*} CONFIGS=${5:-nospec,suffix-k4,suffix-k6,suffix-k8,suffix-k12,adaptive} \
         CORPUS=${4:-all} C=$1 MAXT=$2 SRC=$src NP=$np WARMUP=${WARMUP:-4} \
-        run_tune --model $S/vocab.gguf --serve-arg=--load-format=dummy --serve-arg=--model-shape=llama-3.1-8b
+        run_tune --model $S/vocab.gguf --serve-arg=--load-format=dummy --serve-arg=--model-shape="$shape"
 }
 
 # The default model at concurrency 32 and 1: adaptive K against the fixed padded Ks, own

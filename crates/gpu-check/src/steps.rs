@@ -179,7 +179,7 @@ pub fn run(out_dir: &str) -> Result<()> {
                 steps.push(json!({
                     "model": model, "batch": batch, "q": q, "ms": ms, "roofline_ms": roof * 1e3,
                     "variant": name, "ctx": ctx,
-                    "experts_read_per_layer": cfg.moe.as_ref()
+                    "experts_read": cfg.moe.as_ref()
                         .map(|m| experts_read(m.num_experts, m.top_k, batch * q)),
                 }));
                 if q == 1 && batch <= 8 {
