@@ -8,6 +8,10 @@ json_schema with logprobs, which brings the logit rows back and masks them on th
 path every constrained step took before the masked argmax: the baseline in the same run).
 Prints output tokens/s for each and its ratio to plain, one line a concurrency, and writes a
 JSON list of `{"model", "concurrency", "mode", "speculative", "tok_s", ...}` to the path given.
+At a concurrency of 2 or more it also sends plain requests on half the streams beside
+json_schema ones on the other half: the plain streams' tokens/s each against all-plain
+streams (mode `plain_beside_json_schema`), since a constrained request must not slow the
+unconstrained ones beside it.
 Then checks that each constrained answer is the one the same request gets with logprobs, and
 prints the server's constrained-step and grammar-draft counters. Standard library only (the device has no
 network).
@@ -79,9 +83,13 @@ def same_with_logprobs(base, count):
     return same
 
 
-def batch(base, n, mode, requests):
+def batch(base, n, mode, requests, beside=None):
+    """Output tokens of `requests` requests of `mode` over `n` streams, and the seconds they
+    took. With `beside`, as many more streams send that mode at the same time (their
+    tokens are not counted; they stop once the counted streams are done)."""
     out, lock = [], threading.Lock()
     work = list(range(requests))
+    done = threading.Event()
 
     def worker():
         while True:
@@ -93,6 +101,15 @@ def batch(base, n, mode, requests):
             with lock:
                 out.append(r["usage"]["completion_tokens"])
 
+    def neighbour(j):
+        i = j
+        while not done.is_set():
+            post(base, body_of(i, beside))
+            i += n
+
+    others = [threading.Thread(target=neighbour, args=(j,)) for j in range(n if beside else 0)]
+    for t in others:
+        t.start()
     t0 = time.perf_counter()
     threads = [threading.Thread(target=worker) for _ in range(n)]
     for t in threads:
@@ -100,6 +117,9 @@ def batch(base, n, mode, requests):
     for t in threads:
         t.join()
     dt = time.perf_counter() - t0
+    done.set()
+    for t in others:
+        t.join()
     return sum(out), dt
 
 
@@ -127,6 +147,24 @@ def main():
         print(f"structured {args.model} spec={args.speculative} c={n}: "
               + ", ".join(f"{m} {res[m]:.0f} tok/s (x{res[m] / res['plain']:.2f})" for m in MODES),
               flush=True)
+    # A constrained request must not slow the plain ones beside it: plain requests on half
+    # the streams, json_schema on the other half, against plain on every stream (the same
+    # batch): the plain streams' tokens per second each.
+    for n in [c for c in (args.concurrency or [1, 32]) if c >= 2]:
+        half = n // 2
+        reqs = 2 * n
+        batch(base, half, "plain", half, beside="json_schema")
+        toks, dt = batch(base, n, "plain", reqs)
+        alone = toks / dt / n
+        toks, dt = batch(base, half, "plain", reqs // 2, beside="json_schema")
+        mixed = toks / dt / half
+        rows.append({"model": args.model, "concurrency": n, "mode": "plain_beside_json_schema",
+                     "speculative": args.speculative, "tok_s_per_stream": round(mixed, 1),
+                     "plain_tok_s_per_stream": round(alone, 1), "requests": reqs // 2,
+                     "output_tokens": toks, "seconds": round(dt, 3)})
+        print(f"structured {args.model} spec={args.speculative} c={n}: plain streams beside "
+              f"json_schema ones {mixed:.1f} tok/s each, all plain {alone:.1f} "
+              f"(x{mixed / alone:.2f})", flush=True)
     same = same_with_logprobs(base, 8)
     print(f"structured: {same}/8 constrained answers equal the same request with logprobs", flush=True)
     rows.append({"check": "same_with_logprobs", "equal": same, "of": 8})
