@@ -16,8 +16,10 @@
 #   call 3 (carry .dev/ss3): scripts/gpu/study_scale.sh stage own tunesmall:32
 # tune8b:C:MAX_TOKENS:SOURCE[:CORPORA[:CONFIGS]] (SOURCE reference, own = reference then the
 # default model's own outputs, ownonly; SHAPE=qwen3-30b-a3b serves that dummy shape instead);
-# tunesmall:C[:CORPORA]. Each step checks the time left
-# (STEP_DEADLINE seconds after the call started, default 540).
+# tunesmall:C[:CORPORA] (SMALL_MODEL=dummy: its shape, dummy weights, the recorded own outputs).
+# Each step checks the time left
+# (STEP_DEADLINE seconds after the call started, default 540). RUNS=N: each configuration N times
+# (wring tune reports the median).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
@@ -135,7 +137,7 @@ run_tune() {
     [ "$SRC" = live ] || replay=(--replay "$SRC")
     log "tune $NAME: corpus $CORPUS c=$C max_tokens $MAXT source $SRC configs $CONFIGS ($(left) s left)"
     timeout $(( $(left) - 10 )) $W tune "$@" --configs "$CONFIGS" --corpus "$CORPUS" --corpus-dir "$CORPORA" \
-        --concurrency $C --max-tokens $MAXT --num-prompts $NP --runs 1 --warmup $WARMUP \
+        --concurrency $C --max-tokens $MAXT --num-prompts $NP --runs ${RUNS:-1} --warmup $WARMUP \
         --max-prompt-chars 6000 --device "$DEVICE" --serve-arg=--device=cuda ${EXTRA_SERVE:-} \
         "${replay[@]}" --share-servers --startup-timeout-s 240 --request-timeout-s 600 --no-progress \
         --out $d > $d.log 2>&1
@@ -205,12 +207,21 @@ tune8b() { # concurrency max_tokens source [corpora] [configs]
 
 # The default model at concurrency 32 and 1: adaptive K against the fixed padded Ks, own
 # outputs replayed (every configuration sees the same tokens).
+# SMALL_MODEL=dummy: the default model's shape with dummy weights and the outputs recorded in
+# results/2026-12-06-study-scale/own (a replay emits them whatever the weights say, so every
+# cost is the real model's and the model need not travel).
 tunesmall() { # concurrency [corpora]
     setup
-    local np=${NP:-128}; [ $1 -eq 1 ] && np=${NP1:-12}
+    local np=${NP:-128} src=${SRC:-own:$OUT/own/own-trace.jsonl} model=(--model "$MODEL")
+    [ $1 -eq 1 ] && np=${NP1:-12}
+    if [ "${SMALL_MODEL:-}" = dummy ]; then
+        xz -dc results/2026-12-06-study-scale/own/own-trace.jsonl.xz > $S/own-trace.jsonl
+        src=${SRC:-own:$S/own-trace.jsonl}
+        model=(--model $S/vocab.gguf --serve-arg=--load-format=dummy --serve-arg=--model-shape=smollm2-135m)
+    fi
     NAME=small-c$1 CONFIGS=${CONFIGS:-nospec,suffix-k4,suffix-k6,suffix-k8,suffix-k12,adaptive} \
-        CORPUS=${2:-all} C=$1 MAXT=${MAXT:-256} SRC=${SRC:-own:$OUT/own/own-trace.jsonl} NP=$np \
-        WARMUP=${WARMUP:-4} run_tune --model "$MODEL"
+        CORPUS=${2:-all} C=$1 MAXT=${MAXT:-256} SRC=$src NP=$np \
+        WARMUP=${WARMUP:-4} run_tune "${model[@]}"
 }
 
 [ $# -gt 0 ] || { sed -n 2,24p "$0"; exit 2; }
