@@ -378,10 +378,16 @@ def drafter():
 
 
 def structured():
-    t = Table(["device", "concurrency", "unconstrained", "json_schema", "json_schema / unconstrained"])
+    t = Table(["device", "model", "speculation", "concurrency", "unconstrained", "json_schema",
+               "json_schema / unconstrained", "forced tool call / unconstrained",
+               "unconstrained beside json_schema"])
     for r in rows_of("structured"):
-        t.row([r["device"], r["concurrency"], num(r["plain"], 1), num(r["constrained"], 1),
-               ratio(r["constrained"], r["plain"])], r)
+        schema = r.get("json_schema", r.get("constrained"))
+        tools = r.get("tools")
+        t.row([r["device"], r.get("model", "default"), r.get("speculative", "off"), r["concurrency"],
+               num(r["plain"], 1), num(schema, 1), ratio(schema, r["plain"]),
+               ratio(tools, r["plain"]) if tools is not None else "–",
+               ratio(r["beside"], r["plain_per_stream"]) if r.get("beside") is not None else "–"], r)
     return t.render()
 
 
@@ -437,7 +443,7 @@ TOPICS = {
     "cpu-prefill": {"key": ["tokens"]},
     "cpu-spec": {"key": ["concurrency"]},
     "drafter": {"key": ["k"]},
-    "structured": {"key": ["device", "concurrency"]},
+    "structured": {"key": ["device", "model", "speculative", "concurrency"]},
     "chat-defaults": {"key": ["settings"]},
 }
 
@@ -471,8 +477,10 @@ SECTIONS = [
      "parameters, corpus order; Arctic's C++ core called directly. The drafts are identical at "
      "every step (`cargo test -p wring-suffix --test arctic_reference`)."),
     ("Structured-output cost", structured,
-     "The same chat prompts plain and with a `response_format` json_schema, output tokens/s "
-     "(constrained requests stop when the object is complete)."),
+     "`scripts/gpu/structured_cost.py`: the same chat prompts plain, with a `response_format` "
+     "json_schema and as a forced tool call of the same schema, output tokens/s (constrained "
+     "requests stop when the object is complete); the last column is the plain streams' tokens/s "
+     "each beside as many json_schema streams, over all-plain streams."),
     ("Everyday answers through the API with the server's defaults", chat_defaults,
      "`scripts/chat_defaults_quality.py --api`: 8 everyday questions × seeds 1–10, each request "
      "carrying only its messages and seed, so the server's defaults decide; the default model "
