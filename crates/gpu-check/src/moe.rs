@@ -79,10 +79,7 @@ fn host_layer(model: &str) -> Result<HostLayer> {
     Ok(HostLayer {
         router,
         experts,
-        routing: MoeRouting {
-            top_k: m.top_k,
-            renormalize: m.norm_topk_prob,
-        },
+        routing: MoeRouting::softmax(m.top_k, m.norm_topk_prob),
         hidden: h,
         inter: i,
     })
@@ -112,6 +109,8 @@ fn upload<B: Backend>(b: &mut B, l: &HostLayer) -> Result<MoeLayer<B::Vector, B:
         router,
         experts,
         routing: l.routing,
+        correction_bias: None,
+        shared: None,
     };
     b.prepare_moe(&layer)?;
     Ok(layer)
