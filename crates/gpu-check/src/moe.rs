@@ -145,7 +145,7 @@ fn experts_read(x: &[f32], l: &HostLayer) -> usize {
             .chunks_exact(l.hidden)
             .map(|r| r.iter().zip(row).map(|(a, b)| a * b).sum())
             .collect();
-        for (e, _) in wring_backend::moe::route(&logits, l.routing) {
+        for (e, _) in wring_backend::moe::route(&logits, l.routing, None) {
             used[e] = true;
         }
     }

@@ -22,7 +22,8 @@ pub struct ModelArgs {
     /// auto | gguf | safetensors | dummy (random weights of a named shape).
     #[arg(long, default_value = "auto")]
     pub load_format: String,
-    /// Shape for --load-format dummy, e.g. smollm2-135m, llama-3.1-8b.
+    /// Shape for --load-format dummy, e.g. smollm2-135m, llama-3.1-8b, deepseek-v3;
+    /// <shape>:<layers> keeps its first layers (deepseek-v3:4).
     #[arg(long)]
     pub model_shape: Option<String>,
     /// cpu | cuda | cuda:N
