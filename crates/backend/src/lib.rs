@@ -406,8 +406,8 @@ pub trait Backend: Send {
     }
     /// Multi-head latent attention of `x` (`[T][hidden]`, already normed) for `layer`
     /// ([`mla`]): the q and latent projections, RoPE on the rope parts at the step's
-    /// positions, this step's K/V stored in the layer's pool (a [`MlaShape::attn_shape`]
-    /// geometry: one KV head of [`MlaShape::cache_dim`] per query head) and causal
+    /// positions, this step's K/V stored in the layer's pool (one KV head of
+    /// [`MlaShape::cache_dim`] per query head) and causal
     /// attention over the cached context. Returns `[T][heads·v]`, the input of the output
     /// projection. Called only when `supports(ExtraOp::LatentAttention)`.
     fn latent_attention(

@@ -50,15 +50,6 @@ impl MlaShape {
         self.qk_dim().max(self.v)
     }
 
-    /// The attention the materialised heads run as: one KV head per query head.
-    pub fn attn_shape(&self) -> crate::AttnShape {
-        crate::AttnShape {
-            n_heads: self.n_heads,
-            n_kv_heads: self.n_heads,
-            head_dim: self.cache_dim(),
-        }
-    }
-
     /// Factors on the nope and rope parts of q that make an attention kernel scoring
     /// `q·k / √cache_dim` score `q·k / √(nope + rope) · score_factor` (the rope part also
     /// carrying `rope_scale²`, the factor of both its rotated q and k). Exactly 1 where

@@ -787,7 +787,13 @@ impl Backend for CpuBackend {
             cols: width,
             data,
         };
-        let a = self.attention(layer, &tensor(qc), &tensor(kc), &tensor(vc), s.attn_shape());
+        // One materialised KV head per query head.
+        let shape = AttnShape {
+            n_heads: heads,
+            n_kv_heads: heads,
+            head_dim: d,
+        };
+        let a = self.attention(layer, &tensor(qc), &tensor(kc), &tensor(vc), shape);
         CpuTensor {
             rows: t,
             cols: heads * s.v,
