@@ -281,7 +281,15 @@ fn deepseek_shrunk() -> ModelConfig {
 
 #[test]
 fn dummy_weights_of_deepseek_v3_run_on_the_cpu() {
-    let cfg = deepseek_shrunk();
+    // With its q LoRA, and with q as one projection.
+    for q_lora_rank in [Some(24), None] {
+        let mut cfg = deepseek_shrunk();
+        cfg.mla.as_mut().unwrap().q_lora_rank = q_lora_rank;
+        dummy_deepseek_runs(cfg);
+    }
+}
+
+fn dummy_deepseek_runs(cfg: ModelConfig) {
     let mut r = LlamaRunner::new(
         CpuBackend::new(CpuWeights::F32),
         cfg.clone(),
@@ -342,4 +350,117 @@ fn dummy_weights_of_deepseek_v3_run_on_the_cpu() {
         one.row(0) == last.as_slice(),
         "decode equals the prompt step's row"
     );
+}
+
+/// deepseek-ai/DeepSeek-V3's config.json as published (DeepSeek-R1's differs only in
+/// fields wring does not read).
+fn deepseek_v3_config_json() -> serde_json::Value {
+    serde_json::from_str(
+        r#"{
+  "architectures": [
+    "DeepseekV3ForCausalLM"
+  ],
+  "attention_bias": false,
+  "attention_dropout": 0.0,
+  "aux_loss_alpha": 0.001,
+  "bos_token_id": 0,
+  "eos_token_id": 1,
+  "ep_size": 1,
+  "first_k_dense_replace": 3,
+  "hidden_act": "silu",
+  "hidden_size": 7168,
+  "initializer_range": 0.02,
+  "intermediate_size": 18432,
+  "kv_lora_rank": 512,
+  "max_position_embeddings": 163840,
+  "model_type": "deepseek_v3",
+  "moe_intermediate_size": 2048,
+  "moe_layer_freq": 1,
+  "n_group": 8,
+  "n_routed_experts": 256,
+  "n_shared_experts": 1,
+  "norm_topk_prob": true,
+  "num_attention_heads": 128,
+  "num_experts_per_tok": 8,
+  "num_hidden_layers": 61,
+  "num_key_value_heads": 128,
+  "num_nextn_predict_layers": 1,
+  "pretraining_tp": 1,
+  "q_lora_rank": 1536,
+  "qk_nope_head_dim": 128,
+  "qk_rope_head_dim": 64,
+  "quantization_config": {
+    "activation_scheme": "dynamic",
+    "fmt": "e4m3",
+    "quant_method": "fp8",
+    "weight_block_size": [
+      128,
+      128
+    ]
+  },
+  "rms_norm_eps": 1e-06,
+  "rope_scaling": {
+    "beta_fast": 32,
+    "beta_slow": 1,
+    "factor": 40,
+    "mscale": 1.0,
+    "mscale_all_dim": 1.0,
+    "original_max_position_embeddings": 4096,
+    "type": "yarn"
+  },
+  "rope_theta": 10000,
+  "routed_scaling_factor": 2.5,
+  "scoring_func": "sigmoid",
+  "seq_aux": true,
+  "tie_word_embeddings": false,
+  "topk_group": 4,
+  "topk_method": "noaux_tc",
+  "torch_dtype": "bfloat16",
+  "transformers_version": "4.46.3",
+  "use_cache": true,
+  "v_head_dim": 128,
+  "vocab_size": 129280
+}"#,
+    )
+    .unwrap()
+}
+
+#[test]
+fn deepseek_v3_config_json_parses_to_the_named_shape() {
+    let c = deepseek_v3_config_json();
+    assert_eq!(wring_model::hf_config(&c).unwrap(), shape("deepseek-v3"));
+
+    let with = |k: &str, v: serde_json::Value| {
+        let mut c = deepseek_v3_config_json();
+        c[k] = v;
+        wring_model::hf_config(&c)
+    };
+    // DeepSeek-V2-Lite style: q is one projection.
+    let plain_q = with("q_lora_rank", serde_json::Value::Null).unwrap();
+    assert_eq!(plain_q.mla.unwrap().q_lora_rank, None);
+    // Experts on every second layer after the dense ones (DeepSeek's moe_layer_freq).
+    let every_other = with("moe_layer_freq", 2.into()).unwrap();
+    assert!(every_other.moe_layer(3).is_none() && every_other.moe_layer(4).is_some());
+    // A rope_interleave of false rotates halves.
+    assert!(
+        !with("rope_interleave", false.into())
+            .unwrap()
+            .rope_interleaved
+    );
+    // What transformers does not run is refused in words.
+    for (k, v, says) in [
+        ("scoring_func", "softmax", "scoring_func"),
+        ("topk_method", "greedy", "topk_method"),
+        ("n_group", "7", "n_group"),
+        ("attention_bias", "true", "attention_bias"),
+    ] {
+        let v: serde_json::Value = serde_json::from_str(v).unwrap_or(v.into());
+        let e = with(k, v).unwrap_err().to_string();
+        assert!(e.contains(says), "{k}: {e}");
+    }
+    // YaRN is taken for the latent attention only.
+    let mut llama = deepseek_v3_config_json();
+    llama["model_type"] = "llama".into();
+    let e = wring_model::hf_config(&llama).unwrap_err().to_string();
+    assert!(e.contains("yarn"), "{e}");
 }
