@@ -7,11 +7,13 @@
 //! fixed buffers before anything is launched (what a captured graph needs).
 
 pub mod cpu;
+pub mod mla;
 pub mod moe;
 pub mod quant;
 mod step;
 
-pub use moe::{Expert, MoeLayer, MoeRouting};
+pub use mla::{MlaLayer, MlaQuery, MlaShape};
+pub use moe::{Expert, MoeLayer, MoeRouting, MoeScoring};
 pub use step::{Logits, RowMasks, SeqInput, StepInput};
 
 /// Ops some architectures need beyond the Llama family's. The model asks
@@ -24,6 +26,11 @@ pub enum ExtraOp {
     HeadRmsNorm,
     /// [`Backend::moe_ffn`] (Qwen3-MoE, Mixtral).
     MixtureOfExperts,
+    /// [`Backend::latent_attention`] (DeepSeek-V3's multi-head latent attention).
+    LatentAttention,
+    /// [`Backend::moe_ffn`] of layers with sigmoid scores, a correction bias, expert
+    /// groups, a routed scale or shared experts (DeepSeek-V3; [`moe`]).
+    GroupLimitedRouting,
 }
 
 impl std::fmt::Display for ExtraOp {
@@ -31,6 +38,10 @@ impl std::fmt::Display for ExtraOp {
         f.write_str(match self {
             ExtraOp::HeadRmsNorm => "q/k norms (per-head RMSNorm)",
             ExtraOp::MixtureOfExperts => "mixture-of-experts layers",
+            ExtraOp::LatentAttention => "multi-head latent attention (MLA) layers",
+            ExtraOp::GroupLimitedRouting => {
+                "sigmoid group-limited expert routing with shared experts"
+            }
         })
     }
 }
@@ -351,9 +362,9 @@ pub trait Backend: Send {
         None
     }
 
-    // Ops of architectures beyond the Llama family ([`ExtraOp`]). Neither composes from
-    // the ops above (both need a per-head or per-token view of a tensor the trait does
-    // not expose), so the defaults support neither and the model refuses at load.
+    // Ops of architectures beyond the Llama family ([`ExtraOp`]). None composes from the
+    // ops above (each needs a per-head or per-token view of a tensor the trait does not
+    // expose), so the defaults support none and the model refuses at load.
 
     /// Whether this backend runs `op`. The default: none of them.
     fn supports(&self, _op: ExtraOp) -> bool {
@@ -379,15 +390,33 @@ pub trait Backend: Send {
         Ok(())
     }
     /// The mixture-of-experts feed-forward of `x` (`[T][hidden]`, already normed):
-    /// per token, its experts by [`moe::route`] of its router logits, and the weighted
-    /// sum of their SwiGLU outputs, added in ascending expert order. A token's result
-    /// must not depend on the other tokens of the step (which experts they pick, how
-    /// many share an expert). Called only when `supports(ExtraOp::MixtureOfExperts)`.
+    /// per token, its experts by [`moe::route`] of its router logits (and the layer's
+    /// correction bias), and the weighted sum of their SwiGLU outputs, added in ascending
+    /// expert order, then the shared experts' output when the layer has them. A token's
+    /// result must not depend on the other tokens of the step (which experts they pick,
+    /// how many share an expert). Called only when `supports(ExtraOp::MixtureOfExperts)`
+    /// (and `supports(ExtraOp::GroupLimitedRouting)` for a layer that is not
+    /// [`MoeLayer::is_plain_softmax`]).
     fn moe_ffn(
         &mut self,
         _x: &Self::Tensor,
         _layer: &MoeLayer<Self::Vector, Self::Matrix>,
     ) -> Self::Tensor {
         unreachable!("moe_ffn is only called when supports(ExtraOp::MixtureOfExperts)")
+    }
+    /// Multi-head latent attention of `x` (`[T][hidden]`, already normed) for `layer`
+    /// ([`mla`]): the q and latent projections, RoPE on the rope parts at the step's
+    /// positions, this step's K/V stored in the layer's pool (one KV head of
+    /// [`MlaShape::cache_dim`] per query head) and causal
+    /// attention over the cached context. Returns `[T][heads·v]`, the input of the output
+    /// projection. Called only when `supports(ExtraOp::LatentAttention)`.
+    fn latent_attention(
+        &mut self,
+        _layer: usize,
+        _x: &Self::Tensor,
+        _w: &MlaLayer<Self::Vector, Self::Matrix>,
+        _rope: &RopeSpec,
+    ) -> Self::Tensor {
+        unreachable!("latent_attention is only called when supports(ExtraOp::LatentAttention)")
     }
 }

@@ -1,10 +1,11 @@
-//! Greedy speculative = greedy plain on Qwen3, Qwen3-MoE and Mixtral: the tiny
+//! Greedy speculative = greedy plain on Qwen3, Qwen3-MoE, Mixtral and DeepSeek-V3: the tiny
 //! transformers-made models of tests/data/hf_tiny served by the engine on the CPU give, with
 //! suffix drafts (padded K 4 and 12, cold and warm tree, concurrency 1 and 3, and the
 //! adaptive unpadded policy), exactly the tokens they give without speculation — which are
 //! transformers' own 32 greedy tokens (hf_tiny/<model>.reference.json). On a mixture-of-
 //! experts model a verify row routes its token to the experts a decode row would, whatever
-//! the other rows of the step pick.
+//! the other rows of the step pick; under latent attention its K/V, materialised per head in
+//! the paged cache, is what a decode row would have stored.
 
 mod common;
 
@@ -154,4 +155,9 @@ fn qwen3_moe_speculation_is_lossless() {
 #[test]
 fn mixtral_speculation_is_lossless() {
     check("mixtral");
+}
+
+#[test]
+fn deepseek_v3_speculation_is_lossless() {
+    check("deepseek_v3");
 }

@@ -28,25 +28,9 @@ pub fn model_source(path: &str) -> Result<(ModelConfig, WeightSource)> {
         _ => path.strip_prefix("dummy:"),
     };
     if let Some(shape) = shape {
-        let (shape, layers) = match shape.split_once(':') {
-            Some((s, l)) => (
-                s,
-                Some(l.parse::<usize>().context("dummy:<shape>:<layers>")?),
-            ),
-            None => (shape, None),
-        };
-        let mut cfg =
-            ModelConfig::named_shape(shape).with_context(|| format!("unknown shape {shape}"))?;
+        let mut cfg = ModelConfig::shape_spec(shape).context("dummy:<shape>[:<layers>]")?;
         if path == "dummy-gguf" {
             cfg.rope_interleaved = true;
-        }
-        if let Some(l) = layers {
-            anyhow::ensure!(
-                (1..=cfg.num_layers).contains(&l),
-                "{shape} has {} layers",
-                cfg.num_layers
-            );
-            cfg.num_layers = l;
         }
         return Ok((cfg, WeightSource::Dummy { seed: 0 }));
     }

@@ -79,10 +79,7 @@ fn host_layer(model: &str) -> Result<HostLayer> {
     Ok(HostLayer {
         router,
         experts,
-        routing: MoeRouting {
-            top_k: m.top_k,
-            renormalize: m.norm_topk_prob,
-        },
+        routing: MoeRouting::softmax(m.top_k, m.norm_topk_prob),
         hidden: h,
         inter: i,
     })
@@ -112,6 +109,8 @@ fn upload<B: Backend>(b: &mut B, l: &HostLayer) -> Result<MoeLayer<B::Vector, B:
         router,
         experts,
         routing: l.routing,
+        correction_bias: None,
+        shared: None,
     };
     b.prepare_moe(&layer)?;
     Ok(layer)
@@ -146,7 +145,7 @@ fn experts_read(x: &[f32], l: &HostLayer) -> usize {
             .chunks_exact(l.hidden)
             .map(|r| r.iter().zip(row).map(|(a, b)| a * b).sum())
             .collect();
-        for (e, _) in wring_backend::moe::route(&logits, l.routing) {
+        for (e, _) in wring_backend::moe::route(&logits, l.routing, None) {
             used[e] = true;
         }
     }

@@ -1,6 +1,6 @@
-//! Architecture hyper-parameters of a Llama-family model (Qwen3's q/k norms and
-//! mixture-of-experts layers included), from GGUF metadata, a Hugging Face
-//! `config.json`, or a named shape for dummy weights.
+//! Architecture hyper-parameters of a Llama-family model (Qwen3's q/k norms,
+//! mixture-of-experts layers and DeepSeek-V3's latent attention included), from GGUF
+//! metadata, a Hugging Face `config.json`, or a named shape for dummy weights.
 
 use serde::{Deserialize, Serialize};
 
@@ -19,6 +19,110 @@ pub enum RopeScaling {
     Linear {
         factor: f32,
     },
+    /// YaRN (`transformers`' `_compute_yarn_parameters`): each frequency blends its
+    /// extrapolated and interpolated (`/ factor`) values along a ramp between the
+    /// dimensions where `original_max_position_embeddings` makes `beta_fast` and
+    /// `beta_slow` rotations; the rotated values are scaled by [`RopeScaling::attention_factor`].
+    /// Only DeepSeek-V3 (latent attention) takes it so far.
+    Yarn {
+        factor: f32,
+        original_max_position_embeddings: usize,
+        beta_fast: f32,
+        beta_slow: f32,
+        /// 0 where the config gives none.
+        mscale: f32,
+        /// 0 where the config gives none.
+        mscale_all_dim: f32,
+        /// The config's own `attention_factor`, which wins over the mscales.
+        attention_factor: Option<f32>,
+        /// Round the ramp's ends outwards (`truncate`, default true).
+        truncate: bool,
+    },
+}
+
+/// YaRN's `get_mscale`: `0.1 · mscale · ln(scale) + 1`, 1 for `scale` ≤ 1.
+fn yarn_mscale(scale: f64, mscale: f64) -> f64 {
+    if scale <= 1.0 {
+        1.0
+    } else {
+        0.1 * mscale * scale.ln() + 1.0
+    }
+}
+
+impl RopeScaling {
+    /// The factor on cos and sin (YaRN's `attention_factor`; 1 otherwise).
+    pub fn attention_factor(&self) -> f32 {
+        match self {
+            RopeScaling::Yarn {
+                factor,
+                mscale,
+                mscale_all_dim,
+                attention_factor,
+                ..
+            } => attention_factor.unwrap_or_else(|| {
+                let f = *factor as f64;
+                if *mscale != 0.0 && *mscale_all_dim != 0.0 {
+                    (yarn_mscale(f, *mscale as f64) / yarn_mscale(f, *mscale_all_dim as f64)) as f32
+                } else {
+                    yarn_mscale(f, 1.0) as f32
+                }
+            }),
+            _ => 1.0,
+        }
+    }
+
+    /// DeepSeek's factor on the attention scores: `get_mscale(factor, mscale_all_dim)²`
+    /// under YaRN with a `mscale_all_dim`, else 1.
+    pub fn score_factor(&self) -> f32 {
+        match self {
+            RopeScaling::Yarn {
+                factor,
+                mscale_all_dim,
+                ..
+            } if *mscale_all_dim != 0.0 => {
+                yarn_mscale(*factor as f64, *mscale_all_dim as f64).powi(2) as f32
+            }
+            _ => 1.0,
+        }
+    }
+}
+
+/// Multi-head latent attention (DeepSeek-V3): q through a low-rank pair (or one projection),
+/// K and V from a shared latent of `kv_lora_rank` values and one rope key a token
+/// (`wring_backend::mla`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MlaConfig {
+    /// None: q is one projection (`q_proj`).
+    pub q_lora_rank: Option<usize>,
+    pub kv_lora_rank: usize,
+    pub qk_nope_head_dim: usize,
+    pub qk_rope_head_dim: usize,
+    pub v_head_dim: usize,
+}
+
+impl MlaConfig {
+    /// Width of one query or key head.
+    pub fn qk_head_dim(&self) -> usize {
+        self.qk_nope_head_dim + self.qk_rope_head_dim
+    }
+
+    /// Width of one materialised K or V head in the KV cache: the wider of a key and a
+    /// value (the narrower is zero-padded).
+    pub fn cache_head_dim(&self) -> usize {
+        self.qk_head_dim().max(self.v_head_dim)
+    }
+}
+
+/// How a router scores experts (see `wring_backend::moe`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub enum MoeScoringFunc {
+    #[default]
+    Softmax,
+    Sigmoid,
+}
+
+fn one() -> f32 {
+    1.0
 }
 
 /// Mixture-of-experts feed-forward layers (Qwen3-MoE, Mixtral).
@@ -33,8 +137,79 @@ pub struct MoeConfig {
     /// Qwen3-MoE when `norm_topk_prob`).
     pub norm_topk_prob: bool,
     /// Layers whose feed-forward stays dense, of `intermediate_size` (Qwen3-MoE's
-    /// `mlp_only_layers`, and the layers `decoder_sparse_step` skips).
+    /// `mlp_only_layers`, and the layers `decoder_sparse_step` skips; DeepSeek's first
+    /// `first_k_dense_replace` layers and those `moe_layer_freq` skips).
     pub dense_layers: Vec<usize>,
+    /// Softmax (Qwen3-MoE, Mixtral) or sigmoid scores chosen with a correction bias
+    /// (DeepSeek-V3's `scoring_func`).
+    #[serde(default)]
+    pub scoring: MoeScoringFunc,
+    /// The router has a per-expert correction bias (DeepSeek's `e_score_correction_bias`).
+    #[serde(default)]
+    pub correction_bias: bool,
+    /// Expert groups (`n_group`; 1: none) and how many a token draws from (`topk_group`).
+    #[serde(default = "one_group")]
+    pub groups: usize,
+    #[serde(default = "one_group")]
+    pub top_groups: usize,
+    /// Factor on the routed weights (`routed_scaling_factor`).
+    #[serde(default = "one")]
+    pub routed_scaling_factor: f32,
+    /// Intermediate size of the shared experts every token runs (`n_shared_experts ×
+    /// moe_intermediate_size`); 0: none.
+    #[serde(default)]
+    pub shared_intermediate_size: usize,
+}
+
+fn one_group() -> usize {
+    1
+}
+
+impl MoeConfig {
+    /// Softmax routing over `num_experts` with nothing beside it (Qwen3-MoE, Mixtral).
+    pub fn softmax(
+        num_experts: usize,
+        top_k: usize,
+        expert_intermediate_size: usize,
+        norm_topk_prob: bool,
+        dense_layers: Vec<usize>,
+    ) -> Self {
+        Self {
+            num_experts,
+            top_k,
+            expert_intermediate_size,
+            norm_topk_prob,
+            dense_layers,
+            scoring: MoeScoringFunc::Softmax,
+            correction_bias: false,
+            groups: 1,
+            top_groups: 1,
+            routed_scaling_factor: 1.0,
+            shared_intermediate_size: 0,
+        }
+    }
+
+    /// The backend's routing rule for these layers.
+    pub fn routing(&self) -> wring_backend::MoeRouting {
+        wring_backend::MoeRouting {
+            top_k: self.top_k,
+            renormalize: self.norm_topk_prob,
+            scoring: match self.scoring {
+                MoeScoringFunc::Softmax => wring_backend::MoeScoring::Softmax,
+                MoeScoringFunc::Sigmoid => wring_backend::MoeScoring::Sigmoid,
+            },
+            groups: self.groups,
+            top_groups: self.top_groups,
+            scale: self.routed_scaling_factor,
+        }
+    }
+
+    /// Whether the layers need more than plain softmax top-k routing.
+    pub fn group_limited(&self) -> bool {
+        !self.routing().is_plain_softmax()
+            || self.correction_bias
+            || self.shared_intermediate_size > 0
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -63,6 +238,11 @@ pub struct ModelConfig {
     /// Mixture-of-experts feed-forward layers; None: every layer is dense.
     #[serde(default)]
     pub moe: Option<MoeConfig>,
+    /// Multi-head latent attention (DeepSeek-V3) instead of q/k/v projections. Then
+    /// `num_kv_heads` is `num_heads` and `head_dim` the width of a cached K/V head
+    /// ([`MlaConfig::cache_head_dim`]): what the KV cache holds.
+    #[serde(default)]
+    pub mla: Option<MlaConfig>,
 }
 
 impl ModelConfig {
@@ -80,16 +260,41 @@ impl ModelConfig {
         if self.qk_norm {
             ops.push(wring_backend::ExtraOp::HeadRmsNorm);
         }
+        if self.mla.is_some() {
+            ops.push(wring_backend::ExtraOp::LatentAttention);
+        }
         if (0..self.num_layers).any(|l| self.moe_layer(l).is_some()) {
             ops.push(wring_backend::ExtraOp::MixtureOfExperts);
+            if self.moe.as_ref().is_some_and(|m| m.group_limited()) {
+                ops.push(wring_backend::ExtraOp::GroupLimitedRouting);
+            }
         }
         ops
+    }
+
+    /// Dimensions RoPE rotates in a head (`qk_rope_head_dim` under latent attention).
+    pub fn rope_dim(&self) -> usize {
+        self.mla
+            .as_ref()
+            .map_or(self.head_dim, |m| m.qk_rope_head_dim)
+    }
+
+    /// Values one token's K and V take in the KV cache across all layers, and what
+    /// DeepSeek's latent cache would hold (`kv_lora_rank + qk_rope_head_dim` a layer;
+    /// equal to the first for a model without latent attention).
+    pub fn kv_values_per_token(&self) -> (usize, usize) {
+        let cached = 2 * self.num_layers * self.num_kv_heads * self.head_dim;
+        let latent = match &self.mla {
+            Some(m) => self.num_layers * (m.kv_lora_rank + m.qk_rope_head_dim),
+            None => cached,
+        };
+        (cached, latent)
     }
 
     /// Refuses, before any weight is read, a model that needs ops `device` does not run:
     /// the error names the `model_type` and every missing op, e.g. "qwen3_moe: q/k norms
     /// (per-head RMSNorm) and mixture-of-experts layers are not supported on cuda yet;
-    /// run with --device cpu".
+    /// run with --device cpu" (three or more: "a, b and c").
     pub fn refuse_unsupported(
         &self,
         device: &str,
@@ -101,22 +306,61 @@ impl ModelConfig {
             .filter(|&op| !supports(op))
             .map(|op| op.to_string())
             .collect();
+        let listed = match missing.split_last() {
+            Some((last, rest)) if !rest.is_empty() => format!("{} and {last}", rest.join(", ")),
+            _ => missing.join(""),
+        };
         anyhow::ensure!(
             missing.is_empty(),
-            "{}: {} are not supported on {device} yet; run with --device cpu",
+            "{}: {listed} are not supported on {device} yet; run with --device cpu",
             self.architecture,
-            missing.join(" and ")
         );
         Ok(())
     }
 
     /// Per-pair inverse frequencies with the configured scaling applied.
     pub fn rope_inv_freq(&self) -> Vec<f32> {
-        let half = self.head_dim / 2;
+        let dim = self.rope_dim();
+        let half = dim / 2;
         let base: Vec<f64> = (0..half)
-            .map(|i| 1.0 / (self.rope_theta as f64).powf(2.0 * i as f64 / self.head_dim as f64))
+            .map(|i| 1.0 / (self.rope_theta as f64).powf(2.0 * i as f64 / dim as f64))
             .collect();
         match &self.rope_scaling {
+            RopeScaling::Yarn {
+                factor,
+                original_max_position_embeddings,
+                beta_fast,
+                beta_slow,
+                truncate,
+                ..
+            } => {
+                let (factor, base_theta, d) = (*factor as f64, self.rope_theta as f64, dim as f64);
+                let old = *original_max_position_embeddings as f64;
+                // The dimension at which `rotations` full turns fit in the original context.
+                let correction_dim = |rotations: f64| {
+                    d * (old / (rotations * 2.0 * std::f64::consts::PI)).ln()
+                        / (2.0 * base_theta.ln())
+                };
+                let (mut low, mut high) = (
+                    correction_dim(*beta_fast as f64),
+                    correction_dim(*beta_slow as f64),
+                );
+                if *truncate {
+                    (low, high) = (low.floor(), high.ceil());
+                }
+                let (low, mut high) = (low.max(0.0), high.min(d - 1.0));
+                if low == high {
+                    high += 0.001;
+                }
+                base.iter()
+                    .enumerate()
+                    .map(|(i, &f)| {
+                        let ramp = ((i as f64 - low) / (high - low)).clamp(0.0, 1.0);
+                        let extrapolation = 1.0 - ramp;
+                        (f / factor * (1.0 - extrapolation) + f * extrapolation) as f32
+                    })
+                    .collect()
+            }
             RopeScaling::None => base.iter().map(|&f| f as f32).collect(),
             RopeScaling::Linear { factor } => {
                 base.iter().map(|&f| (f / *factor as f64) as f32).collect()
@@ -170,13 +414,30 @@ impl ModelConfig {
         let kv = self.num_kv_heads * self.head_dim;
         let norms = 2 * h + if self.qk_norm { 2 * self.head_dim } else { 0 };
         let bias = if self.attention_bias { q + 2 * kv } else { 0 };
-        let attn = h * q + 2 * h * kv + q * h + bias + norms;
+        let attn = match &self.mla {
+            None => h * q + 2 * h * kv + q * h + bias + norms,
+            Some(m) => {
+                let heads = self.num_heads;
+                let q = match m.q_lora_rank {
+                    Some(r) => h * r + r + r * heads * m.qk_head_dim(),
+                    None => h * heads * m.qk_head_dim(),
+                };
+                let kv = h * (m.kv_lora_rank + m.qk_rope_head_dim)
+                    + m.kv_lora_rank
+                    + m.kv_lora_rank * heads * (m.qk_nope_head_dim + m.v_head_dim);
+                q + kv + heads * m.v_head_dim * h + 2 * h
+            }
+        };
         let layers: usize = (0..self.num_layers)
             .map(|l| match self.moe_layer(l) {
                 None => attn + 3 * h * i,
                 Some(m) => {
                     let experts = if active { m.top_k } else { m.num_experts };
-                    attn + m.num_experts * h + experts * 3 * h * m.expert_intermediate_size
+                    let bias = if m.correction_bias { m.num_experts } else { 0 };
+                    attn + m.num_experts * h
+                        + bias
+                        + experts * 3 * h * m.expert_intermediate_size
+                        + 3 * h * m.shared_intermediate_size
                 }
             })
             .sum();
@@ -205,6 +466,7 @@ impl ModelConfig {
                 attention_bias: false,
                 qk_norm: false,
                 moe: None,
+                mla: None,
             };
         let l3 = RopeScaling::Llama3 {
             factor: 8.0,
@@ -308,13 +570,7 @@ impl ModelConfig {
                 rms_norm_eps: 1e-6,
                 max_position_embeddings: 40960,
                 qk_norm: true,
-                moe: Some(MoeConfig {
-                    num_experts: 128,
-                    top_k: 8,
-                    expert_intermediate_size: 768,
-                    norm_topk_prob: true,
-                    dense_layers: Vec::new(),
-                }),
+                moe: Some(MoeConfig::softmax(128, 8, 768, true, Vec::new())),
                 ..llama(
                     2048,
                     6144,
@@ -331,13 +587,7 @@ impl ModelConfig {
             "mixtral-8x7b" => ModelConfig {
                 architecture: "mixtral".into(),
                 max_position_embeddings: 32768,
-                moe: Some(MoeConfig {
-                    num_experts: 8,
-                    top_k: 2,
-                    expert_intermediate_size: 14336,
-                    norm_topk_prob: true,
-                    dense_layers: Vec::new(),
-                }),
+                moe: Some(MoeConfig::softmax(8, 2, 14336, true, Vec::new())),
                 ..llama(
                     4096,
                     14336,
@@ -350,8 +600,90 @@ impl ModelConfig {
                     RopeScaling::None,
                 )
             },
+            // deepseek-ai/DeepSeek-V3's config.json (R1 has the same shape): 61 layers, the
+            // first 3 dense, 256 routed experts of 2048 in 8 groups (top 4 groups, 8
+            // experts a token, sigmoid scores with a correction bias, weights × 2.5) and
+            // one shared expert; latent attention (q LoRA 1536, KV LoRA 512, heads of
+            // 128 + 64 rope for q/k and 128 for v); YaRN ×40 over 4096 positions.
+            "deepseek-v3" => ModelConfig {
+                architecture: "deepseek_v3".into(),
+                num_kv_heads: 128,
+                head_dim: 192,
+                rms_norm_eps: 1e-6,
+                max_position_embeddings: 163840,
+                rope_scaling: RopeScaling::Yarn {
+                    factor: 40.0,
+                    original_max_position_embeddings: 4096,
+                    beta_fast: 32.0,
+                    beta_slow: 1.0,
+                    mscale: 1.0,
+                    mscale_all_dim: 1.0,
+                    attention_factor: None,
+                    truncate: true,
+                },
+                rope_interleaved: true,
+                moe: Some(MoeConfig {
+                    scoring: MoeScoringFunc::Sigmoid,
+                    correction_bias: true,
+                    groups: 8,
+                    top_groups: 4,
+                    routed_scaling_factor: 2.5,
+                    shared_intermediate_size: 2048,
+                    ..MoeConfig::softmax(256, 8, 2048, true, (0..3).collect())
+                }),
+                mla: Some(MlaConfig {
+                    q_lora_rank: Some(1536),
+                    kv_lora_rank: 512,
+                    qk_nope_head_dim: 128,
+                    qk_rope_head_dim: 64,
+                    v_head_dim: 128,
+                }),
+                ..llama(
+                    7168,
+                    18432,
+                    61,
+                    128,
+                    128,
+                    129280,
+                    10000.0,
+                    false,
+                    RopeScaling::None,
+                )
+            },
             _ => return None,
         })
+    }
+
+    /// A named shape, or its first layers: `<shape>` or `<shape>:<layers>`
+    /// (`deepseek-v3:4`: three dense layers and one of experts at the real widths).
+    pub fn shape_spec(spec: &str) -> anyhow::Result<Self> {
+        let (name, layers) = match spec.split_once(':') {
+            Some((n, l)) => (
+                n,
+                Some(l.parse::<usize>().map_err(|_| {
+                    anyhow::anyhow!("model shape {spec:?}: the part after ':' is a layer count")
+                })?),
+            ),
+            None => (spec, None),
+        };
+        let mut cfg = Self::named_shape(name).ok_or_else(|| {
+            anyhow::anyhow!(
+                "unknown model shape {name:?} (known: {}; <shape>:<layers> keeps its first layers)",
+                Self::NAMED_SHAPES.join(", ")
+            )
+        })?;
+        if let Some(l) = layers {
+            anyhow::ensure!(
+                (1..=cfg.num_layers).contains(&l),
+                "model shape {name} has {} layers; {spec:?} asks for {l}",
+                cfg.num_layers
+            );
+            cfg.num_layers = l;
+            if let Some(m) = &mut cfg.moe {
+                m.dense_layers.retain(|&d| d < l);
+            }
+        }
+        Ok(cfg)
     }
 
     pub const NAMED_SHAPES: &'static [&'static str] = &[
@@ -367,6 +699,7 @@ impl ModelConfig {
         "qwen3-8b",
         "qwen3-30b-a3b",
         "mixtral-8x7b",
+        "deepseek-v3",
     ];
 }
 
@@ -474,5 +807,25 @@ mod refusal_tests {
         // The Llama family needs none of them.
         let llama = ModelConfig::named_shape("llama-3.1-8b").unwrap();
         assert!(llama.refuse_unsupported("cuda", |_| false).is_ok());
+        // DeepSeek-V3: latent attention always; its routing even where plain
+        // mixture-of-experts layers run.
+        let ds = ModelConfig::named_shape("deepseek-v3").unwrap();
+        assert_eq!(
+            ds.refuse_unsupported("cuda", |_| false).unwrap_err().to_string(),
+            "deepseek_v3: multi-head latent attention (MLA) layers, mixture-of-experts layers and sigmoid group-limited expert routing with shared experts are not supported on cuda yet; run with --device cpu"
+        );
+        assert_eq!(
+            ds.refuse_unsupported("cuda", |op| op == ExtraOp::MixtureOfExperts)
+                .unwrap_err()
+                .to_string(),
+            "deepseek_v3: multi-head latent attention (MLA) layers and sigmoid group-limited expert routing with shared experts are not supported on cuda yet; run with --device cpu"
+        );
+        assert!(ds.refuse_unsupported("cpu", |_| true).is_ok());
+        // Its first three layers alone are dense: only the attention is missing.
+        let dense = ModelConfig::shape_spec("deepseek-v3:3").unwrap();
+        assert_eq!(
+            dense.refuse_unsupported("cuda", |_| false).unwrap_err().to_string(),
+            "deepseek_v3: multi-head latent attention (MLA) layers are not supported on cuda yet; run with --device cpu"
+        );
     }
 }

@@ -241,6 +241,8 @@ pub fn hf_config_json(model: &LoadedModel, opts: &ExportOptions) -> Value {
             "high_freq_factor": high_freq_factor,
             "original_max_position_embeddings": original_max_position_embeddings,
         }),
+        // Only latent-attention models take YaRN, and `export_hf_dir` refuses them.
+        RopeScaling::Yarn { .. } => Value::Null,
     };
     let mut v = json!({
         "_name_or_path": model.name,
@@ -288,6 +290,11 @@ pub fn export_hf_dir(
     opts: &ExportOptions,
     mut write: impl FnMut(&TensorSpec, Vec<f32>) -> Result<Vec<OutTensor>>,
 ) -> Result<ExportSummary> {
+    ensure!(
+        model.config.mla.is_none(),
+        "{}: exporting or quantizing a latent-attention model is not supported",
+        model.config.architecture
+    );
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     let mut tensors: Vec<OutTensor> = vec![];
     let mut seen = std::collections::HashSet::new();

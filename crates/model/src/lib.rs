@@ -19,7 +19,9 @@ pub mod weights;
 
 pub use catalog::{cli_system_default, ModelSampling, SamplingSource};
 pub use chat::{ChatMessage, ChatTemplate};
-pub use config::{GenerationDefaults, ModelConfig, MoeConfig, RopeScaling};
+pub use config::{
+    GenerationDefaults, MlaConfig, ModelConfig, MoeConfig, MoeScoringFunc, RopeScaling,
+};
 pub use runner::{
     greedy_continuation, KvPoolSize, Logits, ModelRunner, SeqInput, ShardRunner, StepInput,
 };
@@ -418,6 +420,7 @@ fn load_gguf(path: &Path) -> Result<LoadedModel> {
         attention_bias: g.tensors.contains_key("blk.0.attn_q.bias"),
         qk_norm: false,
         moe: None,
+        mla: None,
     };
     let tok_str = |key: &str| {
         g.get_u64(key)
@@ -557,11 +560,19 @@ fn load_hf_dir(dir: &Path) -> Result<LoadedModel> {
 }
 
 /// The Hugging Face `model_type`s wring runs (what a refusal lists).
-pub const SUPPORTED_MODEL_TYPES: &[&str] =
-    &["llama", "mistral", "qwen2", "qwen3", "qwen3_moe", "mixtral"];
+pub const SUPPORTED_MODEL_TYPES: &[&str] = &[
+    "llama",
+    "mistral",
+    "qwen2",
+    "qwen3",
+    "qwen3_moe",
+    "mixtral",
+    "deepseek_v3",
+];
 
 /// Parses a Hugging Face `config.json` of the Llama family: Llama, Mistral, Qwen2,
-/// Qwen3 (q/k norms), and the mixture-of-experts Qwen3-MoE and Mixtral.
+/// Qwen3 (q/k norms), the mixture-of-experts Qwen3-MoE and Mixtral, and DeepSeek-V3/R1
+/// (latent attention, experts with sigmoid group-limited routing and shared experts).
 pub fn hf_config(c: &Value) -> Result<ModelConfig> {
     let get = |k: &str| {
         c.get(k)
@@ -576,7 +587,7 @@ pub fn hf_config(c: &Value) -> Result<ModelConfig> {
         .unwrap_or("llama");
     let arch = match model_type {
         "llama" | "mistral" => "llama",
-        "qwen2" | "qwen3" | "qwen3_moe" | "mixtral" => model_type,
+        "qwen2" | "qwen3" | "qwen3_moe" | "mixtral" | "deepseek_v3" => model_type,
         other => bail!(
             "model_type {other:?} is not supported (supported: {})",
             SUPPORTED_MODEL_TYPES.join(", ")
@@ -606,13 +617,14 @@ pub fn hf_config(c: &Value) -> Result<ModelConfig> {
         );
     }
     let moe = match model_type {
-        "mixtral" => Some(MoeConfig {
-            num_experts: get("num_local_experts")?,
-            top_k: get("num_experts_per_tok")?,
-            expert_intermediate_size: get("intermediate_size")?,
-            norm_topk_prob: true,
-            dense_layers: Vec::new(),
-        }),
+        "mixtral" => Some(MoeConfig::softmax(
+            get("num_local_experts")?,
+            get("num_experts_per_tok")?,
+            get("intermediate_size")?,
+            true,
+            Vec::new(),
+        )),
+        "deepseek_v3" => deepseek_moe(c, num_layers)?,
         "qwen3_moe" => {
             let step = get("decoder_sparse_step").unwrap_or(1);
             let only: Vec<usize> = match c.get("mlp_only_layers") {
@@ -637,13 +649,13 @@ pub fn hf_config(c: &Value) -> Result<ModelConfig> {
                 c.get("shared_expert_intermediate_size").is_none(),
                 "shared experts are not supported (qwen3_moe models have none)"
             );
-            Some(MoeConfig {
-                num_experts: experts,
-                top_k: get("num_experts_per_tok")?,
-                expert_intermediate_size: get("moe_intermediate_size")?,
-                norm_topk_prob: flag("norm_topk_prob").unwrap_or(false),
+            Some(MoeConfig::softmax(
+                experts,
+                get("num_experts_per_tok")?,
+                get("moe_intermediate_size")?,
+                flag("norm_topk_prob").unwrap_or(false),
                 dense_layers,
-            })
+            ))
         }
         _ => None,
     };
@@ -684,8 +696,32 @@ pub fn hf_config(c: &Value) -> Result<ModelConfig> {
                 "linear" => RopeScaling::Linear {
                     factor: f("factor", 1.0),
                 },
+                // YaRN scales the rotated values too (`attention_factor`), which only the
+                // latent attention applies so far.
+                "yarn" if model_type == "deepseek_v3" => {
+                    let original = rs
+                        .get("original_max_position_embeddings")
+                        .and_then(|v| v.as_u64())
+                        .ok_or_else(|| {
+                            anyhow!("rope_scaling (yarn): original_max_position_embeddings is missing")
+                        })? as usize;
+                    let opt = |k: &str| rs.get(k).and_then(|v| v.as_f64()).map(|v| v as f32);
+                    RopeScaling::Yarn {
+                        factor: opt("factor")
+                            .unwrap_or(get("max_position_embeddings")? as f32 / original as f32),
+                        original_max_position_embeddings: original,
+                        beta_fast: opt("beta_fast").filter(|&b| b != 0.0).unwrap_or(32.0),
+                        beta_slow: opt("beta_slow").filter(|&b| b != 0.0).unwrap_or(1.0),
+                        mscale: opt("mscale").unwrap_or(0.0),
+                        mscale_all_dim: opt("mscale_all_dim").unwrap_or(0.0),
+                        attention_factor: opt("attention_factor"),
+                        truncate: rs.get("truncate").and_then(|v| v.as_bool()).unwrap_or(true),
+                    }
+                }
                 "default" | "" => RopeScaling::None,
-                other => bail!("rope_scaling type {other:?} is not supported (llama3, linear)"),
+                other => bail!(
+                    "rope_scaling type {other:?} is not supported (llama3, linear; yarn for deepseek_v3)"
+                ),
             }
         }
     };
@@ -694,18 +730,32 @@ pub fn hf_config(c: &Value) -> Result<ModelConfig> {
         .or_else(|| rope_parameters.and_then(|r| r.get("rope_theta")))
         .and_then(|v| v.as_f64())
         .unwrap_or(10000.0) as f32;
+    let mla = match model_type {
+        "deepseek_v3" => Some(deepseek_mla(c)?),
+        _ => None,
+    };
+    let head_dim = match &mla {
+        // The cache holds materialised heads (`ModelConfig::mla`); `head_dim` in a
+        // DeepSeek config.json is the rope part.
+        Some(m) => m.cache_head_dim(),
+        None => c
+            .get("head_dim")
+            .and_then(|v| v.as_u64())
+            .map(|v| v as usize)
+            .unwrap_or(hidden / heads),
+    };
     Ok(ModelConfig {
         architecture: arch.into(),
         hidden_size: hidden,
         intermediate_size: get("intermediate_size")?,
         num_layers,
         num_heads: heads,
-        num_kv_heads: get("num_key_value_heads").unwrap_or(heads),
-        head_dim: c
-            .get("head_dim")
-            .and_then(|v| v.as_u64())
-            .map(|v| v as usize)
-            .unwrap_or(hidden / heads),
+        num_kv_heads: if mla.is_some() {
+            heads
+        } else {
+            get("num_key_value_heads").unwrap_or(heads)
+        },
+        head_dim,
         vocab_size: get("vocab_size")?,
         max_position_embeddings: max_pos,
         rms_norm_eps: c
@@ -714,12 +764,127 @@ pub fn hf_config(c: &Value) -> Result<ModelConfig> {
             .unwrap_or(1e-5) as f32,
         rope_theta,
         rope_scaling,
-        rope_interleaved: false,
+        // DeepSeek rotates adjacent pairs of the rope dimensions unless its config says
+        // `rope_interleave: false` (transformers' default is true).
+        rope_interleaved: mla.is_some() && flag("rope_interleave").unwrap_or(true),
         tie_word_embeddings: flag("tie_word_embeddings").unwrap_or(false),
         attention_bias: flag("attention_bias").unwrap_or(arch == "qwen2"),
         qk_norm: matches!(arch, "qwen3" | "qwen3_moe"),
         moe,
+        mla,
     })
+}
+
+/// DeepSeek-V3's latent attention dimensions.
+fn deepseek_mla(c: &Value) -> Result<MlaConfig> {
+    let get = |k: &str| {
+        c.get(k)
+            .and_then(|v| v.as_u64())
+            .map(|v| v as usize)
+            .ok_or_else(|| anyhow!("field {k} is missing or not an integer"))
+    };
+    let q_lora_rank = match c.get("q_lora_rank") {
+        None | Some(Value::Null) => None,
+        Some(_) => Some(get("q_lora_rank")?),
+    };
+    ensure!(
+        c.get("attention_bias").and_then(|v| v.as_bool()) != Some(true),
+        "deepseek_v3 with attention_bias is not supported (DeepSeek-V3 has no attention biases)"
+    );
+    let m = MlaConfig {
+        q_lora_rank,
+        kv_lora_rank: get("kv_lora_rank")?,
+        qk_nope_head_dim: get("qk_nope_head_dim")?,
+        qk_rope_head_dim: get("qk_rope_head_dim")?,
+        v_head_dim: get("v_head_dim")?,
+    };
+    ensure!(
+        m.qk_rope_head_dim.is_multiple_of(2) && m.qk_rope_head_dim > 0,
+        "qk_rope_head_dim {} must be even and positive",
+        m.qk_rope_head_dim
+    );
+    Ok(m)
+}
+
+/// DeepSeek-V3's experts: `n_routed_experts` from layer `first_k_dense_replace` on (every
+/// `moe_layer_freq`-th), sigmoid scores with `e_score_correction_bias` (`scoring_func`
+/// sigmoid, `topk_method` noaux_tc: the only ones `transformers` runs), `n_group` groups of
+/// which `topk_group` are eligible, `routed_scaling_factor`, and `n_shared_experts` shared
+/// experts of `moe_intermediate_size` each; a field the config leaves out takes
+/// `transformers`' default (DeepSeek-V3's value). None when it has no routed experts.
+fn deepseek_moe(c: &Value, num_layers: usize) -> Result<Option<MoeConfig>> {
+    let get = |k: &str| {
+        c.get(k)
+            .and_then(|v| v.as_u64())
+            .map(|v| v as usize)
+            .ok_or_else(|| anyhow!("field {k} is missing or not an integer"))
+    };
+    let opt = |k: &str, d: usize| match c.get(k) {
+        None | Some(Value::Null) => Ok(d),
+        Some(_) => get(k),
+    };
+    let experts = match c
+        .get("n_routed_experts")
+        .or_else(|| c.get("num_local_experts"))
+    {
+        None | Some(Value::Null) => return Ok(None),
+        Some(v) => v
+            .as_u64()
+            .ok_or_else(|| anyhow!("n_routed_experts is {v}, not an integer"))?
+            as usize,
+    };
+    if let Some(f) = c.get("scoring_func").and_then(|v| v.as_str()) {
+        ensure!(
+            f == "sigmoid",
+            "scoring_func {f:?} is not supported for deepseek_v3 (sigmoid)"
+        );
+    }
+    if let Some(t) = c.get("topk_method").and_then(|v| v.as_str()) {
+        ensure!(
+            t == "noaux_tc",
+            "topk_method {t:?} is not supported for deepseek_v3 (noaux_tc)"
+        );
+    }
+    let first_dense = opt("first_k_dense_replace", 3)?;
+    let freq = opt("moe_layer_freq", 1)?.max(1);
+    // DeepSeek's decoder layer: experts when layer ≥ first_k_dense_replace and
+    // layer % moe_layer_freq == 0.
+    let dense_layers = (0..num_layers)
+        .filter(|&l| experts == 0 || l < first_dense || l % freq != 0)
+        .collect();
+    let inter = get("moe_intermediate_size")?;
+    let groups = opt("n_group", 8)?.max(1);
+    let top_groups = opt("topk_group", 4)?;
+    let top_k = get("num_experts_per_tok")?;
+    ensure!(
+        experts.is_multiple_of(groups) && experts / groups >= 2,
+        "n_routed_experts {experts} must form n_group {groups} groups of at least 2 experts"
+    );
+    ensure!(
+        (1..=groups).contains(&top_groups) && top_groups * (experts / groups) >= top_k,
+        "topk_group {top_groups} of {groups} groups of {} experts cannot hold num_experts_per_tok {top_k}",
+        experts / groups
+    );
+    Ok(Some(MoeConfig {
+        scoring: MoeScoringFunc::Sigmoid,
+        correction_bias: true,
+        groups,
+        top_groups,
+        routed_scaling_factor: c
+            .get("routed_scaling_factor")
+            .and_then(|v| v.as_f64())
+            .unwrap_or(2.5) as f32,
+        shared_intermediate_size: opt("n_shared_experts", 1)? * inter,
+        ..MoeConfig::softmax(
+            experts,
+            top_k,
+            inter,
+            c.get("norm_topk_prob")
+                .and_then(|v| v.as_bool())
+                .unwrap_or(true),
+            dense_layers,
+        )
+    }))
 }
 
 /// Real shapes with deterministic random weights; the tokenizer and chat template of
@@ -732,12 +897,7 @@ fn load_dummy(spec: &ModelSpec) -> Result<LoadedModel> {
             ModelConfig::NAMED_SHAPES.join(", ")
         )
     })?;
-    let config = ModelConfig::named_shape(shape).ok_or_else(|| {
-        anyhow!(
-            "unknown model shape {shape:?} (known: {})",
-            ModelConfig::NAMED_SHAPES.join(", ")
-        )
-    })?;
+    let config = ModelConfig::shape_spec(shape)?;
     // The tokenizer and chat template: --model's when given (a small vocab-only GGUF
     // will do, where the default model cannot be fetched), else the default model's.
     let base = match &spec.model {

@@ -1,6 +1,7 @@
 //! The Llama-family forward pass (Llama 2/3.x, SmolLM2, Qwen2/2.5, Qwen3 with its
-//! per-head q/k norms, Mistral without sliding window, DeepSeek-R1-Distill, and the
-//! mixture-of-experts Qwen3-MoE and Mixtral), written once against [`Backend`].
+//! per-head q/k norms, Mistral without sliding window, DeepSeek-R1-Distill, the
+//! mixture-of-experts Qwen3-MoE and Mixtral, and DeepSeek-V3/R1 with latent attention and
+//! shared experts), written once against [`Backend`].
 
 use crate::config::ModelConfig;
 use crate::runner::{KvPoolSize, Logits, ModelRunner, RowMasks, ShardRunner, StepGraph, StepInput};
@@ -9,7 +10,9 @@ use crate::weight_slice::Part;
 use crate::weights::WeightSource;
 use anyhow::{ensure, Result};
 use std::ops::Range;
-use wring_backend::{AttnShape, Backend, Expert, KvSpec, MoeLayer, MoeRouting, RopeSpec};
+use wring_backend::{
+    AttnShape, Backend, Expert, KvSpec, MlaLayer, MlaQuery, MlaShape, MoeLayer, RopeSpec,
+};
 
 /// Projections of one input: separate matrices, or their rows stacked into one
 /// (`Backend::fuses_projections`: one GEMM for all of them).
@@ -30,17 +33,39 @@ impl<M> Proj<M> {
 
 struct Layer<B: Backend> {
     attn_norm: B::Vector,
-    /// q, k, v.
-    qkv: Proj<B::Matrix>,
-    q_bias: Option<B::Vector>,
-    k_bias: Option<B::Vector>,
-    v_bias: Option<B::Vector>,
-    /// Qwen3's per-head q and k norms (before RoPE).
-    q_norm: Option<B::Vector>,
-    k_norm: Option<B::Vector>,
+    attn: Attn<B>,
     o: B::Matrix,
     ffn_norm: B::Vector,
     ffn: Ffn<B>,
+}
+
+/// A layer's attention projections.
+enum Attn<B: Backend> {
+    /// q, k and v heads (the Llama family).
+    Heads {
+        qkv: Proj<B::Matrix>,
+        q_bias: Option<B::Vector>,
+        k_bias: Option<B::Vector>,
+        v_bias: Option<B::Vector>,
+        /// Qwen3's per-head q and k norms (before RoPE).
+        q_norm: Option<B::Vector>,
+        k_norm: Option<B::Vector>,
+    },
+    /// Multi-head latent attention ([`Backend::latent_attention`]).
+    Latent(MlaLayer<B::Vector, B::Matrix>),
+}
+
+impl<B: Backend> Attn<B> {
+    /// The matrix that reads the normed input first (`Backend::next_input_for`).
+    fn first(&self) -> &B::Matrix {
+        match self {
+            Attn::Heads { qkv, .. } => qkv.first(),
+            Attn::Latent(m) => match &m.q {
+                MlaQuery::Direct(q) => q,
+                MlaQuery::LowRank { a, .. } => a,
+            },
+        }
+    }
 }
 
 /// A layer's feed-forward.
@@ -125,8 +150,8 @@ impl<B: Backend> LlamaRunner<B> {
         );
         cfg.refuse_unsupported(&backend.name(), |op| backend.supports(op))?;
         ensure!(
-            shard.ranks == 1 || cfg.moe.is_none(),
-            "tensor parallelism of mixture-of-experts models (model_type {}) is not supported yet; run it on one device",
+            shard.ranks == 1 || (cfg.moe.is_none() && cfg.mla.is_none()),
+            "tensor parallelism of mixture-of-experts or latent-attention models (model_type {}) is not supported yet; run it on one device",
             cfg.architecture
         );
         let (h, hd) = (cfg.hidden_size, cfg.head_dim);
@@ -182,14 +207,17 @@ impl<B: Backend> LlamaRunner<B> {
                     },
                 )?))
             };
-            let qkv = proj(
-                &[
-                    ("attn_q.weight", qd, rows(&q_dims, qd)),
-                    ("attn_k.weight", kvd, rows(&kv_dims, kvd)),
-                    ("attn_v.weight", kvd, rows(&kv_dims, kvd)),
-                ],
-                fuse_qkv,
-            )?;
+            let qkv = match cfg.mla {
+                Some(_) => None,
+                None => Some(proj(
+                    &[
+                        ("attn_q.weight", qd, rows(&q_dims, qd)),
+                        ("attn_k.weight", kvd, rows(&kv_dims, kvd)),
+                        ("attn_v.weight", kvd, rows(&kv_dims, kvd)),
+                    ],
+                    fuse_qkv,
+                )?),
+            };
             let ffn = match cfg.moe_layer(l) {
                 Some(m) => Ffn::Moe(load_moe(&mut backend, src, &n, h, m)?),
                 None => {
@@ -211,40 +239,61 @@ impl<B: Backend> LlamaRunner<B> {
                     Ffn::Dense { gate_up, down }
                 }
             };
-            let o = src
-                .weight_part(&n("attn_output.weight"), h, qd, &cols(&q_dims, qd))?
-                .upload(&mut backend)?;
-            let mut bias = |s: &str, len, range: &Range<usize>| -> Result<Option<B::Vector>> {
-                if src.has(&cfg, &n(s)) {
-                    let v = src.vector_part(&n(s), len, range.clone())?;
-                    Ok(Some(backend.upload_vector(&v)?))
-                } else {
-                    Ok(None)
+            let o = match &cfg.mla {
+                // Not split (a latent-attention model runs on one rank).
+                Some(m) => src.weight(&n("attn_output.weight"), h, cfg.num_heads * m.v_head_dim)?,
+                None => src.weight_part(&n("attn_output.weight"), h, qd, &cols(&q_dims, qd))?,
+            }
+            .upload(&mut backend)?;
+            let attn = match (qkv, &cfg.mla) {
+                (Some(qkv), _) => {
+                    let mut bias =
+                        |s: &str, len, range: &Range<usize>| -> Result<Option<B::Vector>> {
+                            if src.has(&cfg, &n(s)) {
+                                let v = src.vector_part(&n(s), len, range.clone())?;
+                                Ok(Some(backend.upload_vector(&v)?))
+                            } else {
+                                Ok(None)
+                            }
+                        };
+                    let (q_bias, k_bias, v_bias) = (
+                        bias("attn_q.bias", qd, &q_dims)?,
+                        bias("attn_k.bias", kvd, &kv_dims)?,
+                        bias("attn_v.bias", kvd, &kv_dims)?,
+                    );
+                    let (q_norm, k_norm) = if cfg.qk_norm {
+                        (
+                            Some(
+                                backend
+                                    .upload_vector(&src.vector(&n("attn_q_norm.weight"), hd)?)?,
+                            ),
+                            Some(
+                                backend
+                                    .upload_vector(&src.vector(&n("attn_k_norm.weight"), hd)?)?,
+                            ),
+                        )
+                    } else {
+                        (None, None)
+                    };
+                    Attn::Heads {
+                        qkv,
+                        q_bias,
+                        k_bias,
+                        v_bias,
+                        q_norm,
+                        k_norm,
+                    }
+                }
+                (None, Some(m)) => Attn::Latent(load_mla(&mut backend, src, &n, &cfg, m)?),
+                (None, None) => {
+                    unreachable!("q|k|v is loaded for every model without latent attention")
                 }
             };
-            let (q_bias, k_bias, v_bias) = (
-                bias("attn_q.bias", qd, &q_dims)?,
-                bias("attn_k.bias", kvd, &kv_dims)?,
-                bias("attn_v.bias", kvd, &kv_dims)?,
-            );
             let attn_norm = backend.upload_vector(&src.vector(&n("attn_norm.weight"), h)?)?;
             let ffn_norm = backend.upload_vector(&src.vector(&n("ffn_norm.weight"), h)?)?;
-            let (q_norm, k_norm) = if cfg.qk_norm {
-                (
-                    Some(backend.upload_vector(&src.vector(&n("attn_q_norm.weight"), hd)?)?),
-                    Some(backend.upload_vector(&src.vector(&n("attn_k_norm.weight"), hd)?)?),
-                )
-            } else {
-                (None, None)
-            };
             layers.push(Layer {
                 attn_norm,
-                qkv,
-                q_bias,
-                k_bias,
-                v_bias,
-                q_norm,
-                k_norm,
+                attn,
                 o,
                 ffn_norm,
                 ffn,
@@ -295,9 +344,12 @@ impl<B: Backend> LlamaRunner<B> {
         };
         let projections_fused = layers.iter().all(|w| {
             matches!(
-                (&w.qkv, &w.ffn),
+                (&w.attn, &w.ffn),
                 (
-                    Proj::Fused(_),
+                    Attn::Heads {
+                        qkv: Proj::Fused(_),
+                        ..
+                    },
                     Ffn::Dense {
                         gate_up: Proj::Fused(_),
                         ..
@@ -323,7 +375,8 @@ impl<B: Backend> LlamaRunner<B> {
 
 /// One mixture-of-experts layer's router and experts (`n` names the layer's tensors):
 /// each expert's gate and up rows stacked into one matrix ([`Expert::gate_up`]), the
-/// router kept in f32 ([`MoeLayer::router`]); the backend checks the layer before any step
+/// router (and its correction bias) kept in f32 ([`MoeLayer::router`]), the shared experts
+/// as one more expert; the backend checks the layer before any step
 /// ([`Backend::prepare_moe`]).
 fn load_moe<B: Backend>(
     backend: &mut B,
@@ -332,38 +385,91 @@ fn load_moe<B: Backend>(
     h: usize,
     m: &crate::config::MoeConfig,
 ) -> Result<MoeLayer<B::Vector, B::Matrix>> {
-    let ei = m.expert_intermediate_size;
     let router = src.matrix(&n("ffn_gate_inp.weight"), m.num_experts, h)?;
     let router = backend.upload_vector(&router.data)?;
+    let expert = |backend: &mut B, kind: &str, ei: usize| -> Result<Expert<B::Matrix>> {
+        let name = |part: &str| n(&format!("ffn_{part}_{kind}.weight"));
+        let mut data = src.matrix(&name("gate"), ei, h)?.data;
+        data.extend(src.matrix(&name("up"), ei, h)?.data);
+        let gate_up = backend.upload_matrix(wring_backend::HostMatrix {
+            rows: 2 * ei,
+            cols: h,
+            data,
+        })?;
+        let down = src.weight(&name("down"), h, ei)?.upload(backend)?;
+        Ok(Expert { gate_up, down })
+    };
     let experts = (0..m.num_experts)
-        .map(|e| -> Result<Expert<B::Matrix>> {
-            let gate = src.matrix(&n(&format!("ffn_gate_exps.{e}.weight")), ei, h)?;
-            let mut data = gate.data;
-            data.extend(
-                src.matrix(&n(&format!("ffn_up_exps.{e}.weight")), ei, h)?
-                    .data,
-            );
-            let gate_up = backend.upload_matrix(wring_backend::HostMatrix {
-                rows: 2 * ei,
-                cols: h,
-                data,
-            })?;
-            let down = src
-                .weight(&n(&format!("ffn_down_exps.{e}.weight")), h, ei)?
-                .upload(backend)?;
-            Ok(Expert { gate_up, down })
+        .map(|e| {
+            // `ffn_gate_exps.{e}.weight`: the kind carries the expert's index.
+            expert(backend, &format!("exps.{e}"), m.expert_intermediate_size)
         })
         .collect::<Result<_>>()?;
+    let shared = match m.shared_intermediate_size {
+        0 => None,
+        si => Some(expert(backend, "shexp", si)?),
+    };
+    let correction_bias = if m.correction_bias {
+        let b = src.vector(&n("exp_probs_b.bias"), m.num_experts)?;
+        Some(backend.upload_vector(&b)?)
+    } else {
+        None
+    };
     let layer = MoeLayer {
         router,
         experts,
-        routing: MoeRouting {
-            top_k: m.top_k,
-            renormalize: m.norm_topk_prob,
-        },
+        routing: m.routing(),
+        correction_bias,
+        shared,
     };
     backend.prepare_moe(&layer)?;
     Ok(layer)
+}
+
+/// One latent-attention layer's projections and norms (`n` names the layer's tensors).
+fn load_mla<B: Backend>(
+    backend: &mut B,
+    src: &WeightSource,
+    n: &dyn Fn(&str) -> String,
+    cfg: &ModelConfig,
+    m: &crate::config::MlaConfig,
+) -> Result<MlaLayer<B::Vector, B::Matrix>> {
+    let (h, heads) = (cfg.hidden_size, cfg.num_heads);
+    let qk = heads * m.qk_head_dim();
+    let q = match m.q_lora_rank {
+        None => MlaQuery::Direct(src.weight(&n("attn_q.weight"), qk, h)?.upload(backend)?),
+        Some(r) => MlaQuery::LowRank {
+            a: src.weight(&n("attn_q_a.weight"), r, h)?.upload(backend)?,
+            norm: backend.upload_vector(&src.vector(&n("attn_q_a_norm.weight"), r)?)?,
+            b: src.weight(&n("attn_q_b.weight"), qk, r)?.upload(backend)?,
+        },
+    };
+    let r = m.kv_lora_rank;
+    Ok(MlaLayer {
+        q,
+        kv_a: src
+            .weight(&n("attn_kv_a_mqa.weight"), r + m.qk_rope_head_dim, h)?
+            .upload(backend)?,
+        kv_norm: backend.upload_vector(&src.vector(&n("attn_kv_a_norm.weight"), r)?)?,
+        kv_b: src
+            .weight(
+                &n("attn_kv_b.weight"),
+                heads * (m.qk_nope_head_dim + m.v_head_dim),
+                r,
+            )?
+            .upload(backend)?,
+        shape: MlaShape {
+            n_heads: heads,
+            q_lora_rank: m.q_lora_rank,
+            kv_lora_rank: r,
+            nope: m.qk_nope_head_dim,
+            rope: m.qk_rope_head_dim,
+            v: m.v_head_dim,
+            eps: cfg.rms_norm_eps,
+            score_factor: cfg.rope_scaling.score_factor(),
+            rope_scale: cfg.rope_scaling.attention_factor(),
+        },
+    })
 }
 
 /// `Part::All` when `range` is all of `0..full`, else `part`.
@@ -413,28 +519,40 @@ impl<B: Backend> LlamaRunner<B> {
         };
         let mut pending: Option<B::Tensor> = None;
         for (l, w) in self.layers.iter().enumerate() {
-            b.next_input_for(w.qkv.first());
+            b.next_input_for(w.attn.first());
             let h = match pending.take() {
                 None => b.rms_norm(&x, &w.attn_norm, eps),
                 Some(d) => b.add_rms_norm(&mut x, &d, &w.attn_norm, eps),
             };
-            let (q, k, v) = match &w.qkv {
-                Proj::Fused(m) => b.qkv_rope(l, &h, m, shape, &self.rope),
-                Proj::Split(p) => {
-                    let mut q = b.linear(&h, &p[0], w.q_bias.as_ref());
-                    let mut k = b.linear(&h, &p[1], w.k_bias.as_ref());
-                    let v = b.linear(&h, &p[2], w.v_bias.as_ref());
-                    if let (Some(qn), Some(kn)) = (&w.q_norm, &w.k_norm) {
-                        b.head_rms_norm(&mut q, shape.n_heads, qn, eps);
-                        b.head_rms_norm(&mut k, shape.n_kv_heads, kn, eps);
-                    }
-                    b.rope(&mut q, shape.n_heads, c.head_dim, &self.rope);
-                    b.rope(&mut k, shape.n_kv_heads, c.head_dim, &self.rope);
-                    (q, k, v)
+            let a = match &w.attn {
+                Attn::Latent(mla) => b.latent_attention(l, &h, mla, &self.rope),
+                Attn::Heads {
+                    qkv,
+                    q_bias,
+                    k_bias,
+                    v_bias,
+                    q_norm,
+                    k_norm,
+                } => {
+                    let (q, k, v) = match qkv {
+                        Proj::Fused(m) => b.qkv_rope(l, &h, m, shape, &self.rope),
+                        Proj::Split(p) => {
+                            let mut q = b.linear(&h, &p[0], q_bias.as_ref());
+                            let mut k = b.linear(&h, &p[1], k_bias.as_ref());
+                            let v = b.linear(&h, &p[2], v_bias.as_ref());
+                            if let (Some(qn), Some(kn)) = (q_norm, k_norm) {
+                                b.head_rms_norm(&mut q, shape.n_heads, qn, eps);
+                                b.head_rms_norm(&mut k, shape.n_kv_heads, kn, eps);
+                            }
+                            b.rope(&mut q, shape.n_heads, c.head_dim, &self.rope);
+                            b.rope(&mut k, shape.n_kv_heads, c.head_dim, &self.rope);
+                            (q, k, v)
+                        }
+                    };
+                    b.next_input_for(&w.o);
+                    b.attention(l, &q, &k, &v, shape)
                 }
             };
-            b.next_input_for(&w.o);
-            let a = b.attention(l, &q, &k, &v, shape);
             let mut o = b.linear(&a, &w.o, None);
             if sharded {
                 b.all_reduce_sum(&mut o);
@@ -485,12 +603,15 @@ impl<B: Backend> LlamaRunner<B> {
         let mut x = b.embed(&self.embed);
         for (l, w) in self.layers.iter().enumerate() {
             let (
-                Proj::Fused(qkv),
+                Attn::Heads {
+                    qkv: Proj::Fused(qkv),
+                    ..
+                },
                 Ffn::Dense {
                     gate_up: Proj::Fused(gate_up),
                     down,
                 },
-            ) = (&w.qkv, &w.ffn)
+            ) = (&w.attn, &w.ffn)
             else {
                 unreachable!("takes_norm_in_linear_flow checked every layer's projections")
             };

@@ -1,7 +1,9 @@
 //! Where weights come from: a GGUF file, a Hugging Face safetensors directory, or
 //! deterministic random ("dummy") values. Every source answers by canonical GGUF-style
 //! tensor name (`blk.3.attn_q.weight`; experts `blk.3.ffn_gate_exps.5.weight`, their
-//! router `blk.3.ffn_gate_inp.weight`) with f32 host data; the runner uploads each
+//! router `blk.3.ffn_gate_inp.weight`; DeepSeek's latent attention and shared experts by
+//! llama.cpp's names, `blk.3.attn_kv_b.weight`, `blk.3.ffn_up_shexp.weight`, its router's
+//! correction bias `blk.3.exp_probs_b.bias`) with f32 host data; the runner uploads each
 //! tensor to its backend and drops the host copy. Mixtral's own tensor names
 //! (`block_sparse_moe.experts.5.w1`) are read under the names Qwen3-MoE uses
 //! (`mlp.experts.5.gate_proj`).
@@ -439,6 +441,14 @@ fn hf_alias(stored: &str) -> Option<String> {
 
 /// Hugging Face name of a canonical tensor name.
 pub(crate) fn hf_name(canonical: &str) -> String {
+    // DeepSeek's router correction bias (llama.cpp: `exp_probs_b.bias`) is a buffer of the
+    // router, not a `.bias` of a linear.
+    if let Some(layer) = canonical
+        .strip_prefix("blk.")
+        .and_then(|r| r.strip_suffix(".exp_probs_b.bias"))
+    {
+        return format!("model.layers.{layer}.mlp.gate.e_score_correction_bias");
+    }
     let (stem, suffix) = canonical.rsplit_once('.').unwrap_or((canonical, "weight"));
     let mapped = if let Some(rest) = stem.strip_prefix("blk.") {
         let (layer, part) = rest.split_once('.').unwrap_or((rest, ""));
@@ -468,6 +478,16 @@ pub(crate) fn hf_name(canonical: &str) -> String {
             "attn_q_norm" => "self_attn.q_norm",
             "attn_k_norm" => "self_attn.k_norm",
             "ffn_gate_inp" => "mlp.gate",
+            // DeepSeek-V3's latent attention and shared experts (llama.cpp's names).
+            "attn_q_a" => "self_attn.q_a_proj",
+            "attn_q_a_norm" => "self_attn.q_a_layernorm",
+            "attn_q_b" => "self_attn.q_b_proj",
+            "attn_kv_a_mqa" => "self_attn.kv_a_proj_with_mqa",
+            "attn_kv_a_norm" => "self_attn.kv_a_layernorm",
+            "attn_kv_b" => "self_attn.kv_b_proj",
+            "ffn_gate_shexp" => "mlp.shared_experts.gate_proj",
+            "ffn_up_shexp" => "mlp.shared_experts.up_proj",
+            "ffn_down_shexp" => "mlp.shared_experts.down_proj",
             other => other,
         };
         format!("model.layers.{layer}.{p}")
@@ -647,6 +667,18 @@ mod tests {
         assert_eq!(
             hf_name("blk.1.ffn_down_exps.17.weight"),
             "model.layers.1.mlp.experts.17.down_proj.weight"
+        );
+        assert_eq!(
+            hf_name("blk.4.attn_kv_a_mqa.weight"),
+            "model.layers.4.self_attn.kv_a_proj_with_mqa.weight"
+        );
+        assert_eq!(
+            hf_name("blk.4.ffn_down_shexp.weight"),
+            "model.layers.4.mlp.shared_experts.down_proj.weight"
+        );
+        assert_eq!(
+            hf_name("blk.4.exp_probs_b.bias"),
+            "model.layers.4.mlp.gate.e_score_correction_bias"
         );
         assert_eq!(
             hf_alias("model.layers.4.block_sparse_moe.experts.7.w3.weight").as_deref(),

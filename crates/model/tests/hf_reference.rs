@@ -1,6 +1,7 @@
-//! Qwen3, Qwen3-MoE and Mixtral against Hugging Face `transformers`: the tiny random-weight
-//! models in tests/data/hf_tiny (made by scripts/reference/hf_tiny_models.py) load through
-//! wring's own loader (a sharded index for Mixtral, `chat_template.jinja`, bf16 tensors) and
+//! Qwen3, Qwen3-MoE, Mixtral and DeepSeek-V3 against Hugging Face `transformers`: the tiny
+//! random-weight models in tests/data/hf_tiny (made by scripts/reference/hf_tiny_models.py)
+//! load through wring's own loader (a sharded index for Mixtral, `chat_template.jinja`, a
+//! template inside tokenizer_config.json for DeepSeek, bf16 tensors) and
 //! on the CPU in f32 reproduce transformers' logits at every prompt position within 1e-3,
 //! its 32 greedy tokens exactly (top-8 logits of every step within 1e-3), and its chat
 //! template renderings and token ids; a prompt's logits are the same bits whatever else
@@ -225,4 +226,55 @@ fn mixtral_matches_transformers() {
     assert_eq!((moe.num_experts, moe.top_k), (8, 2));
     assert!(!m.config.qk_norm);
     check_model("mixtral", "mixtral");
+}
+
+#[test]
+fn deepseek_v3_matches_transformers() {
+    let dir = test_data_dir().join("hf_tiny/deepseek_v3");
+    assert!(
+        !dir.join("chat_template.jinja").exists(),
+        "DeepSeek ships its template inside tokenizer_config.json"
+    );
+    let m = load("deepseek_v3");
+    let c = &m.config;
+    let mla = c.mla.as_ref().expect("latent attention");
+    assert_eq!(mla.q_lora_rank, Some(32));
+    assert_eq!(
+        (
+            mla.kv_lora_rank,
+            mla.qk_nope_head_dim,
+            mla.qk_rope_head_dim,
+            mla.v_head_dim
+        ),
+        (32, 16, 8, 16)
+    );
+    // Materialised heads: K is 16 + 8 wide, V (16) padded to it.
+    assert_eq!((c.num_kv_heads, c.head_dim, c.rope_dim()), (4, 24, 8));
+    assert!(c.rope_interleaved);
+    assert!(matches!(
+        c.rope_scaling,
+        wring_model::RopeScaling::Yarn { factor, original_max_position_embeddings: 256, .. } if factor == 4.0
+    ));
+    // mscale 1 and mscale_all_dim 0.8 over a factor of 4: the rotated parts × 1.0249, the
+    // scores × 1.2341.
+    assert!((c.rope_scaling.attention_factor() - 1.02494).abs() < 1e-4);
+    assert!((c.rope_scaling.score_factor() - 1.23410).abs() < 1e-4);
+    let moe = c.moe.as_ref().expect("experts");
+    assert_eq!((moe.num_experts, moe.top_k), (16, 4));
+    assert_eq!((moe.groups, moe.top_groups), (4, 2));
+    assert_eq!(moe.scoring, wring_model::MoeScoringFunc::Sigmoid);
+    assert!(moe.correction_bias && moe.norm_topk_prob);
+    assert_eq!(moe.routed_scaling_factor, 2.5);
+    assert_eq!(moe.shared_intermediate_size, 64, "2 shared experts of 32");
+    assert_eq!(moe.dense_layers, vec![0], "first_k_dense_replace");
+    // BOS from an AddedToken object, added to prompts (its template writes it itself).
+    assert!(m.tokenizer.add_bos());
+    let bos = m.tokenizer.token_to_id("<｜begin▁of▁sentence｜>");
+    assert_eq!(m.tokenizer.bos_token_id(), bos);
+    let rf = reference("deepseek_v3");
+    assert!(
+        rf["tokens_routed_otherwise_without_bias"].as_u64().unwrap() > 0,
+        "the correction bias changes some tokens' experts in the reference"
+    );
+    check_model("deepseek_v3", "deepseek_v3");
 }

@@ -149,6 +149,7 @@ fn tiny_config() -> ModelConfig {
         attention_bias: false,
         qk_norm: false,
         moe: None,
+        mla: None,
     }
 }
 

@@ -280,11 +280,15 @@ pub fn calibration_prompts(model: &LoadedModel, opts: &CalibOptions) -> Result<V
                         Some(t) => t.render(&[ChatMessage::new("user", &p.text)], true)?,
                         None => p.text.clone(),
                     };
-                    let mut ids = vec![];
-                    if model.tokenizer.add_bos() {
-                        ids.extend(model.tokenizer.bos_token_id());
+                    // BOS when the model wants it and the template did not write it.
+                    let mut ids = model.tokenizer.encode(&text)?;
+                    if let (true, Some(bos)) =
+                        (model.tokenizer.add_bos(), model.tokenizer.bos_token_id())
+                    {
+                        if ids.first() != Some(&bos) {
+                            ids.insert(0, bos);
+                        }
                     }
-                    ids.extend(model.tokenizer.encode(&text)?);
                     ids.truncate(opts.max_tokens);
                     out.push(ids);
                 }

@@ -29,6 +29,26 @@ fn moe_models_pass_the_op_check_when_the_switch_is_on() {
             assert!(!e.contains("not supported on cuda"), "{name}: {e}");
         }
     }
+    // DeepSeek-V3 stays refused: the switch runs softmax routing only, and nothing runs
+    // its latent attention on CUDA.
+    let spec = ModelSpec {
+        model: Some(dir.join("deepseek_v3").to_string_lossy().into_owned()),
+        ..Default::default()
+    };
+    let opts = RunnerOptions {
+        device: Device::Cuda(0),
+        kv_cache_bytes: 16 << 20,
+        max_model_len: 256,
+        ..Default::default()
+    };
+    let e = wring_runtime::open_runner(load_model(&spec).expect("loads"), &opts)
+        .err()
+        .map(|e| format!("{e:#}"))
+        .expect("deepseek_v3 is refused on CUDA");
+    assert_eq!(
+        e,
+        "deepseek_v3: multi-head latent attention (MLA) layers and sigmoid group-limited expert routing with shared experts are not supported on cuda yet; run with --device cpu"
+    );
     // A value that is neither on nor off is an error, not a silent default.
     std::env::set_var("WRING_CUDA_MOE", "maybe");
     let spec = ModelSpec {

@@ -1,5 +1,6 @@
 //! A model the CUDA backend cannot run yet (Qwen3-MoE's and Mixtral's mixture-of-experts
-//! layers) is refused by `open_runner` before the device is opened, with an error naming
+//! layers, DeepSeek-V3's latent attention and routing) is refused by `open_runner` before the
+//! device is opened, with an error naming
 //! its `model_type` and the missing ops: the same answer on a machine with or without a
 //! GPU, at one rank or split, never a panic or wrong output. Qwen3 (dense: q/k norms) is
 //! not refused. (`WRING_CUDA_MOE=on` lets the MoE models through: moe_on_cuda_when_asked.rs.)
@@ -54,6 +55,30 @@ fn mixture_of_experts_models_are_refused_on_cuda_by_model_type() {
         model: tiny("qwen3_moe").model,
     };
     assert_eq!(refusal(&dummy, 1), format!("qwen3_moe: {moe} {tail}"));
+}
+
+#[test]
+fn deepseek_v3_is_refused_on_cuda_naming_latent_attention() {
+    let want = "deepseek_v3: multi-head latent attention (MLA) layers, mixture-of-experts layers and sigmoid group-limited expert routing with shared experts are not supported on cuda yet; run with --device cpu";
+    for tp in [1, 2] {
+        assert_eq!(refusal(&tiny("deepseek_v3"), tp), want, "TP {tp}");
+    }
+    // The real shape's first layers as dummy weights: refused before any weight is made;
+    // its three dense layers alone lack only the attention.
+    for (shape, want) in [
+        ("deepseek-v3:4", want),
+        (
+            "deepseek-v3:3",
+            "deepseek_v3: multi-head latent attention (MLA) layers are not supported on cuda yet; run with --device cpu",
+        ),
+    ] {
+        let dummy = ModelSpec {
+            load_format: LoadFormat::Dummy,
+            model_shape: Some(shape.into()),
+            model: tiny("deepseek_v3").model,
+        };
+        assert_eq!(refusal(&dummy, 1), want, "{shape}");
+    }
 }
 
 #[test]

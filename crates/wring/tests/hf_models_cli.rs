@@ -1,7 +1,8 @@
-//! Qwen3, Qwen3-MoE and Mixtral through the binary: `wring generate` on the tiny
+//! Qwen3, Qwen3-MoE, Mixtral and DeepSeek-V3 through the binary: `wring generate` on the tiny
 //! transformers-made models of tests/data/hf_tiny prints transformers' greedy text (with and
-//! without suffix speculation) on the CPU, and `--device cuda` refuses them in words naming
-//! the `model_type`, on a machine with or without a GPU.
+//! without suffix speculation) on the CPU — DeepSeek-V3's from a chat prompt rendered by the
+//! template in its tokenizer_config.json, whose BOS is not doubled — and `--device cuda`
+//! refuses them in words naming the `model_type`, on a machine with or without a GPU.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -66,10 +67,46 @@ fn generate_prints_transformers_greedy_text_with_and_without_speculation() {
 }
 
 #[test]
+fn deepseek_v3_answers_a_chat_prompt_as_transformers_does() {
+    // Reference prompt 2 is the rendering of chat 0 (one user message, no system one) by
+    // the model's template, which writes BOS itself; the tokenizer also asks for BOS
+    // (`add_bos_token`), which must not put a second one in front.
+    let path = tiny("").join("deepseek_v3.reference.json");
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let (chat, p) = (&v["chats"][0], &v["prompts"][2]);
+    assert_eq!(p["ids"], chat["ids"]);
+    let user = chat["messages"][0]["content"].as_str().unwrap();
+    let want = p["greedy_text"].as_str().unwrap();
+    for extra in [
+        &[][..],
+        &["--speculative", "suffix", "--k-policy", "fixed:4"][..],
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_wring"))
+            .arg("generate")
+            .arg("--model")
+            .arg(tiny("deepseek_v3"))
+            .args(["--prompt", user, "--max-tokens", "32", "--ignore-eos"])
+            .args(["--kv-cache-mib", "16", "--max-model-len", "256"])
+            .args(extra)
+            .output()
+            .expect("the wring binary runs");
+        let log = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{log}");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(text.trim_end_matches('\n'), want, "{extra:?}");
+    }
+}
+
+#[test]
 fn cuda_refuses_what_it_cannot_run_by_model_type() {
     for (name, what) in [
         ("qwen3_moe", "qwen3_moe: mixture-of-experts layers are"),
         ("mixtral", "mixtral: mixture-of-experts layers are"),
+        (
+            "deepseek_v3",
+            "deepseek_v3: multi-head latent attention (MLA) layers, mixture-of-experts layers and sigmoid group-limited expert routing with shared experts are",
+        ),
     ] {
         let (ok, _, err) = generate(name, "Hello", &["--device", "cuda"]);
         assert!(!ok, "{name} ran on cuda");

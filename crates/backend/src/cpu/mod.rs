@@ -20,7 +20,8 @@ mod tiling;
 
 use crate::quant::QuantMatrix;
 use crate::{
-    AttnShape, Backend, ExtraOp, HostMatrix, KvSpec, MoeLayer, RopeSpec, SeqInput, StepInput,
+    AttnShape, Backend, ExtraOp, HostMatrix, KvSpec, MlaLayer, MlaQuery, MoeLayer, RopeSpec,
+    SeqInput, StepInput,
 };
 use aligned::Aligned;
 use anyhow::{ensure, Result};
@@ -639,7 +640,10 @@ impl Backend for CpuBackend {
 
     fn supports(&self, op: ExtraOp) -> bool {
         match op {
-            ExtraOp::HeadRmsNorm | ExtraOp::MixtureOfExperts => true,
+            ExtraOp::HeadRmsNorm
+            | ExtraOp::MixtureOfExperts
+            | ExtraOp::LatentAttention
+            | ExtraOp::GroupLimitedRouting => true,
         }
     }
 
@@ -664,13 +668,15 @@ impl Backend for CpuBackend {
     /// The tokens of each expert in one matrix (its gate|up, SiLU·mul, down: each row a
     /// dot product of its own, whatever rows share the matrix), experts in ascending
     /// order, so every token's sum is taken in ascending expert order: the same bits
-    /// for a token whatever else the step holds.
+    /// for a token whatever else the step holds. Shared experts run on every row and are
+    /// added last.
     fn moe_ffn(&mut self, x: &CpuTensor, layer: &MoeLayer<CpuVector, CpuMatrix>) -> CpuTensor {
         let (t, h) = (x.rows, x.cols);
         let n = layer.experts.len();
         assert_eq!(layer.router.0.len(), n * h, "moe_ffn: router shape");
         let logits = kernels::matmul_t(&x.data, t, &layer.router.0, n, h);
-        let per_expert = crate::moe::tokens_per_expert(&logits, n, layer.routing);
+        let bias = layer.correction_bias.as_ref().map(|b| b.0.as_slice());
+        let per_expert = crate::moe::tokens_per_expert(&logits, n, layer.routing, bias);
         let mut out = vec![0.0f32; t * h];
         for (expert, tokens) in layer.experts.iter().zip(&per_expert) {
             if tokens.is_empty() {
@@ -693,10 +699,105 @@ impl Backend for CpuBackend {
                 }
             }
         }
-        CpuTensor {
+        let mut out = CpuTensor {
             rows: t,
             cols: h,
             data: out,
+        };
+        if let Some(shared) = &layer.shared {
+            let m = self.gate_up_silu(x, &shared.gate_up);
+            let y = self.linear(&m, &shared.down, None);
+            self.add_assign(&mut out, &y);
+        }
+        out
+    }
+
+    /// Composed from the CPU's own ops (each row computed on its own, so the bits of a
+    /// token do not depend on its step): the projections, RoPE on the rope parts, the
+    /// heads assembled in cache layout ([`crate::mla::assemble_row`]), [`Backend::attention`]
+    /// over the materialised K/V, and each head's value columns kept.
+    fn latent_attention(
+        &mut self,
+        layer: usize,
+        x: &CpuTensor,
+        w: &MlaLayer<CpuVector, CpuMatrix>,
+        rope: &RopeSpec,
+    ) -> CpuTensor {
+        let s = w.shape;
+        let (t, heads, qk, d) = (x.rows, s.n_heads, s.qk_dim(), s.cache_dim());
+        let q = match &w.q {
+            MlaQuery::Direct(m) => self.linear(x, m, None),
+            MlaQuery::LowRank { a, norm, b } => {
+                let qa = self.linear(x, a, None);
+                let qa = self.rms_norm(&qa, norm, s.eps);
+                self.linear(&qa, b, None)
+            }
+        };
+        assert_eq!(q.cols, heads * qk, "latent_attention: q width");
+        let ckv = self.linear(x, &w.kv_a, None);
+        let r = s.kv_lora_rank;
+        assert_eq!(ckv.cols, r + s.rope, "latent_attention: kv_a width");
+        let latent = CpuTensor {
+            rows: t,
+            cols: r,
+            data: crate::mla::columns(&ckv.data, ckv.cols, 0, r),
+        };
+        let latent = self.rms_norm(&latent, &w.kv_norm, s.eps);
+        let kv = self.linear(&latent, &w.kv_b, None);
+        assert_eq!(
+            kv.cols,
+            heads * (s.nope + s.v),
+            "latent_attention: kv_b width"
+        );
+        let mut q_rope = CpuTensor {
+            rows: t,
+            cols: heads * s.rope,
+            data: crate::mla::head_columns(&q.data, heads, qk, s.nope, s.rope),
+        };
+        let mut k_rope = CpuTensor {
+            rows: t,
+            cols: s.rope,
+            data: crate::mla::columns(&ckv.data, ckv.cols, r, s.rope),
+        };
+        self.rope(&mut q_rope, heads, s.rope, rope);
+        self.rope(&mut k_rope, 1, s.rope, rope);
+        let width = heads * d;
+        let (mut qc, mut kc, mut vc) = (
+            vec![0.0f32; t * width],
+            vec![0.0f32; t * width],
+            vec![0.0f32; t * width],
+        );
+        for (i, ((oq, ok), ov)) in qc
+            .chunks_exact_mut(width)
+            .zip(kc.chunks_exact_mut(width))
+            .zip(vc.chunks_exact_mut(width))
+            .enumerate()
+        {
+            crate::mla::assemble_row(
+                &s,
+                &q.data[i * q.cols..(i + 1) * q.cols],
+                &q_rope.data[i * q_rope.cols..(i + 1) * q_rope.cols],
+                &kv.data[i * kv.cols..(i + 1) * kv.cols],
+                &k_rope.data[i * s.rope..(i + 1) * s.rope],
+                (oq, ok, ov),
+            );
+        }
+        let tensor = |data| CpuTensor {
+            rows: t,
+            cols: width,
+            data,
+        };
+        // One materialised KV head per query head.
+        let shape = AttnShape {
+            n_heads: heads,
+            n_kv_heads: heads,
+            head_dim: d,
+        };
+        let a = self.attention(layer, &tensor(qc), &tensor(kc), &tensor(vc), shape);
+        CpuTensor {
+            rows: t,
+            cols: heads * s.v,
+            data: crate::mla::head_columns(&a.data, heads, d, 0, s.v),
         }
     }
 

@@ -82,6 +82,10 @@ pub(crate) struct MoeShape {
 impl MoeShape {
     /// The shape of `layer`, or why the CUDA op cannot run it.
     pub(crate) fn of(layer: &MoeLayer<CudaVector, CudaMatrix>) -> Result<Self> {
+        ensure!(
+            layer.is_plain_softmax(),
+            "the CUDA mixture-of-experts op runs softmax top-k routing only (no sigmoid scores, correction bias, expert groups, routed scale or shared experts)"
+        );
         let experts = layer.experts.len();
         ensure!(
             (1..=MOE_MAX_EXPERTS).contains(&experts),

@@ -22,7 +22,8 @@ pub struct ModelArgs {
     /// auto | gguf | safetensors | dummy (random weights of a named shape).
     #[arg(long, default_value = "auto")]
     pub load_format: String,
-    /// Shape for --load-format dummy, e.g. smollm2-135m, llama-3.1-8b.
+    /// Shape for --load-format dummy, e.g. smollm2-135m, llama-3.1-8b, deepseek-v3;
+    /// <shape>:<layers> keeps its first layers (deepseek-v3:4).
     #[arg(long)]
     pub model_shape: Option<String>,
     /// cpu | cuda | cuda:N
@@ -498,15 +499,16 @@ impl ModelArgs {
     }
 }
 
-/// Turns user text into prompt ids (BOS first when the model wants it).
+/// Turns user text into prompt ids: BOS first when the model wants it and the text (a chat
+/// template's rendering, as DeepSeek's and Llama 3's write it) does not already begin with
+/// it — the server's rule.
 pub fn encode_prompt(info: &EngineInfo, text: &str) -> anyhow::Result<Vec<u32>> {
-    let mut ids = Vec::new();
-    if info.tokenizer.add_bos() {
-        if let Some(b) = info.tokenizer.bos_token_id() {
-            ids.push(b);
+    let mut ids = info.tokenizer.encode(text)?;
+    if let (true, Some(bos)) = (info.tokenizer.add_bos(), info.tokenizer.bos_token_id()) {
+        if ids.first() != Some(&bos) {
+            ids.insert(0, bos);
         }
     }
-    ids.extend(info.tokenizer.encode(text)?);
     Ok(ids)
 }
 
