@@ -98,6 +98,10 @@ DEEPSEEK_TEMPLATE = (
 
 CHATML = {
     "specials": ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>", "</think>"],
+    # Added tokens that are text, not control tokens (Qwen3's tokenizer has them
+    # "special": false, so a decoder that skips special tokens keeps them in the output
+    # and a reasoning parser can find them).
+    "text_tokens": ["<think>", "</think>"],
     "bos": None,
     "eos": "<|im_end|>",
     "pad": "<|endoftext|>",
@@ -287,6 +291,13 @@ def build_tokenizer(texts, style):
         show_progress=False,
     )
     tok.train_from_iterator(texts, trainer=trainer)
+    if style.get("text_tokens"):
+        # The trainer makes every listed token special; keep their ids, unmark these.
+        spec = json.loads(tok.to_str())
+        for added in spec["added_tokens"]:
+            if added["content"] in style["text_tokens"]:
+                added["special"] = False
+        tok = Tokenizer.from_str(json.dumps(spec))
     kw = {"eos_token": style["eos"]}
     if style["bos"]:
         kw["bos_token"] = style["bos"]

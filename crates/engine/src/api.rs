@@ -120,11 +120,31 @@ pub struct GenerateRequest {
     /// over the model's tokenizer, at the start of the output); the request
     /// finishes with `Stop` when the grammar is complete and nothing may follow.
     pub grammar: Option<GrammarMatcher>,
+    /// Where `grammar` starts to bind: the first output token, or (a reasoning model's
+    /// thinking left free) the token after the one that closes the thinking.
+    pub grammar_start: GrammarStart,
     /// Replayed output (a benchmark mode, `EngineConfig::replay_outputs`): every step
     /// still runs the whole forward pass and takes the target's tokens on the device, but
     /// the tokens emitted, and so which drafted tokens are accepted, are these; the
     /// request ends where they end (or at `max_tokens`). Greedy requests only.
     pub replay_output: Option<Vec<u32>>,
+}
+
+/// Where a request's grammar starts to bind. A reasoning model writes its thinking
+/// first, between an opening and a closing token (`<think>` … `</think>`); a constraint
+/// (a schema, a forced tool call) is for the answer after it, as vLLM's structured output
+/// with a reasoning parser has it. Before the grammar binds nothing is masked or forced.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum GrammarStart {
+    /// From the first output token.
+    #[default]
+    First,
+    /// From the token after the first `close` the output emits (the prompt opened the
+    /// thinking, or the model is expected to).
+    After { close: u32 },
+    /// The first output token is the grammar's, or `open`: then the grammar binds after
+    /// the first `close` (a model that may or may not think before answering).
+    FirstOr { open: u32, close: u32 },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

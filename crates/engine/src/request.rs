@@ -82,7 +82,10 @@ impl RequestState {
             workload: req.spec.workload.clone(),
             admitted: false,
             constrained: req.grammar.is_some(),
-            constraint: req.grammar.clone().map(Constraint::new),
+            constraint: req
+                .grammar
+                .clone()
+                .map(|g| Constraint::new(g, req.grammar_start)),
             replay: req.replay_output.clone(),
         }
     }

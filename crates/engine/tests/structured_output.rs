@@ -609,3 +609,110 @@ fn a_grammar_with_ignore_eos_still_ends_when_complete() {
     assert_stopped(&o, "regex with ignore_eos");
     assert_eq!(o.text.len(), 2, "{:?}", o.text);
 }
+
+/// The first index k >= 3 of `ids` whose token does not occur before it (a stand-in for
+/// a reasoning model's `</think>`: the grammar must bind only after its first emission).
+fn first_new_token_from(ids: &[u32], from: usize) -> usize {
+    (from..ids.len())
+        .find(|&k| !ids[..k].contains(&ids[k]))
+        .expect("a token the free output has not emitted before")
+}
+
+#[test]
+fn a_grammar_that_waits_for_the_end_of_thinking_leaves_the_thinking_free() {
+    // GrammarStart::After { close }: the tokens up to the first `close` are the model's
+    // own (here: its unconstrained greedy output), the rest follows the grammar; with
+    // suffix speculation (drafts that cross `close` included) the output is the same.
+    let f = fixture();
+    let prompt = chat("Describe a person who lives in a big city, as JSON.");
+    let free = collect(f.plain.submit(greedy(&prompt, 24)).unwrap());
+    assert_eq!(free.error, None);
+    let k = first_new_token_from(&free.ids, 3);
+    let close = free.ids[k];
+    let schema = GrammarSpec::JsonSchema(person_schema());
+    let waiting = |start: wring_engine::GrammarStart| GenerateRequest {
+        grammar_start: start,
+        ..constrained(&prompt, &schema, 128)
+    };
+    let after = wring_engine::GrammarStart::After { close };
+    let out = collect(f.plain.submit(waiting(after)).unwrap());
+    assert_stopped(&out, "grammar after the closing token");
+    assert_eq!(
+        out.ids[..=k],
+        free.ids[..=k],
+        "the grammar bound before the closing token"
+    );
+    let answer = f.tokenizer.decode(&out.ids[k + 1..], true).unwrap();
+    let v: Value = serde_json::from_str(&answer).unwrap_or_else(|e| panic!("{e}: {answer:?}"));
+    check_person(&v);
+    let bound_at_once = collect(f.plain.submit(constrained(&prompt, &schema, 128)).unwrap());
+    assert_ne!(
+        bound_at_once.ids.get(..=k),
+        Some(&free.ids[..=k]),
+        "the test needs a free output the grammar would forbid"
+    );
+    for (engine, what) in [(&f.spec, "padded K 4"), (&f.adaptive, "adaptive K")] {
+        // Twice: the second time the drafter knows the output and drafts across `close`.
+        for round in 0..2 {
+            let spec_out = collect(engine.submit(waiting(after)).unwrap());
+            assert_eq!(
+                spec_out.ids, out.ids,
+                "{what}: speculation changed the output"
+            );
+            assert_eq!(spec_out.reason, out.reason, "{what}");
+            if round == 1 {
+                assert!(
+                    spec_out.usage.accepted_tokens > 0,
+                    "{what}: {:?}",
+                    spec_out.usage
+                );
+            }
+        }
+    }
+
+    // FirstOr: the model's first token is `open` (its own argmax): the grammar waits as
+    // above. A first token that is not `open` is the grammar's: the output is that of a
+    // grammar binding from the start.
+    let first_or = wring_engine::GrammarStart::FirstOr {
+        open: free.ids[0],
+        close,
+    };
+    let o = collect(f.plain.submit(waiting(first_or)).unwrap());
+    assert_eq!(o.ids, out.ids, "a first token `open` starts the thinking");
+    let never_first = (0..f.tokenizer.vocab_size() as u32)
+        .rev()
+        .find(|t| !free.ids.contains(t) && !bound_at_once.ids.contains(t))
+        .unwrap();
+    let o = collect(
+        f.plain
+            .submit(waiting(wring_engine::GrammarStart::FirstOr {
+                open: never_first,
+                close,
+            }))
+            .unwrap(),
+    );
+    assert_eq!(
+        o.ids, bound_at_once.ids,
+        "without `open` first the grammar binds from the first token"
+    );
+    let o = collect(f.spec.submit(waiting(first_or)).unwrap());
+    assert_eq!(o.ids, out.ids, "padded K 4 with FirstOr");
+
+    // A closing token that never comes: nothing is constrained.
+    let absent = (0..f.tokenizer.vocab_size() as u32)
+        .rev()
+        .find(|t| !free.ids.contains(t))
+        .unwrap();
+    let never = GenerateRequest {
+        grammar_start: wring_engine::GrammarStart::After { close: absent },
+        ..constrained(&prompt, &schema, 24)
+    };
+    for engine in [&f.plain, &f.spec] {
+        let o = collect(engine.submit(never.clone()).unwrap());
+        assert_eq!(
+            o.ids, free.ids,
+            "a grammar that never binds changes nothing"
+        );
+        assert_eq!(o.reason, Some(FinishReason::Length));
+    }
+}

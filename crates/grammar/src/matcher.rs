@@ -27,6 +27,13 @@ impl TokenMask {
         self.vocab_size
     }
 
+    /// Allows `token` too (ids at or past [`TokenMask::vocab_size`] stay forbidden).
+    pub fn allow(&mut self, token: u32) {
+        if (token as usize) < self.vocab_size && (token as usize) < self.bits.len() {
+            self.bits.allow_token(token);
+        }
+    }
+
     pub fn count(&self) -> usize {
         (0..self.vocab_size as u32)
             .filter(|&t| self.allows(t))

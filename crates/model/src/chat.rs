@@ -83,18 +83,45 @@ impl ChatTemplate {
         tools: Option<&serde_json::Value>,
         add_generation_prompt: bool,
     ) -> Result<String> {
+        self.render_json_with(
+            messages,
+            tools,
+            add_generation_prompt,
+            &serde_json::Map::new(),
+        )
+    }
+
+    /// [`ChatTemplate::render_json`] with extra template variables, as the keyword
+    /// arguments of `apply_chat_template(messages, tools=..., **kwargs)` (Qwen3's
+    /// `enable_thinking`, say). The variables this method sets itself (`messages`,
+    /// `tools`, `add_generation_prompt`, `bos_token`, `eos_token`) win over `extra`.
+    pub fn render_json_with(
+        &self,
+        messages: &serde_json::Value,
+        tools: Option<&serde_json::Value>,
+        add_generation_prompt: bool,
+        extra: &serde_json::Map<String, serde_json::Value>,
+    ) -> Result<String> {
         let tmpl = self
             .env
             .get_template("chat")
             .expect("added at construction");
-        tmpl.render(context! {
+        let own = context! {
             messages => messages,
             tools => tools,
             add_generation_prompt => add_generation_prompt,
             bos_token => self.bos_token,
             eos_token => self.eos_token,
-        })
-        .map_err(|e| anyhow!("chat template failed: {e}"))
+        };
+        let ctx = if extra.is_empty() {
+            own
+        } else {
+            // `context!`'s spread: the first value that has a key wins.
+            let extra = minijinja::Value::from_serialize(extra);
+            context! { ..own, ..extra }
+        };
+        tmpl.render(ctx)
+            .map_err(|e| anyhow!("chat template failed: {e}"))
     }
 
     pub fn render(&self, messages: &[ChatMessage], add_generation_prompt: bool) -> Result<String> {
@@ -170,6 +197,32 @@ mod tests {
             t.render(&[ChatMessage::new("user", "  x  ")], false)
                 .unwrap(),
             "x"
+        );
+    }
+
+    #[test]
+    fn extra_variables_reach_the_template_and_never_replace_its_own() {
+        // Qwen3's switch, as the tiny Qwen3 of tests/data/hf_tiny writes it.
+        let src = "{%- for m in messages %}{{ m.role }}:{{ m.content }};{%- endfor %}{%- if add_generation_prompt %}A:{%- if enable_thinking is defined and enable_thinking is false %}{{- '<think>\n\n</think>\n\n' }}{%- endif %}{%- endif %}";
+        let t = ChatTemplate::new(src, "", "").unwrap();
+        let msgs = serde_json::json!([{"role": "user", "content": "hi"}]);
+        let with = |extra: serde_json::Value| {
+            t.render_json_with(&msgs, None, true, extra.as_object().unwrap())
+                .unwrap()
+        };
+        assert_eq!(with(serde_json::json!({})), "user:hi;A:");
+        assert_eq!(
+            with(serde_json::json!({"enable_thinking": false})),
+            "user:hi;A:<think>\n\n</think>\n\n"
+        );
+        assert_eq!(
+            with(serde_json::json!({"enable_thinking": true})),
+            "user:hi;A:"
+        );
+        assert_eq!(
+            with(serde_json::json!({"add_generation_prompt": false, "messages": []})),
+            "user:hi;A:",
+            "the renderer's own variables win"
         );
     }
 

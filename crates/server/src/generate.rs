@@ -19,7 +19,7 @@ use wring_engine::api::{
 };
 use wring_engine::RequestHandle;
 
-use crate::choice::{total_usage, ChoiceOut, ChoiceSetup, ToolOutput, Update};
+use crate::choice::{total_usage, ChoiceOut, ChoiceSetup, ReasoningOutput, ToolOutput, Update};
 use crate::error::ApiError;
 use crate::logprobs::{Formatted, LogprobFormatter};
 use crate::params::{context_exceeded, LogprobsFormat};
@@ -60,6 +60,8 @@ pub struct ResponseShape {
     pub prompt_param: &'static str,
     /// Chat with tools offered: how calls are found in the output.
     pub tools: Option<ToolOutput>,
+    /// Chat with a reasoning parser: how the thinking is split off.
+    pub reasoning: Option<ReasoningOutput>,
 }
 
 /// One choice to generate.
@@ -99,6 +101,7 @@ pub async fn respond(
             lp,
             shape.logprobs,
             shape.tools.as_ref(),
+            shape.reasoning,
             &id,
         ));
         requests.push(c.req);
@@ -321,12 +324,17 @@ impl Run {
                     .into_iter()
                     .map(|o| {
                         let finish_reason = o.finish_reason();
-                        let content = (o.calls.is_empty() || !o.text.is_empty()).then_some(o.text);
+                        let reasoning = o.reasoning();
+                        // No answer is null after tool calls or thinking (vLLM's rule).
+                        let content = (!o.text.is_empty() || (o.calls.is_empty() && !o.reasoned()))
+                            .then_some(o.text);
                         ChatChoice {
                             index: o.index,
                             message: ChatMessageOut {
                                 role: "assistant",
                                 content,
+                                reasoning_content: reasoning.clone(),
+                                reasoning,
                                 tool_calls: o.calls,
                             },
                             logprobs: with_lp.then_some(o.chat_lp),
@@ -371,7 +379,7 @@ impl Run {
                         ChatDelta {
                             role: Some("assistant"),
                             content: Some(String::new()),
-                            tool_calls: None,
+                            ..Default::default()
                         },
                         None,
                         None,
@@ -460,10 +468,19 @@ impl Run {
         let mut out = Vec::new();
         match self.shape.endpoint {
             Endpoint::Chat => {
-                let lp = match update.logprobs {
+                let mut lp = match update.logprobs {
                     Some(Formatted::Chat(c)) => Some(c),
                     _ => None,
                 };
+                // The thinking comes before the answer; the logprobs ride on the first chunk.
+                if !update.reasoning.is_empty() {
+                    let delta = ChatDelta {
+                        reasoning_content: Some(update.reasoning.clone()),
+                        reasoning: Some(update.reasoning),
+                        ..Default::default()
+                    };
+                    out.push(self.chat_chunk(index, delta, lp.take(), None));
+                }
                 if !update.content.is_empty() || lp.is_some() {
                     let delta = ChatDelta {
                         content: Some(update.content),

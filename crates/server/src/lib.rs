@@ -5,8 +5,9 @@
 //!   into engine requests, with an OpenAI-shaped 4xx for every kind of bad input.
 //! - `generate`: one request's life: submit its choices (`n` samples of each prompt,
 //!   siblings after the first so they share its cached prompt blocks), then a JSON
-//!   body or an SSE stream; `choice`: one choice's output (tool calls parsed out,
-//!   logprobs, echo). The engine's `RequestHandle`s are owned by the response, so a
+//!   body or an SSE stream; `choice`: one choice's output (a reasoning model's
+//!   thinking split off by `reasoning`, tool calls parsed out of the answer, logprobs,
+//!   echo). The engine's `RequestHandle`s are owned by the response, so a
 //!   client that goes away aborts its requests (and frees their KV blocks) when
 //!   hyper drops the body.
 //! - `tokenize`: vLLM's `/tokenize` and `/detokenize`.
@@ -36,6 +37,7 @@ pub mod prompt;
 pub mod prompts;
 pub mod protocol;
 pub mod readiness;
+pub mod reasoning;
 pub mod routes;
 pub mod state;
 pub mod stats;

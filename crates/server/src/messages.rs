@@ -53,13 +53,14 @@ fn message(i: usize, m: &ChatMessageIn) -> Result<Value, ApiError> {
         }
         Some(v) => tool_calls(i, v)?,
     };
+    let reasoning = reasoning(i, role, m)?;
     let content = match m.content.as_ref().filter(|v| !v.is_null()) {
         Some(c) => message_text(i, c)?,
-        None if !tool_calls.is_empty() => String::new(),
+        None if !tool_calls.is_empty() || reasoning.is_some() => String::new(),
         None => {
             return Err(ApiError::invalid_param(
                 format!("messages[{i}].content"),
-                "`content` must be a string or an array of text parts; only an assistant message with `tool_calls` may leave it null.",
+                "`content` must be a string or an array of text parts; only an assistant message with `tool_calls` or reasoning may leave it null.",
             ))
         }
     };
@@ -75,7 +76,41 @@ fn message(i: usize, m: &ChatMessageIn) -> Result<Value, ApiError> {
     if let Some(id) = &m.tool_call_id {
         out.insert("tool_call_id".into(), json!(id));
     }
+    if let Some(r) = reasoning {
+        // Under both names: Qwen3's template reads `reasoning_content`.
+        out.insert("reasoning_content".into(), json!(r));
+        out.insert("reasoning".into(), json!(r));
+    }
     Ok(Value::Object(out))
+}
+
+/// An assistant's earlier thinking, sent back as a response gave it: `reasoning_content`
+/// or `reasoning` (vLLM's two names; the first wins), a string.
+fn reasoning(i: usize, role: &str, m: &ChatMessageIn) -> Result<Option<String>, ApiError> {
+    let mut found = None;
+    for (name, v) in [
+        ("reasoning_content", &m.reasoning_content),
+        ("reasoning", &m.reasoning),
+    ] {
+        let Some(v) = v.as_ref().filter(|v| !v.is_null()) else {
+            continue;
+        };
+        let param = format!("messages[{i}].{name}");
+        if role != "assistant" {
+            return Err(ApiError::invalid_param(
+                param,
+                format!("Only assistant messages may have `{name}`."),
+            ));
+        }
+        let Some(text) = v.as_str() else {
+            return Err(ApiError::invalid_param(
+                param,
+                format!("`{name}` must be a string; got {}.", json_kind(v)),
+            ));
+        };
+        found.get_or_insert_with(|| text.to_string());
+    }
+    Ok(found)
 }
 
 /// An assistant's earlier calls, with `arguments` parsed into JSON values.
@@ -201,6 +236,25 @@ mod tests {
     }
 
     #[test]
+    fn a_reasoning_models_response_message_can_be_sent_back() {
+        // What a response with a reasoning parser gives: thinking, no content (the
+        // output never closed its block), or both.
+        let out = parse(json!([
+            {"role": "user", "content": "Hi"},
+            {"role": "assistant", "content": null, "reasoning_content": "hmm", "reasoning": "hmm"},
+            {"role": "user", "content": "And?"},
+            {"role": "assistant", "content": "Paris.", "reasoning": "think"}
+        ]))
+        .unwrap();
+        assert_eq!(
+            out[1],
+            json!({"role": "assistant", "content": "", "reasoning_content": "hmm", "reasoning": "hmm"})
+        );
+        assert_eq!(out[3]["reasoning_content"], "think");
+        assert_eq!(out[3]["content"], "Paris.");
+    }
+
+    #[test]
     fn bad_messages_are_named() {
         let cases = [
             (json!([]), "messages"),
@@ -236,6 +290,14 @@ mod tests {
             (
                 json!([{"role": "assistant", "content": "x", "function_call": {"name": "f"}}]),
                 "messages[0].function_call",
+            ),
+            (
+                json!([{"role": "user", "content": "x", "reasoning_content": "y"}]),
+                "messages[0].reasoning_content",
+            ),
+            (
+                json!([{"role": "assistant", "content": null, "reasoning": 7}]),
+                "messages[0].reasoning",
             ),
         ];
         for (body, param) in cases {

@@ -3,7 +3,9 @@
 //! (rejected clearly instead of silently ignored).
 
 use serde_json::Value;
-use wring_engine::api::{GenerateRequest, GrammarMatcher, SamplingParams, SpecOverrides};
+use wring_engine::api::{
+    GenerateRequest, GrammarMatcher, GrammarStart, SamplingParams, SpecOverrides,
+};
 
 use crate::body::json_kind;
 use crate::error::ApiError;
@@ -46,6 +48,8 @@ pub struct Plan {
     pub constraint: Option<Constraint>,
     /// The compiled constraint at the start of the output (cloned per choice).
     pub grammar: Option<GrammarMatcher>,
+    /// Where the grammar starts to bind (after a reasoning model's thinking).
+    pub grammar_start: GrammarStart,
     pub stop_strings: Vec<String>,
     pub stop_token_ids: Vec<u32>,
     pub ignore_eos: bool,
@@ -117,6 +121,7 @@ impl Plan {
             ignore_eos: self.ignore_eos,
             spec: self.spec,
             grammar: self.grammar,
+            grammar_start: self.grammar_start,
             replay_output: match self.replay_output {
                 Some(ReplayOutput::Ids(ids)) => Some(ids),
                 Some(ReplayOutput::Text(_)) => {
@@ -256,6 +261,49 @@ pub struct Limits {
 pub struct ChatInput {
     pub messages: Vec<Value>,
     pub tools: ToolPlan,
+    /// The request's `chat_template_kwargs` (checked; the server's defaults go under them
+    /// when the prompt is rendered).
+    pub template_kwargs: serde_json::Map<String, Value>,
+    /// vLLM's `reasoning_effort` (one of `reasoning::REASONING_EFFORTS`).
+    pub reasoning_effort: Option<String>,
+    /// vLLM's `include_reasoning`: false leaves the reasoning out of the response.
+    pub include_reasoning: bool,
+}
+
+/// `chat_template_kwargs`, `reasoning_effort` and `include_reasoning`, checked.
+fn template_fields(
+    req: &ChatCompletionRequest,
+) -> Result<(serde_json::Map<String, Value>, Option<String>), ApiError> {
+    let kwargs = match &req.chat_template_kwargs {
+        None | Some(Value::Null) => serde_json::Map::new(),
+        Some(Value::Object(o)) => o.clone(),
+        Some(other) => {
+            return Err(ApiError::invalid_param(
+                "chat_template_kwargs",
+                format!(
+                    "`chat_template_kwargs` must be an object of template variables; got {}.",
+                    json_kind(other)
+                ),
+            ))
+        }
+    };
+    crate::reasoning::check_template_kwargs(&kwargs, "chat_template_kwargs")
+        .map_err(|(param, msg)| ApiError::invalid_param(param, msg))?;
+    let efforts = crate::reasoning::REASONING_EFFORTS;
+    let effort = match &req.reasoning_effort {
+        None | Some(Value::Null) => None,
+        Some(Value::String(e)) if efforts.contains(&e.as_str()) => Some(e.clone()),
+        Some(other) => {
+            return Err(ApiError::invalid_param(
+                "reasoning_effort",
+                format!(
+                    "`reasoning_effort` must be one of {}; got {other}.",
+                    efforts.join(", ")
+                ),
+            ))
+        }
+    };
+    Ok((kwargs, effort))
 }
 
 pub fn chat_plan(
@@ -344,7 +392,17 @@ pub fn chat_plan(
         plan.sampling.dry_multiplier = 0.0;
     }
     let messages = chat_messages(&req.messages)?;
-    Ok((plan, ChatInput { messages, tools }))
+    let (template_kwargs, reasoning_effort) = template_fields(req)?;
+    Ok((
+        plan,
+        ChatInput {
+            messages,
+            tools,
+            template_kwargs,
+            reasoning_effort,
+            include_reasoning: req.include_reasoning.unwrap_or(true),
+        },
+    ))
 }
 
 pub fn completion_plan(
@@ -578,6 +636,7 @@ fn common_plan(c: Common<'_>, limits: Limits, num_prompts: usize) -> Result<Plan
         echo: false,
         constraint,
         grammar: None,
+        grammar_start: GrammarStart::First,
         stop_strings: stop_strings(c.stop)?,
         stop_token_ids,
         ignore_eos: c.ignore_eos.unwrap_or(false),
@@ -1059,6 +1118,30 @@ mod tests {
             (
                 serde_json::json!({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}),
                 "messages[0].content",
+            ),
+            (
+                serde_json::json!({"messages": m, "chat_template_kwargs": [1]}),
+                "chat_template_kwargs",
+            ),
+            (
+                serde_json::json!({"messages": m, "chat_template_kwargs": "enable_thinking=false"}),
+                "chat_template_kwargs",
+            ),
+            (
+                serde_json::json!({"messages": m, "chat_template_kwargs": {"enable_thinking": "false"}}),
+                "chat_template_kwargs.enable_thinking",
+            ),
+            (
+                serde_json::json!({"messages": m, "chat_template_kwargs": {"tools": []}}),
+                "chat_template_kwargs.tools",
+            ),
+            (
+                serde_json::json!({"messages": m, "reasoning_effort": "extreme"}),
+                "reasoning_effort",
+            ),
+            (
+                serde_json::json!({"messages": m, "reasoning_effort": 3}),
+                "reasoning_effort",
             ),
         ];
         for (body, param) in chat_cases {

@@ -66,6 +66,12 @@ pub struct ChatCompletionRequest {
     pub guided_choice: Option<Value>,
     pub guided_grammar: Option<Value>,
     pub structured_outputs: Option<Value>,
+    // vLLM's chat-template and reasoning fields: variables for the chat template,
+    // `reasoning_effort` (OpenAI's field; vLLM's shorthand for `enable_thinking`), and
+    // whether the response carries the reasoning.
+    pub chat_template_kwargs: Option<Value>,
+    pub reasoning_effort: Option<Value>,
+    pub include_reasoning: Option<bool>,
     // wring extensions: speculative-decoding controls.
     pub workload: Option<String>,
     pub k_policy: Option<String>,
@@ -119,6 +125,9 @@ impl ChatCompletionRequest {
         "guided_choice",
         "guided_grammar",
         "structured_outputs",
+        "chat_template_kwargs",
+        "reasoning_effort",
+        "include_reasoning",
         "workload",
         "k_policy",
         "replay_output",
@@ -126,8 +135,10 @@ impl ChatCompletionRequest {
 }
 
 /// One message of `messages`. `content` is a string, an array of text parts, or
-/// null (only for an assistant message with `tool_calls`). `refusal` and
-/// `function_call` are accepted as null so that a response message can be sent back.
+/// null (only for an assistant message with `tool_calls` or reasoning). `refusal` and
+/// `function_call` are accepted as null so that a response message can be sent back, and
+/// an assistant's `reasoning_content` / `reasoning` (a reasoning model's thinking, as a
+/// response gives it) reach the template, which may write it back (Qwen3's does).
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ChatMessageIn {
@@ -139,6 +150,8 @@ pub struct ChatMessageIn {
     pub tool_call_id: Option<String>,
     pub refusal: Option<Value>,
     pub function_call: Option<Value>,
+    pub reasoning_content: Option<Value>,
+    pub reasoning: Option<Value>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -340,8 +353,14 @@ pub struct FunctionDelta {
 #[derive(Debug, Clone, Serialize)]
 pub struct ChatMessageOut {
     pub role: &'static str,
-    /// Null when the message is only tool calls.
+    /// Null when the message is only tool calls, or only reasoning.
     pub content: Option<String>,
+    /// A reasoning model's thinking (the reasoning parser's; absent when it is off for
+    /// the request): vLLM's `reasoning_content`, and `reasoning`, its newer name for it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reasoning_content: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reasoning: Option<String>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub tool_calls: Vec<ToolCallOut>,
 }
@@ -370,6 +389,11 @@ pub struct ChatDelta {
     pub role: Option<&'static str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub content: Option<String>,
+    /// New reasoning text, under both of vLLM's names (see [`ChatMessageOut`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reasoning_content: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reasoning: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tool_calls: Option<Vec<ToolCallDelta>>,
 }
@@ -425,6 +449,10 @@ pub struct ModelCard {
     /// the template's own; absent = the template's (wring's extension).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub default_system_message: Option<String>,
+    /// The reasoning parser chat responses go through (`qwen3`, `deepseek_r1`); absent
+    /// when off (wring's extension).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reasoning_parser: Option<&'static str>,
 }
 
 /// The sampling a request gets for fields it leaves out, where that is not OpenAI's

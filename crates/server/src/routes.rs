@@ -12,11 +12,11 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 
 use crate::body::{parse_json_object, read_limited, require_json};
-use crate::choice::ToolOutput;
+use crate::choice::{ReasoningOutput, ToolOutput};
 use crate::error::ApiError;
 use crate::generate::{respond, ChoiceRequest, Endpoint, ResponseShape};
 use crate::params::{chat_plan, completion_plan, Limits, Plan, PromptInput, ReplayOutput};
-use crate::prompt::{check_model, encode, render_prompt, tool_format};
+use crate::prompt::{check_model, encode, render_prompt, tool_format, TemplateArgs};
 use crate::protocol::{
     ChatCompletionRequest, CompletionRequest, ModelCard, ModelList, SamplingDefaults,
 };
@@ -104,18 +104,29 @@ async fn chat_completions(
     let req: ChatCompletionRequest = parse_json_object(&bytes, ChatCompletionRequest::FIELDS)?;
     check_model(&state, req.model.as_deref())?;
     let (mut plan, input) = chat_plan(&req, workload_header(&headers), limits(&state))?;
+    let args = TemplateArgs {
+        kwargs: Some(&input.template_kwargs),
+        reasoning_effort: input.reasoning_effort.as_deref(),
+    };
+    let prompt = render_prompt(&state, input.messages.clone(), &input.tools, args)?;
+    let rendered = prompt.rendered;
     // A forced tool call is constrained by the grammar of the call (the combination
-    // with another constraint was refused by `chat_plan`).
-    if let Some(spec) = forced_call_grammar(&input.tools, tool_format(&state)) {
+    // with another constraint was refused by `chat_plan`); its opening is in the
+    // prompt, or (a reasoning model, which thinks first) in the grammar.
+    let with_opening = rendered.forced_opening.is_some();
+    if let Some(spec) = forced_call_grammar(&input.tools, tool_format(&state), with_opening) {
         plan.constraint = Some(structured::Constraint {
             spec,
             param: "tool_choice".into(),
         });
     }
+    // With a reasoning parser the grammar binds the answer after the thinking.
+    if let (Some(r), Some(c)) = (&state.reasoning, &plan.constraint) {
+        plan.grammar_start = r.grammar_start(prompt.split, &c.param)?;
+    }
     compile_constraint(&state, &mut plan).await?;
     tokenize_replay(&state, &mut plan)?;
     plan.trace_id = request_id_header(&headers);
-    let rendered = render_prompt(&state, input.messages, &input.tools)?;
     let ids = encode(&state, &rendered.text)?;
     if let Some(stop) = rendered.stop.clone() {
         plan.stop_strings.push(stop);
@@ -125,6 +136,10 @@ async fn chat_completions(
         forced_prefix: rendered.forced_prefix,
         names: input.tools.tools.iter().map(|t| t.name.clone()).collect(),
     });
+    let reasoning = prompt.split.map(|start| ReasoningOutput {
+        start,
+        include: input.include_reasoning,
+    });
     submit(
         state,
         Endpoint::Chat,
@@ -132,6 +147,7 @@ async fn chat_completions(
         vec![(ids, String::new())],
         "messages",
         tools,
+        reasoning,
     )
     .await
 }
@@ -168,7 +184,16 @@ async fn completions(
             }
         })
         .collect::<Result<Vec<_>, ApiError>>()?;
-    submit(state, Endpoint::Completion, plan, prompts, "prompt", None).await
+    submit(
+        state,
+        Endpoint::Completion,
+        plan,
+        prompts,
+        "prompt",
+        None,
+        None,
+    )
+    .await
 }
 
 /// One choice per (prompt, sample); samples of a seeded request get seeds
@@ -180,6 +205,7 @@ async fn submit(
     prompts: Vec<(Vec<u32>, String)>,
     prompt_param: &'static str,
     tools: Option<ToolOutput>,
+    reasoning: Option<ReasoningOutput>,
 ) -> Result<Response, ApiError> {
     let shape = ResponseShape {
         endpoint,
@@ -189,6 +215,7 @@ async fn submit(
         user: plan.user.clone(),
         prompt_param,
         tools,
+        reasoning,
     };
     let id = state.new_request_id(endpoint.id_prefix());
     let n = plan.n;
@@ -300,6 +327,7 @@ fn model_card(state: &AppState, name: &str) -> ModelCard {
         max_model_len: state.info.max_model_len,
         sampling_defaults: sampling_defaults(&state.config),
         default_system_message: state.config.default_system.clone(),
+        reasoning_parser: state.reasoning.as_ref().map(|r| r.kind.name()),
     }
 }
 

@@ -51,6 +51,12 @@ pub struct ServerConfig {
     pub default_system: Option<String>,
     /// Socket settings: listen backlog, connection cap, header-read and idle timeouts.
     pub listen: crate::listen::ListenConfig,
+    /// The reasoning parser (`--reasoning-parser`; resolved against the model by
+    /// `AppState::new`).
+    pub reasoning_parser: crate::reasoning::ParserChoice,
+    /// Chat-template variables of every chat request, under the request's own
+    /// `chat_template_kwargs` (`--default-chat-template-kwargs`).
+    pub default_chat_template_kwargs: serde_json::Map<String, serde_json::Value>,
 }
 
 impl Default for ServerConfig {
@@ -70,6 +76,8 @@ impl Default for ServerConfig {
             dry_multiplier_default: 0.0,
             default_system: None,
             listen: crate::listen::ListenConfig::default(),
+            reasoning_parser: crate::reasoning::ParserChoice::Auto,
+            default_chat_template_kwargs: serde_json::Map::new(),
         }
     }
 }
@@ -84,6 +92,8 @@ pub struct AppState {
     pub grammars: Grammars,
     /// Ready, or draining after a shutdown signal (`ops.rs`: `/ready`).
     pub readiness: crate::readiness::Readiness,
+    /// The reasoning parser chat responses go through (None: off).
+    pub reasoning: Option<crate::reasoning::Reasoning>,
     id_prefix: u32,
     next_id: AtomicU64,
 }
@@ -96,7 +106,19 @@ impl AppState {
         let now = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .unwrap_or_default();
+        let (reasoning, why) = crate::reasoning::resolve(
+            config.reasoning_parser,
+            &info.tokenizer,
+            info.chat_template.as_ref().map(|t| t.source()),
+        );
+        match (&reasoning, config.reasoning_parser) {
+            (None, crate::reasoning::ParserChoice::Named(_)) => {
+                tracing::warn!("reasoning parser: {why}")
+            }
+            _ => tracing::info!("reasoning parser: {why}"),
+        }
         Arc::new(Self {
+            reasoning,
             engine,
             info,
             config,

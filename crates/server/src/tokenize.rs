@@ -14,7 +14,7 @@ use serde_json::Value;
 use crate::body::{parse_json_object, read_limited, require_json};
 use crate::error::ApiError;
 use crate::messages::chat_messages;
-use crate::prompt::{check_model, encode, render_prompt};
+use crate::prompt::{check_model, encode, render_prompt, TemplateArgs};
 use crate::protocol::ChatMessageIn;
 use crate::state::AppState;
 use crate::tools::tool_plan;
@@ -29,6 +29,7 @@ pub struct TokenizeRequest {
     pub add_generation_prompt: Option<bool>,
     pub return_token_strs: Option<bool>,
     pub tools: Option<Value>,
+    pub chat_template_kwargs: Option<Value>,
 }
 
 impl TokenizeRequest {
@@ -40,6 +41,7 @@ impl TokenizeRequest {
         "add_generation_prompt",
         "return_token_strs",
         "tools",
+        "chat_template_kwargs",
     ];
 }
 
@@ -91,8 +93,27 @@ pub async fn tokenize(
             }
             let messages = chat_messages(messages)?;
             let tools = tool_plan(req.tools.as_ref(), None)?;
-            let rendered = render_prompt(&state, messages, &tools)?;
-            encode(&state, &rendered.text)?
+            let kwargs = match &req.chat_template_kwargs {
+                None | Some(Value::Null) => serde_json::Map::new(),
+                Some(Value::Object(o)) => o.clone(),
+                Some(other) => {
+                    return Err(ApiError::invalid_param(
+                        "chat_template_kwargs",
+                        format!(
+                        "`chat_template_kwargs` must be an object of template variables; got {}.",
+                        crate::body::json_kind(other)
+                    ),
+                    ))
+                }
+            };
+            crate::reasoning::check_template_kwargs(&kwargs, "chat_template_kwargs")
+                .map_err(|(param, msg)| ApiError::invalid_param(param, msg))?;
+            let args = TemplateArgs {
+                kwargs: Some(&kwargs),
+                reasoning_effort: None,
+            };
+            let prompt = render_prompt(&state, messages, &tools, args)?;
+            encode(&state, &prompt.rendered.text)?
         }
         _ => {
             return Err(ApiError::invalid(

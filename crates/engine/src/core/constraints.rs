@@ -149,7 +149,7 @@ impl EngineCore {
             };
             for (j, mask) in c.masks().iter().take(1 + r.slots).enumerate() {
                 if let Some(slot) = row_masks.get_mut(r.first_logit + j) {
-                    *slot = Some(mask);
+                    *slot = mask.as_ref();
                 }
             }
         }
@@ -184,7 +184,9 @@ pub(super) fn row_masks(
             continue;
         };
         for (j, mask) in job.constraint.masks().iter().take(1 + r.slots).enumerate() {
-            if r.first_logit + j < logit_rows {
+            // A position before the grammar binds (a reasoning model's thinking) stays
+            // unmasked.
+            if let (Some(mask), true) = (mask, r.first_logit + j < logit_rows) {
                 m.set(r.first_logit + j, mask.words(), mask.vocab_size());
             }
         }

@@ -7,14 +7,43 @@
 //! closed to their declared properties unless the schema allows more), and the
 //! closing brace. The grammar is then complete, the request ends there, and the
 //! call always parses.
+//!
+//! A reasoning model thinks before it calls, so its prompt cannot end inside the call:
+//! then (`with_opening`) the grammar writes the opening too, after up to a few blanks,
+//! and binds only once the thinking has ended (the engine's `GrammarStart`).
 
 use serde_json::Value;
 use wring_grammar::GrammarSpec;
 
+use super::render::forced_opening;
 use super::{ToolChoice, ToolFormat, ToolPlan};
 
-/// The Lark grammar for the forced call's continuation; None when no call is forced.
-pub fn forced_call_grammar(plan: &ToolPlan, format: ToolFormat) -> Option<GrammarSpec> {
+/// The Lark grammar for the forced call's continuation (`with_opening`: the whole call,
+/// its opening included); None when no call is forced.
+pub fn forced_call_grammar(
+    plan: &ToolPlan,
+    format: ToolFormat,
+    with_opening: bool,
+) -> Option<GrammarSpec> {
+    let body = forced_call_body(plan, format)?;
+    if !with_opening {
+        return Some(GrammarSpec::Grammar(body));
+    }
+    let choice = match (&plan.choice, plan.tools.as_slice()) {
+        (ToolChoice::Required, [only]) => ToolChoice::Named(only.name.clone()),
+        (c, _) => c.clone(),
+    };
+    let (opening, _) = forced_opening(&choice, format)?;
+    // The body's `start` becomes `call`; the new start writes the opening first.
+    let body = body.replacen("start:", "call:", 1);
+    Some(GrammarSpec::Grammar(format!(
+        "start: LEAD? {} call\nLEAD: /[ \\t\\r\\n]{{1,4}}/\n{body}",
+        lark_string(&opening)
+    )))
+}
+
+/// The grammar of the call after the opening the prompt would end with.
+fn forced_call_body(plan: &ToolPlan, format: ToolFormat) -> Option<String> {
     let args_key = match format {
         ToolFormat::Hermes => "arguments",
         ToolFormat::Llama3Json => "parameters",
@@ -61,7 +90,7 @@ pub fn forced_call_grammar(plan: &ToolPlan, format: ToolFormat) -> Option<Gramma
             rules.join("\n")
         }
     };
-    Some(GrammarSpec::Grammar(lark))
+    Some(lark)
 }
 
 /// A Lark string literal (llguidance reads them as JSON strings).
@@ -91,16 +120,18 @@ mod tests {
     #[test]
     fn grammars_follow_the_forced_choice() {
         let auto = tool_plan(Some(&tools()), Some(&json!("auto"))).unwrap();
-        assert_eq!(forced_call_grammar(&auto, ToolFormat::Hermes), None);
+        assert_eq!(forced_call_grammar(&auto, ToolFormat::Hermes, false), None);
         let named = json!({"type": "function", "function": {"name": "get_weather"}});
         let plan = tool_plan(Some(&tools()), Some(&named)).unwrap();
-        let Some(GrammarSpec::Grammar(g)) = forced_call_grammar(&plan, ToolFormat::Hermes) else {
+        let Some(GrammarSpec::Grammar(g)) = forced_call_grammar(&plan, ToolFormat::Hermes, false)
+        else {
             panic!("a grammar")
         };
         assert!(g.starts_with("start: args \"}\"\nargs: %json {"), "{g}");
         assert!(g.contains("\"city\""), "{g}");
         let plan = tool_plan(Some(&tools()), Some(&json!("required"))).unwrap();
-        let Some(GrammarSpec::Grammar(g)) = forced_call_grammar(&plan, ToolFormat::Llama3Json)
+        let Some(GrammarSpec::Grammar(g)) =
+            forced_call_grammar(&plan, ToolFormat::Llama3Json, false)
         else {
             panic!("a grammar")
         };
@@ -119,5 +150,19 @@ mod tests {
             g.contains(r#""required":["city"],"additionalProperties":false,"x-guidance""#),
             "{g}"
         );
+        // A reasoning model's call: the grammar writes the opening after its thinking.
+        let named = json!({"type": "function", "function": {"name": "get_time"}});
+        let plan = tool_plan(Some(&tools()), Some(&named)).unwrap();
+        let Some(GrammarSpec::Grammar(g)) = forced_call_grammar(&plan, ToolFormat::Hermes, true)
+        else {
+            panic!("a grammar")
+        };
+        assert!(
+            g.starts_with(
+                r#"start: LEAD? "<tool_call>\n{\"name\": \"get_time\", \"arguments\": " call"#
+            ),
+            "{g}"
+        );
+        assert!(g.contains("\ncall: args \"}\"\n"), "{g}");
     }
 }

@@ -1,8 +1,10 @@
 //! Tool calls out of the model's text, incrementally: text is pushed as it is
 //! generated and comes back as content or as complete calls. Text that could still
 //! open a call is held back (like a stop string), so streamed content never shows
-//! call markup. A call that does not parse, or names a function the request did not
-//! offer, is given back as content, unchanged.
+//! call markup, and so is a run of blanks until what follows it is known: blanks before,
+//! between and after calls are layout, not an answer (a reasoning model writes
+//! `</think>\n\n<tool_call>`). A call that does not parse, or names a function the
+//! request did not offer, is given back as content, unchanged.
 
 use serde_json::Value;
 
@@ -115,12 +117,19 @@ impl ToolCallParser {
                     if let Some(start) = self.buf.find(OPEN) {
                         let before = self.buf[..start].to_string();
                         self.buf.drain(..start + OPEN.len());
-                        self.content(out, before);
+                        // Blanks right before a call are layout.
+                        if !before.trim().is_empty() {
+                            self.content(out, before);
+                        }
                         self.mode = Mode::InCall;
                         continue;
                     }
                     let keep = held_prefix_len(&self.buf, OPEN);
                     let release = self.buf.len() - keep;
+                    // Blanks wait for what follows them (text, a call, or the end).
+                    if self.buf[..release].trim().is_empty() {
+                        return;
+                    }
                     let text: String = self.buf.drain(..release).collect();
                     self.content(out, text);
                     return;
@@ -300,6 +309,27 @@ mod tests {
             ),
             vec![c("<tool_call>\n{\"name\": \"f\", \"argu")]
         );
+    }
+
+    #[test]
+    fn blanks_around_calls_are_layout_and_blanks_in_text_are_kept() {
+        let call = "<tool_call>{\"name\": \"f\", \"arguments\": {}}</tool_call>";
+        for pieces in [
+            vec!["\n\n", call],
+            vec!["\n", "\n", call, "\n"],
+            vec!["\n\n<tool", &call[5..]],
+        ] {
+            assert_eq!(
+                run(ToolFormat::Hermes, "", &pieces),
+                vec![call_of("f", "{}")],
+                "{pieces:?}"
+            );
+        }
+        assert_eq!(
+            run(ToolFormat::Hermes, "", &["Hello", " ", "\n", "world", " "]),
+            vec![c("Hello \nworld ")]
+        );
+        assert_eq!(run(ToolFormat::Hermes, "", &["\n\n"]), vec![c("\n\n")]);
     }
 
     #[test]

@@ -9,7 +9,7 @@
 //! become user turns wrapped in `<tool_response>`.
 
 use anyhow::Result;
-use serde_json::{json, Value};
+use serde_json::{json, Map, Value};
 use wring_model::ChatTemplate;
 
 use super::{ToolChoice, ToolFormat, ToolPlan};
@@ -20,19 +20,44 @@ pub struct RenderedChat {
     /// The prompt text, ending with `forced_prefix`.
     pub text: String,
     /// The opening of a tool call written into the prompt for `required` or a
-    /// named function; the model's output continues it.
+    /// named function ([`RenderedChat::write_forced_opening`]); the model's output
+    /// continues it.
     pub forced_prefix: String,
     /// A stop string that closes a forced call (only one call is forced).
     pub stop: Option<String>,
+    /// What the template writes for the assistant's turn (the text past the same
+    /// conversation rendered without the generation prompt), when asked for and the
+    /// template renders the conversation the same way both times.
+    pub generation_prompt: Option<String>,
+    /// The opening of the forced call (`required`, a named function) and its stop string,
+    /// not yet written: into the prompt by `write_forced_opening`, or (a reasoning model,
+    /// which thinks first) into the call's grammar.
+    pub forced_opening: Option<(String, Option<String>)>,
+}
+
+impl RenderedChat {
+    /// Writes the forced call's opening into the prompt: the output continues inside the
+    /// call.
+    pub fn write_forced_opening(&mut self) {
+        if let Some((prefix, stop)) = self.forced_opening.take() {
+            self.text.push_str(&prefix);
+            self.forced_prefix = prefix;
+            self.stop = stop;
+        }
+    }
 }
 
 /// Renders OpenAI-shaped `messages` (content already a string, tool-call
-/// arguments already objects) with the tools `plan` offers.
+/// arguments already objects) with the tools `plan` offers and the template variables
+/// `kwargs`; `generation_prompt`: find what the template writes for the assistant's turn.
+/// A forced call's opening is left for the caller ([`RenderedChat::forced_opening`]).
 pub fn render_chat(
     template: &ChatTemplate,
     messages: Vec<Value>,
     plan: &ToolPlan,
     format: ToolFormat,
+    kwargs: &Map<String, Value>,
+    generation_prompt: bool,
 ) -> Result<RenderedChat> {
     let offered: Vec<Value> = match &plan.choice {
         ToolChoice::None => Vec::new(),
@@ -47,9 +72,9 @@ pub fn render_chat(
         }
     };
     let native = template.source().contains("tools") && template.source().contains("tool_call");
-    let mut text = if native {
+    let (messages, tools) = if native {
         let tools = (!offered.is_empty()).then(|| Value::Array(offered));
-        template.render_json(&Value::Array(messages), tools.as_ref(), true)?
+        (messages, tools)
     } else {
         let mut messages: Vec<Value> = messages
             .into_iter()
@@ -58,25 +83,35 @@ pub fn render_chat(
         if !offered.is_empty() {
             add_tools_block(&mut messages, &offered, format);
         }
-        template.render_json(&Value::Array(messages), None, true)?
+        (messages, None)
+    };
+    let messages = Value::Array(messages);
+    let text = template.render_json_with(&messages, tools.as_ref(), true, kwargs)?;
+    let generation_prompt = if generation_prompt {
+        let bare = template.render_json_with(&messages, tools.as_ref(), false, kwargs)?;
+        text.strip_prefix(bare.as_str()).map(str::to_string)
+    } else {
+        None
     };
     // `required` with a single tool can only mean that one.
     let choice = match (&plan.choice, plan.tools.as_slice()) {
         (ToolChoice::Required, [only]) => ToolChoice::Named(only.name.clone()),
         (c, _) => c.clone(),
     };
-    let (forced_prefix, stop) = forced_opening(&choice, format);
-    text.push_str(&forced_prefix);
     Ok(RenderedChat {
         text,
-        forced_prefix,
-        stop,
+        forced_prefix: String::new(),
+        stop: None,
+        generation_prompt,
+        forced_opening: forced_opening(&choice, format),
     })
 }
 
-fn forced_opening(choice: &ToolChoice, format: ToolFormat) -> (String, Option<String>) {
+/// The opening of a forced call and the stop string that closes it; None when no call
+/// is forced.
+pub fn forced_opening(choice: &ToolChoice, format: ToolFormat) -> Option<(String, Option<String>)> {
     let name = match choice {
-        ToolChoice::None | ToolChoice::Auto => return (String::new(), None),
+        ToolChoice::None | ToolChoice::Auto => return None,
         ToolChoice::Required => None,
         ToolChoice::Named(n) => Some(n),
     };
@@ -92,7 +127,7 @@ fn forced_opening(choice: &ToolChoice, format: ToolFormat) -> (String, Option<St
         None => format!("{open}{{\"name\": \""),
         Some(n) => format!("{open}{{\"name\": \"{n}\", \"{args_key}\": "),
     };
-    (prefix, stop)
+    Some((prefix, stop))
 }
 
 /// A message for a template without tool support: calls written into the content,
@@ -171,6 +206,14 @@ mod tests {
         tool_plan(Some(&tools), Some(&choice)).unwrap()
     }
 
+    /// Renders as the server does for a model that does not think: a forced call's
+    /// opening goes into the prompt.
+    fn render(t: &ChatTemplate, messages: Vec<Value>, plan: &ToolPlan) -> RenderedChat {
+        let mut r = render_chat(t, messages, plan, ToolFormat::Hermes, &Map::new(), false).unwrap();
+        r.write_forced_opening();
+        r
+    }
+
     fn history() -> Vec<Value> {
         vec![
             json!({"role": "user", "content": "Weather in Paris?"}),
@@ -182,20 +225,20 @@ mod tests {
     #[test]
     fn native_templates_get_the_tools_variable_and_structured_calls() {
         let t = ChatTemplate::new(NATIVE, "", "").unwrap();
-        let r = render_chat(&t, history(), &plan(json!("auto")), ToolFormat::Hermes).unwrap();
+        let r = render(&t, history(), &plan(json!("auto")));
         assert_eq!(
             r.text,
             "<tools>get_weather;get_time;</tools>[user]Weather in Paris?[assistant]<tool_call>get_weather:Paris</tool_call>[tool]22C[assistant]"
         );
         assert_eq!((r.forced_prefix.as_str(), r.stop), ("", None));
         let named = json!({"type": "function", "function": {"name": "get_time"}});
-        let r = render_chat(&t, history(), &plan(named), ToolFormat::Hermes).unwrap();
+        let r = render(&t, history(), &plan(named));
         assert!(r.text.starts_with("<tools>get_time;</tools>"), "{}", r.text);
         assert!(r
             .text
             .ends_with("[assistant]<tool_call>\n{\"name\": \"get_time\", \"arguments\": "));
         assert_eq!(r.stop.as_deref(), Some("</tool_call>"));
-        let r = render_chat(&t, history(), &plan(json!("none")), ToolFormat::Hermes).unwrap();
+        let r = render(&t, history(), &plan(json!("none")));
         assert!(
             r.text.starts_with("[user]"),
             "none offers no tools: {}",
@@ -206,7 +249,7 @@ mod tests {
     #[test]
     fn templates_without_tools_get_a_system_block_and_inlined_turns() {
         let t = ChatTemplate::new(CHATML, "", "").unwrap();
-        let r = render_chat(&t, history(), &plan(json!("required")), ToolFormat::Hermes).unwrap();
+        let r = render(&t, history(), &plan(json!("required")));
         assert!(
             r.text.starts_with("<|im_start|>system\n# Tools"),
             "{}",
@@ -224,7 +267,7 @@ mod tests {
         // An existing system message keeps its text, followed by the block.
         let mut msgs = history();
         msgs.insert(0, json!({"role": "system", "content": "Be brief."}));
-        let r = render_chat(&t, msgs, &plan(json!("auto")), ToolFormat::Hermes).unwrap();
+        let r = render(&t, msgs, &plan(json!("auto")));
         assert!(
             r.text
                 .starts_with("<|im_start|>system\nBe brief.\n\n# Tools"),

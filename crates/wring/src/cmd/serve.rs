@@ -61,6 +61,17 @@ pub struct Args {
     /// `<tool_call>` or Llama 3.1 JSON), hermes, llama3_json.
     #[arg(long, default_value = "auto")]
     pub tool_call_parser: String,
+    /// How a reasoning model's thinking (`<think>` … `</think>`) is split off chat
+    /// responses into `reasoning_content`, as vLLM's parsers do: qwen3, deepseek_r1, none,
+    /// or auto: on when the chat template writes `<think>` or the tokenizer has
+    /// `<think>`/`</think>` tokens (qwen3 when the template has `enable_thinking`, else
+    /// deepseek_r1); the choice is logged at start-up and shown in /v1/models.
+    #[arg(long, default_value = "auto")]
+    pub reasoning_parser: String,
+    /// Chat-template variables of every chat request, as a JSON object (e.g.
+    /// '{"enable_thinking": false}'); a request's own `chat_template_kwargs` win key by key.
+    #[arg(long, value_name = "JSON")]
+    pub default_chat_template_kwargs: Option<String>,
     /// Largest request body in bytes (413 beyond).
     #[arg(long, default_value_t = 8 << 20)]
     pub max_body_bytes: usize,
@@ -109,7 +120,21 @@ pub fn run(mut args: Args) -> anyhow::Result<()> {
     let tool_call_format = wring_server::tools::ToolFormat::parse(&args.tool_call_parser)
         .map_err(anyhow::Error::msg)
         .context("--tool-call-parser")?;
+    let reasoning_parser = wring_server::reasoning::ParserChoice::parse(&args.reasoning_parser)
+        .map_err(anyhow::Error::msg)
+        .context("--reasoning-parser")?;
+    let default_chat_template_kwargs =
+        template_kwargs_flag(args.default_chat_template_kwargs.as_deref())
+            .context("--default-chat-template-kwargs")?;
+    if !default_chat_template_kwargs.is_empty() {
+        tracing::info!(
+            "chat-template variables of chat requests (a request's chat_template_kwargs win): {}",
+            serde_json::Value::Object(default_chat_template_kwargs.clone())
+        );
+    }
     let mut config = ServerConfig {
+        reasoning_parser,
+        default_chat_template_kwargs,
         served_model_names: args.served_model_name.clone(),
         api_key: args.api_key.clone().filter(|k| !k.is_empty()),
         allowed_origins,
@@ -263,6 +288,26 @@ pub fn run(mut args: Args) -> anyhow::Result<()> {
     })
 }
 
+/// `--default-chat-template-kwargs`: a JSON object of template variables, checked as a
+/// request's `chat_template_kwargs` are.
+fn template_kwargs_flag(
+    flag: Option<&str>,
+) -> anyhow::Result<serde_json::Map<String, serde_json::Value>> {
+    let Some(text) = flag else {
+        return Ok(serde_json::Map::new());
+    };
+    let serde_json::Value::Object(map) =
+        serde_json::from_str(text).map_err(|e| anyhow::anyhow!("not JSON: {e}"))?
+    else {
+        anyhow::bail!(
+            "expected a JSON object of template variables, e.g. '{{\"enable_thinking\": false}}'"
+        );
+    };
+    wring_server::reasoning::check_template_kwargs(&map, "--default-chat-template-kwargs")
+        .map_err(|(_, msg)| anyhow::anyhow!(msg))?;
+    Ok(map)
+}
+
 /// Models whose answers loop without the DRY penalty under their own sampling defaults, by
 /// Hub id: SmolLM2-135M-Instruct at its card's temperature 0.2 looped on 6 of 80 everyday
 /// questions with DRY off and 0 with DRY 0.8 through `wring chat`'s settings (BENCHMARKS.md,
@@ -399,6 +444,24 @@ mod tests {
         assert!(super::dry_default("-1", Some(other.as_path())).is_err());
         assert!(super::dry_default("lots", Some(other.as_path())).is_err());
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn default_chat_template_kwargs_must_be_a_checked_object() {
+        assert!(super::template_kwargs_flag(None).unwrap().is_empty());
+        let m =
+            super::template_kwargs_flag(Some(r#"{"enable_thinking": false, "x": [1]}"#)).unwrap();
+        assert_eq!(m["enable_thinking"], serde_json::json!(false));
+        for bad in [
+            "enable_thinking=false",
+            "[1]",
+            r#"{"enable_thinking": "no"}"#,
+            r#"{"messages": []}"#,
+        ] {
+            assert!(super::template_kwargs_flag(Some(bad)).is_err(), "{bad}");
+        }
+        let cli = Cli::try_parse_from(["serve"]).unwrap();
+        assert_eq!(cli.args.reasoning_parser, "auto");
     }
 
     #[derive(Parser)]
