@@ -28,6 +28,19 @@ impl GgmlType {
             _ => return None,
         })
     }
+    /// The type's id in a GGUF file (what [`GgmlType::from_id`] reads).
+    pub fn id(&self) -> u32 {
+        match self {
+            Self::F32 => 0,
+            Self::F16 => 1,
+            Self::Q4_0 => 2,
+            Self::Q4_1 => 3,
+            Self::Q8_0 => 8,
+            Self::Q4K => 12,
+            Self::Q6K => 14,
+            Self::BF16 => 30,
+        }
+    }
     /// (elements per block, bytes per block)
     pub fn block(&self) -> (usize, usize) {
         match self {

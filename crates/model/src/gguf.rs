@@ -1,11 +1,14 @@
 //! GGUF v2/v3 reader: metadata, tensor directory, and dequantisation of the tensor
-//! types wring supports. Errors name the tensor or key and the problem.
+//! types wring supports; the model configuration a file's metadata describes, by the
+//! keys and tensor names llama.cpp writes (llama, qwen2, qwen3, qwen3moe; Mixtral as
+//! llama with experts). Errors name the tensor or key and the problem.
 
-use anyhow::{bail, ensure, Context, Result};
+use anyhow::{anyhow, bail, ensure, Context, Result};
 use memmap2::Mmap;
 use std::collections::BTreeMap;
 use std::path::Path;
 
+use crate::config::{ModelConfig, MoeConfig, RopeScaling};
 use crate::ggml_type::ggml_type_name;
 pub use crate::ggml_type::GgmlType;
 use crate::quant;
@@ -271,17 +274,378 @@ impl GgufFile {
         &self.mmap[t.offset..t.offset + t.nbytes]
     }
 
-    /// Dequantises a tensor to f32 in GGML order (row-major with `dims[0]` contiguous).
+    /// Whether [`GgufFile::tensor`] finds `name`.
+    pub fn has_tensor(&self, name: &str) -> bool {
+        self.tensors.contains_key(name)
+            || (expert_name(name).is_some() && self.tensor(name).is_ok())
+    }
+
+    /// The tensor wring's canonical `name` reads: a tensor of the file, or one expert of a
+    /// layer's stacked experts. llama.cpp stores a layer's experts as one 3-D tensor,
+    /// `blk.N.ffn_gate_exps.weight` with dims `[in, out, experts]` (each expert's matrix
+    /// contiguous, expert-major, in any GGML type); expert E of it is the canonical
+    /// `blk.N.ffn_gate_exps.E.weight`, a `[in, out]` view of its bytes. Files written
+    /// before llama.cpp stacked experts hold them apart, as `blk.N.ffn_gate.E.weight`.
+    pub fn tensor(&self, name: &str) -> Result<TensorInfo> {
+        if let Some(t) = self.tensors.get(name) {
+            return Ok(t.clone());
+        }
+        let Some((layer, kind, e)) = expert_name(name) else {
+            bail!("tensor {name} is missing from the file");
+        };
+        let stacked = stacked_name(layer, kind);
+        let Some(t) = self.tensors.get(&stacked) else {
+            if let Some(t) = self.tensors.get(&legacy_expert_name(layer, kind, e)) {
+                return Ok(t.clone());
+            }
+            bail!("tensor {stacked} is missing from the file (the experts of layer {layer})");
+        };
+        let [cols, rows, n] = t.dims[..] else {
+            bail!(
+                "tensor {stacked}: shape {:?} in the file, expected 3 dimensions [in, out, experts]",
+                t.dims
+            );
+        };
+        ensure!(
+            e < n,
+            "tensor {stacked} stacks {n} experts; expert {e} is not among them"
+        );
+        let (be, bb) = t.ty.block();
+        ensure!(
+            cols.is_multiple_of(be),
+            "tensor {stacked}: rows of {cols} values are not whole {be}-value blocks of {:?}",
+            t.ty
+        );
+        let nbytes = rows * cols / be * bb;
+        Ok(TensorInfo {
+            name: name.to_string(),
+            dims: vec![cols, rows],
+            ty: t.ty,
+            offset: t.offset + e * nbytes,
+            nbytes,
+        })
+    }
+
+    /// Dequantises a tensor ([`GgufFile::tensor`]: one expert of stacked experts too) to
+    /// f32 in GGML order (row-major with `dims[0]` contiguous).
     pub fn dequantize(&self, name: &str) -> Result<(Vec<usize>, Vec<f32>)> {
-        let t = self
-            .tensors
-            .get(name)
-            .ok_or_else(|| anyhow::anyhow!("tensor {name} is missing from the file"))?;
-        let data = quant::dequantize(t.ty, self.raw(t), t.numel())
+        let t = self.tensor(name)?;
+        let data = quant::dequantize(t.ty, self.raw(&t), t.numel())
             .with_context(|| format!("tensor {name}"))?;
         if let Some(i) = data.iter().position(|x| !x.is_finite()) {
             bail!("tensor {name}: value #{i} is not finite (corrupt file?)");
         }
         Ok((t.dims.clone(), data))
     }
+}
+
+/// The `general.architecture`s wring reads (what a refusal lists).
+pub const GGUF_ARCHITECTURES: &[&str] = &["llama", "qwen2", "qwen3", "qwen3moe"];
+
+impl GgufFile {
+    /// The model configuration the metadata describes, as llama.cpp's converter writes it
+    /// (`{arch}.embedding_length`, `.attention.head_count`, `.expert_count`, ...); the
+    /// vocabulary is `{arch}.vocab_size`, else the tokens of `tokenizer.ggml.tokens`.
+    ///
+    /// The `architecture` is named as Hugging Face's `model_type` would name it: a
+    /// `qwen3moe` file runs as "qwen3_moe", a `llama` file with experts (Mixtral) as
+    /// "mixtral". llama.cpp's converter permutes q/k rows of `llama` files for
+    /// adjacent-pair RoPE (`rope_interleaved`); qwen2/qwen3 files keep Hugging Face's
+    /// order (NEOX rotation of halves). Experts route as llama.cpp routes both
+    /// architectures: softmax over all experts, the top `expert_used_count`, weights
+    /// renormalised to sum 1 (unless `{arch}.expert_weights_norm` says false). A layer
+    /// without a router (`blk.N.ffn_gate_inp.weight`) but with `blk.N.ffn_gate.weight`
+    /// is dense (a Qwen3-MoE's `mlp_only_layers`, which llama.cpp itself does not load).
+    pub fn model_config(&self) -> Result<ModelConfig> {
+        let arch = self
+            .get_str("general.architecture")
+            .ok_or_else(|| anyhow!("metadata key general.architecture is missing"))?;
+        ensure!(
+            GGUF_ARCHITECTURES.contains(&arch),
+            "architecture {arch:?} is not supported (supported: llama (Llama, Mistral, Mixtral), qwen2, qwen3, qwen3moe)"
+        );
+        let k = |s: &str| format!("{arch}.{s}");
+        let req = |s: &str| self.require_u64(&k(s)).map(|v| v as usize);
+        let opt = |s: &str| self.get_u64(&k(s)).map(|v| v as usize);
+        let hidden = req("embedding_length")?;
+        let heads = req("attention.head_count")?;
+        let num_layers = req("block_count")?;
+        ensure!(
+            hidden > 0 && heads > 0 && num_layers > 0,
+            "{arch}.embedding_length, .attention.head_count and .block_count must be positive"
+        );
+        let kv_heads = opt("attention.head_count_kv").unwrap_or(heads);
+        ensure!(
+            kv_heads > 0 && heads.is_multiple_of(kv_heads),
+            "{arch}.attention.head_count_kv {kv_heads} does not divide the {heads} heads"
+        );
+        let head_dim = opt("attention.key_length").unwrap_or(hidden / heads);
+        if let Some(v) = opt("attention.value_length") {
+            ensure!(
+                v == head_dim,
+                "{arch}.attention.value_length {v} differs from the key length {head_dim} (not supported)"
+            );
+        }
+        if let Some(r) = opt("rope.dimension_count") {
+            ensure!(
+                r == head_dim,
+                "{arch}.rope.dimension_count {r}: RoPE over part of a {head_dim}-value head is not supported"
+            );
+        }
+        let experts = opt("expert_count").unwrap_or(0);
+        let model_type = match (arch, experts) {
+            ("llama", 0) => "llama",
+            ("llama", _) => "mixtral",
+            ("qwen3moe", 0) => bail!("metadata key qwen3moe.expert_count is missing or 0"),
+            ("qwen3moe", _) => "qwen3_moe",
+            (other, 0) => other,
+            (other, n) => bail!(
+                "{other}.expert_count is {n}: experts are read for llama (Mixtral) and qwen3moe files only"
+            ),
+        };
+        let ffn = if model_type == "qwen3_moe" {
+            // Only the dense layers use it (llama.cpp does not require it here).
+            opt("feed_forward_length")
+        } else {
+            Some(req("feed_forward_length")?)
+        };
+        let moe = if experts == 0 {
+            None
+        } else {
+            Some(self.moe_config(arch, experts, num_layers, ffn)?)
+        };
+        let intermediate_size = match (ffn, &moe) {
+            (Some(f), _) => f,
+            (None, Some(m)) if m.dense_layers.is_empty() => m.expert_intermediate_size,
+            (None, _) => bail!(
+                "metadata key {arch}.feed_forward_length is missing (the dense layers need it)"
+            ),
+        };
+        let rope_scaling = match self.get_str(&k("rope.scaling.type")) {
+            None | Some("none") => RopeScaling::None,
+            Some("linear") => RopeScaling::Linear {
+                factor: self.get_f64(&k("rope.scaling.factor")).unwrap_or(1.0) as f32,
+            },
+            Some(other) => {
+                bail!("{arch}.rope.scaling.type {other:?} is not supported (none, linear)")
+            }
+        };
+        Ok(ModelConfig {
+            architecture: model_type.into(),
+            hidden_size: hidden,
+            intermediate_size,
+            num_layers,
+            num_heads: heads,
+            num_kv_heads: kv_heads,
+            head_dim,
+            vocab_size: match opt("vocab_size") {
+                Some(v) => v,
+                None => self
+                    .get("tokenizer.ggml.tokens")
+                    .and_then(|t| t.as_array())
+                    .map(|t| t.len())
+                    .ok_or_else(|| {
+                        anyhow!(
+                            "metadata keys {arch}.vocab_size and tokenizer.ggml.tokens are missing"
+                        )
+                    })?,
+            },
+            max_position_embeddings: opt("context_length").unwrap_or(4096),
+            rms_norm_eps: self
+                .get_f64(&k("attention.layer_norm_rms_epsilon"))
+                .unwrap_or(1e-5) as f32,
+            rope_theta: self.get_f64(&k("rope.freq_base")).unwrap_or(10000.0) as f32,
+            rope_scaling,
+            rope_interleaved: arch == "llama",
+            tie_word_embeddings: !self.tensors.contains_key("output.weight"),
+            attention_bias: self.tensors.contains_key("blk.0.attn_q.bias"),
+            qk_norm: matches!(arch, "qwen3" | "qwen3moe"),
+            moe,
+            mla: None,
+        })
+    }
+
+    fn moe_config(
+        &self,
+        arch: &str,
+        experts: usize,
+        num_layers: usize,
+        ffn: Option<usize>,
+    ) -> Result<MoeConfig> {
+        let k = |s: &str| format!("{arch}.{s}");
+        let top_k = self.require_u64(&k("expert_used_count"))? as usize;
+        ensure!(
+            (1..=experts).contains(&top_k),
+            "{arch}.expert_used_count {top_k} must lie in 1..={experts} (the experts)"
+        );
+        // llama.cpp: qwen3moe experts are expert_feed_forward_length wide (else the
+        // feed-forward length over the experts used); llama's (Mixtral's) are the
+        // feed-forward length.
+        let expert_ffn = match (self.get_u64(&k("expert_feed_forward_length")), ffn) {
+            (Some(v), _) => v as usize,
+            (None, Some(f)) if arch == "qwen3moe" => f / top_k,
+            (None, Some(f)) => f,
+            (None, None) => bail!("metadata key {arch}.expert_feed_forward_length is missing"),
+        };
+        if let Some(n) = self.get_u64(&k("expert_shared_count")).filter(|&n| n > 0) {
+            bail!("{arch}.expert_shared_count is {n}: shared experts are not supported");
+        }
+        if let Some(f) = self.get_u64(&k("expert_gating_func")) {
+            ensure!(
+                f == 1,
+                "{arch}.expert_gating_func {f} is not supported (1: softmax)"
+            );
+        }
+        if let Some(s) = self.get_f64(&k("expert_weights_scale")) {
+            ensure!(
+                s == 0.0 || s == 1.0,
+                "{arch}.expert_weights_scale {s} is not supported (routing weights are not scaled)"
+            );
+        }
+        let norm_topk_prob = self
+            .get(&k("expert_weights_norm"))
+            .and_then(|v| v.as_bool())
+            .unwrap_or(true);
+        let dense_layers = (0..num_layers)
+            .filter(|l| {
+                !self
+                    .tensors
+                    .contains_key(&format!("blk.{l}.ffn_gate_inp.weight"))
+                    && self
+                        .tensors
+                        .contains_key(&format!("blk.{l}.ffn_gate.weight"))
+            })
+            .collect();
+        Ok(MoeConfig::softmax(
+            experts,
+            top_k,
+            expert_ffn,
+            norm_topk_prob,
+            dense_layers,
+        ))
+    }
+
+    /// Checks that every tensor `cfg` reads is in the file with the shape it implies
+    /// (GGML order: `[in, out]`, stacked experts `[in, out, experts]`), so a file that
+    /// does not hold the model its metadata describes is refused at load, by tensor name.
+    pub fn check_tensors(&self, cfg: &ModelConfig) -> Result<()> {
+        let (h, hd) = (cfg.hidden_size, cfg.head_dim);
+        let (qd, kvd) = (cfg.num_heads * hd, cfg.num_kv_heads * hd);
+        let expect = |name: &str, dims: &[usize], what: &str| -> Result<()> {
+            let t = self.tensors.get(name).ok_or_else(|| {
+                anyhow!(
+                    "tensor {name} is missing from the file ({what} of this {} model)",
+                    cfg.architecture
+                )
+            })?;
+            ensure!(
+                t.dims == dims,
+                "tensor {name}: shape {:?} in the file, expected {dims:?} ({what})",
+                t.dims
+            );
+            Ok(())
+        };
+        expect(
+            "token_embd.weight",
+            &[h, cfg.vocab_size],
+            "the token embedding: [hidden, vocabulary]",
+        )?;
+        expect("output_norm.weight", &[h], "the final norm")?;
+        if !cfg.tie_word_embeddings {
+            expect(
+                "output.weight",
+                &[h, cfg.vocab_size],
+                "the output projection: [hidden, vocabulary]",
+            )?;
+        }
+        for l in 0..cfg.num_layers {
+            let n = |s: &str| format!("blk.{l}.{s}.weight");
+            expect(&n("attn_norm"), &[h], "the attention norm")?;
+            expect(&n("attn_q"), &[h, qd], "q: [hidden, heads × head_dim]")?;
+            expect(&n("attn_k"), &[h, kvd], "k: [hidden, kv heads × head_dim]")?;
+            expect(&n("attn_v"), &[h, kvd], "v: [hidden, kv heads × head_dim]")?;
+            expect(
+                &n("attn_output"),
+                &[qd, h],
+                "the attention output: [heads × head_dim, hidden]",
+            )?;
+            if cfg.qk_norm {
+                expect(&n("attn_q_norm"), &[hd], "the per-head q norm")?;
+                expect(&n("attn_k_norm"), &[hd], "the per-head k norm")?;
+            }
+            expect(&n("ffn_norm"), &[h], "the feed-forward norm")?;
+            match cfg.moe_layer(l) {
+                None => {
+                    let i = cfg.intermediate_size;
+                    expect(
+                        &n("ffn_gate"),
+                        &[h, i],
+                        "the gate projection: [hidden, ffn]",
+                    )?;
+                    expect(&n("ffn_up"), &[h, i], "the up projection: [hidden, ffn]")?;
+                    expect(
+                        &n("ffn_down"),
+                        &[i, h],
+                        "the down projection: [ffn, hidden]",
+                    )?;
+                }
+                Some(m) => {
+                    let (e, ei) = (m.num_experts, m.expert_intermediate_size);
+                    expect(&n("ffn_gate_inp"), &[h, e], "the router: [hidden, experts]")?;
+                    for (kind, dims) in [
+                        ("ffn_gate_exps", [h, ei]),
+                        ("ffn_up_exps", [h, ei]),
+                        ("ffn_down_exps", [ei, h]),
+                    ] {
+                        let stacked = n(kind);
+                        if self.tensors.contains_key(&stacked) {
+                            expect(
+                                &stacked,
+                                &[dims[0], dims[1], e],
+                                "stacked experts: [in, out, experts]",
+                            )?;
+                            continue;
+                        }
+                        for x in 0..e {
+                            let apart = legacy_expert_name(l, kind, x);
+                            if !self.tensors.contains_key(&apart) {
+                                bail!("tensor {stacked} is missing from the file (the experts of layer {l})");
+                            }
+                            expect(&apart, &dims, "one expert: [in, out]")?;
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The stacked expert kinds: llama.cpp's stacked name and the name of one expert apart in
+/// files from before experts were stacked.
+const EXPERT_KINDS: [(&str, &str); 3] = [
+    ("ffn_gate_exps", "ffn_gate"),
+    ("ffn_up_exps", "ffn_up"),
+    ("ffn_down_exps", "ffn_down"),
+];
+
+/// (layer, stacked kind, expert) of a canonical expert name `blk.N.ffn_gate_exps.E.weight`.
+fn expert_name(name: &str) -> Option<(usize, &'static str, usize)> {
+    let rest = name.strip_prefix("blk.")?.strip_suffix(".weight")?;
+    let (layer, rest) = rest.split_once('.')?;
+    let (kind, e) = rest.split_once('.')?;
+    let kind = EXPERT_KINDS.iter().find(|(k, _)| *k == kind)?.0;
+    Some((layer.parse().ok()?, kind, e.parse().ok()?))
+}
+
+fn stacked_name(layer: usize, kind: &str) -> String {
+    format!("blk.{layer}.{kind}.weight")
+}
+
+fn legacy_expert_name(layer: usize, kind: &str, e: usize) -> String {
+    let apart = EXPERT_KINDS
+        .iter()
+        .find(|(k, _)| *k == kind)
+        .map_or(kind, |(_, a)| a);
+    format!("blk.{layer}.{apart}.{e}.weight")
 }

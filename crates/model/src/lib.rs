@@ -370,58 +370,22 @@ pub fn resolve_model_path(model: Option<&str>) -> Result<PathBuf> {
     bail!("unknown model {m:?}: not a .gguf file, not a model directory, and not a Hugging Face ORG/NAME id")
 }
 
+/// A GGUF file as llama.cpp writes it: configuration from its metadata
+/// ([`gguf::GgufFile::model_config`]), every tensor checked against it, the tokenizer and
+/// chat template from its `tokenizer.*` keys. A file without tensors (vocab-only, what
+/// dummy weights borrow a tokenizer from) is not checked.
 fn load_gguf(path: &Path) -> Result<LoadedModel> {
     let g = gguf::GgufFile::open(path)?;
-    let arch = g.get_str("general.architecture").unwrap_or("").to_string();
-    if !matches!(arch.as_str(), "llama" | "qwen2") {
-        bail!(
-            "{}: architecture {arch:?} is not supported (llama, qwen2)",
-            path.display()
-        );
-    }
-    let k = |s: &str| format!("{arch}.{s}");
-    let hidden = g.require_u64(&k("embedding_length"))? as usize;
-    let heads = g.require_u64(&k("attention.head_count"))? as usize;
+    let config = g
+        .model_config()
+        .with_context(|| format!("{}", path.display()))?;
     let tokenizer = Arc::new(
         Tokenizer::from_gguf(&g).with_context(|| format!("{}: tokenizer", path.display()))?,
     );
-    let vocab = g
-        .get_u64(&k("vocab_size"))
-        .map(|v| v as usize)
-        .unwrap_or_else(|| tokenizer.vocab_size());
-    let config = ModelConfig {
-        architecture: arch.clone(),
-        hidden_size: hidden,
-        intermediate_size: g.require_u64(&k("feed_forward_length"))? as usize,
-        num_layers: g.require_u64(&k("block_count"))? as usize,
-        num_heads: heads,
-        num_kv_heads: g
-            .get_u64(&k("attention.head_count_kv"))
-            .unwrap_or(heads as u64) as usize,
-        head_dim: g
-            .get_u64(&k("attention.key_length"))
-            .map(|v| v as usize)
-            .unwrap_or(hidden / heads),
-        vocab_size: vocab,
-        max_position_embeddings: g.get_u64(&k("context_length")).unwrap_or(4096) as usize,
-        rms_norm_eps: g
-            .get_f64(&k("attention.layer_norm_rms_epsilon"))
-            .unwrap_or(1e-5) as f32,
-        rope_theta: g.get_f64(&k("rope.freq_base")).unwrap_or(10000.0) as f32,
-        rope_scaling: match g.get_str(&k("rope.scaling.type")) {
-            Some("linear") => RopeScaling::Linear {
-                factor: g.get_f64(&k("rope.scaling.factor")).unwrap_or(1.0) as f32,
-            },
-            _ => RopeScaling::None,
-        },
-        // llama.cpp's converter permutes llama q/k for adjacent-pair rotation; qwen2 keeps halves.
-        rope_interleaved: arch == "llama",
-        tie_word_embeddings: !g.tensors.contains_key("output.weight"),
-        attention_bias: g.tensors.contains_key("blk.0.attn_q.bias"),
-        qk_norm: false,
-        moe: None,
-        mla: None,
-    };
+    if !g.tensors.is_empty() {
+        g.check_tensors(&config)
+            .with_context(|| format!("{}", path.display()))?;
+    }
     let tok_str = |key: &str| {
         g.get_u64(key)
             .and_then(|id| tokenizer.id_to_token(id as u32))

@@ -117,10 +117,7 @@ fn finite(name: &str, data: Vec<f32>) -> Result<Vec<f32>> {
 }
 
 fn gguf_part(g: &GgufFile, name: &str, rows: usize, cols: usize, part: &Part) -> Result<Vec<f32>> {
-    let t = g
-        .tensors
-        .get(name)
-        .ok_or_else(|| anyhow!("tensor {name} is missing from the file"))?;
+    let t = g.tensor(name)?;
     let flat = t.dims.iter().product::<usize>() == rows * cols;
     // A 1-D tensor (a bias) read as one row.
     ensure!(
@@ -138,7 +135,7 @@ fn gguf_part(g: &GgufFile, name: &str, rows: usize, cols: usize, part: &Part) ->
         t.ty
     );
     let row_bytes = cols / be * bb;
-    let raw = g.raw(t);
+    let raw = g.raw(&t);
     let deq = |bytes: &[u8], n: usize| {
         crate::quant::dequantize(t.ty, bytes, n).with_context(|| format!("tensor {name}"))
     };

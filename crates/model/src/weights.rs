@@ -4,7 +4,9 @@
 //! router `blk.3.ffn_gate_inp.weight`; DeepSeek's latent attention and shared experts by
 //! llama.cpp's names, `blk.3.attn_kv_b.weight`, `blk.3.ffn_up_shexp.weight`, its router's
 //! correction bias `blk.3.exp_probs_b.bias`) with f32 host data; the runner uploads each
-//! tensor to its backend and drops the host copy. Mixtral's own tensor names
+//! tensor to its backend and drops the host copy. A GGUF file stacks a layer's experts
+//! in one tensor (`blk.3.ffn_gate_exps.weight`): expert 5 is a view of its bytes
+//! ([`GgufFile::tensor`]), dequantised like any other matrix. Mixtral's own tensor names
 //! (`block_sparse_moe.experts.5.w1`) are read under the names Qwen3-MoE uses
 //! (`mlp.experts.5.gate_proj`).
 
@@ -504,13 +506,22 @@ pub(crate) fn hf_name(canonical: &str) -> String {
 
 impl WeightSource {
     /// The CPU weight format that holds this checkpoint's layer matrices at their own
-    /// precision ([`CpuWeights::Auto`]): judged by the first layer's gate projection (a
-    /// mixed file such as Q4_K_M has 4-bit gates and some 6-bit matrices, which then go
-    /// to 4 bits too).
+    /// precision ([`CpuWeights::Auto`]): judged by the first layer's gate projection, its
+    /// experts' in a mixture-of-experts file (a mixed file such as Q4_K_M has 4-bit gates
+    /// and some 6-bit matrices, which then go to 4 bits too; experts take the format the
+    /// dense weights would).
     pub fn native_cpu_weights(&self) -> CpuWeights {
         use crate::ggml_type::GgmlType;
         match self {
-            WeightSource::Gguf(g) => match g.tensors.get("blk.0.ffn_gate.weight").map(|t| t.ty) {
+            WeightSource::Gguf(g) => match [
+                "blk.0.ffn_gate_exps.weight",
+                "blk.0.ffn_gate.0.weight",
+                "blk.0.ffn_gate.weight",
+            ]
+            .iter()
+            .find_map(|n| g.tensors.get(*n))
+            .map(|t| t.ty)
+            {
                 Some(GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q4K) => CpuWeights::Q4,
                 Some(GgmlType::Q8_0 | GgmlType::Q6K) => CpuWeights::Q8,
                 _ => CpuWeights::F32,
@@ -522,7 +533,7 @@ impl WeightSource {
     /// Whether the source has this tensor (dummy sources have every tensor the config implies).
     pub fn has(&self, cfg: &ModelConfig, name: &str) -> bool {
         match self {
-            WeightSource::Gguf(g) => g.tensors.contains_key(name),
+            WeightSource::Gguf(g) => g.has_tensor(name),
             WeightSource::Safetensors(s) => {
                 let hf = hf_name(name);
                 s.index.contains_key(&hf)
