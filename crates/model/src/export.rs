@@ -295,6 +295,14 @@ pub fn export_hf_dir(
         "{}: exporting or quantizing a latent-attention model is not supported",
         model.config.architecture
     );
+    // The directory is written as Llama or Qwen2 (`hf_config_json`, `tensor_specs`): a
+    // model with q/k norms or experts would lose them.
+    let c = &model.config;
+    ensure!(
+        !c.qk_norm && c.moe.is_none(),
+        "{}: exporting a model with q/k norms or mixture-of-experts layers is not supported yet (Llama and Qwen2 models are)",
+        c.architecture
+    );
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     let mut tensors: Vec<OutTensor> = vec![];
     let mut seen = std::collections::HashSet::new();

@@ -705,3 +705,25 @@ fn malformed_files_are_refused_naming_the_key_or_tensor() {
     let err = load_err(&path);
     assert!(err.contains("truncated?"), "{err}");
 }
+
+/// A directory export (`wring quantize`) writes Llama or Qwen2 models: these files are
+/// refused rather than written without their q/k norms or experts.
+#[test]
+fn exporting_q_k_norms_or_experts_is_refused() {
+    use wring_model::export::{export_plain, DenseDtype};
+    let dir = tempfile::tempdir().unwrap();
+    for (file, arch) in [
+        ("qwen3.gguf", "qwen3"),
+        ("qwen3_moe.gguf", "qwen3_moe"),
+        ("mixtral.gguf", "mixtral"),
+    ] {
+        let err = match export_plain(&load(&gguf_path(file)), dir.path(), DenseDtype::F32) {
+            Ok(_) => panic!("{file} exported"),
+            Err(e) => e.to_string(),
+        };
+        assert!(
+            err.starts_with(&format!("{arch}: exporting a model with q/k norms or mixture-of-experts layers is not supported yet")),
+            "{err}"
+        );
+    }
+}
