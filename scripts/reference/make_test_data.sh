@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Regenerates everything under tests/data from scripts in this repository:
 #   corpora/*          corpus fixtures written here (scripts/reference/fixtures.py)
+#   gguf_tiny/*.gguf   the tiny models of hf_tiny/ as GGUF files (scripts/reference/gguf_tiny_models.py)
 #   golden/*.jsonl     greedy outputs + top logits of an independent numpy float32 forward pass
 #   traces/*.jsonl     a 24-request greedy trace from the same reference, and ArcticInference
 #                      0.3.0's K=8 drafts on it (scripts/arctic/build.sh builds ArcticInference)
@@ -14,6 +15,7 @@ venv="${REFERENCE_VENV:-$repo/target/reference-venv}"
 [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
 "$venv/bin/pip" install -q --disable-pip-version-check -r scripts/reference/requirements.txt
 python3 scripts/reference/fixtures.py
+"$venv/bin/python" scripts/reference/gguf_tiny_models.py
 "$venv/bin/python" scripts/reference/golden.py --model "$model" \
   --prompts tests/data/golden/prompts.jsonl --out tests/data/golden/smollm2_q41_f32_greedy.jsonl
 "$venv/bin/python" scripts/reference/golden.py --trace --max-tokens 128 --top 2 --model "$model" \
