@@ -727,3 +727,33 @@ fn exporting_q_k_norms_or_experts_is_refused() {
         );
     }
 }
+
+/// A vocab-only file (no tensors: what dummy weights borrow a tokenizer from) loads
+/// unchecked against its metadata's model.
+#[test]
+fn a_vocab_only_file_lends_dummy_weights_its_tokenizer() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = rewritten(&dir, "qwen3_moe.gguf", |_, t| t.clear());
+    let m = load_model(&ModelSpec {
+        model: Some(path.to_string_lossy().into_owned()),
+        load_format: wring_model::LoadFormat::Dummy,
+        model_shape: Some("qwen3-30b-a3b".into()),
+    })
+    .unwrap();
+    assert_eq!(m.tokenizer.vocab_size(), 384);
+    assert_eq!(m.config.moe.as_ref().unwrap().num_experts, 128);
+    // Loaded as a model it has no weights to run.
+    let opts = RunnerOptions {
+        kv_cache_bytes: 16 << 20,
+        max_model_len: 256,
+        ..Default::default()
+    };
+    let err = match load(&path).into_runner(&opts) {
+        Ok(_) => panic!("a runner without weights"),
+        Err(e) => format!("{e:#}"),
+    };
+    assert!(
+        err.contains("tensor token_embd.weight is missing from the file"),
+        "{err}"
+    );
+}
