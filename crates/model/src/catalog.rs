@@ -127,13 +127,28 @@ pub struct ModelSampling {
     pub source: SamplingSource,
 }
 
+/// The generation defaults of the model at `path`: a directory's `generation_config.json`, a
+/// GGUF file's `general.sampling.*` keys; none when absent or unreadable.
+fn checkpoint_generation_defaults(path: &Path) -> GenerationDefaults {
+    if path.is_dir() {
+        return std::fs::read_to_string(path.join("generation_config.json"))
+            .ok()
+            .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+            .map(|v| GenerationDefaults::from_hf_json(&v))
+            .unwrap_or_default();
+    }
+    crate::gguf::GgufFile::open(path)
+        .map(|g| g.generation_defaults())
+        .unwrap_or_default()
+}
+
 impl ModelSampling {
     /// The checkpoint's generation config when it sets any sampling field (all of them, never
     /// mixed with the card: a publisher's settings are tuned together), else the model card's
     /// recommendation for a known model, else none.
     pub fn of_model(path: &Path) -> Self {
         Self::resolve(
-            GenerationDefaults::of_model(path),
+            checkpoint_generation_defaults(path),
             known_model(path).map(|m| m.card_sampling),
         )
     }

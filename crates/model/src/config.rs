@@ -732,27 +732,6 @@ impl GenerationDefaults {
         }
         g
     }
-
-    /// The generation defaults of the model at `path` (a GGUF file or a model directory).
-    pub fn of_model(path: &std::path::Path) -> Self {
-        if path.is_dir() {
-            return std::fs::read_to_string(path.join("generation_config.json"))
-                .ok()
-                .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
-                .map(|v| Self::from_hf_json(&v))
-                .unwrap_or_default();
-        }
-        let Ok(g) = crate::gguf::GgufFile::open(path) else {
-            return Self::default();
-        };
-        let f = |k: &str| g.get_f64(k).map(|x| x as f32);
-        Self {
-            temperature: f("general.sampling.temp"),
-            top_p: f("general.sampling.top_p"),
-            top_k: g.get_u64("general.sampling.top_k").map(|x| x as u32),
-            min_p: f("general.sampling.min_p"),
-        }
-    }
 }
 
 #[cfg(test)]

@@ -8,7 +8,7 @@ use memmap2::Mmap;
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use crate::config::{ModelConfig, MoeConfig, RopeScaling};
+use crate::config::{GenerationDefaults, ModelConfig, MoeConfig, RopeScaling};
 use crate::ggml_type::ggml_type_name;
 pub use crate::ggml_type::GgmlType;
 use crate::quant;
@@ -343,6 +343,17 @@ impl GgufFile {
 pub const GGUF_ARCHITECTURES: &[&str] = &["llama", "qwen2", "qwen3", "qwen3moe"];
 
 impl GgufFile {
+    /// The sampling settings the file's publisher recorded (`general.sampling.*`).
+    pub fn generation_defaults(&self) -> GenerationDefaults {
+        let f = |k: &str| self.get_f64(k).map(|x| x as f32);
+        GenerationDefaults {
+            temperature: f("general.sampling.temp"),
+            top_p: f("general.sampling.top_p"),
+            top_k: self.get_u64("general.sampling.top_k").map(|x| x as u32),
+            min_p: f("general.sampling.min_p"),
+        }
+    }
+
     /// The model configuration the metadata describes, as llama.cpp's converter writes it
     /// (`{arch}.embedding_length`, `.attention.head_count`, `.expert_count`, ...); the
     /// vocabulary is `{arch}.vocab_size`, else the tokens of `tokenizer.ggml.tokens`.
