@@ -132,10 +132,9 @@ pub fn run(out_dir: &str) -> Result<()> {
             ),
             None => (spec.as_str(), 512),
         };
-        let shape = model;
         let ctx = ctx_override.unwrap_or(ctx);
         let t0 = Instant::now();
-        let (mut r, cfg) = crate::harness::dummy_runner(shape)?;
+        let (mut r, cfg) = crate::harness::dummy_runner(model)?;
         println!(
             "### {model} (dummy weights, bf16), loaded in {:.0} s; context {ctx}\n",
             t0.elapsed().as_secs_f64()

@@ -17,7 +17,7 @@ mod support;
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use support::{ids, test_data_dir};
+use support::{argmax, floats, ids, prompt_logits, test_data_dir};
 use wring_model::gguf::{GgmlType, GgufFile, MetaValue};
 use wring_model::{
     load_model, CpuWeights, LoadedModel, ModelRunner, ModelSpec, RunnerOptions, SeqInput, StepInput,
@@ -69,49 +69,12 @@ fn runner(m: LoadedModel, cpu_weights: CpuWeights) -> Box<dyn ModelRunner> {
     .unwrap()
 }
 
-fn floats(v: &Value) -> Vec<f32> {
-    v.as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_f64().unwrap() as f32)
-        .collect()
-}
-
-fn argmax(v: &[f32]) -> u32 {
-    let mut best = 0;
-    for (i, &x) in v.iter().enumerate() {
-        if x > v[best] {
-            best = i;
-        }
-    }
-    best as u32
-}
-
 fn max_diff(a: &[f32], b: &[f32]) -> f32 {
     assert_eq!(a.len(), b.len());
     a.iter()
         .zip(b)
         .map(|(x, y)| (x - y).abs())
         .fold(0.0, f32::max)
-}
-
-/// Logits of every position of `prompt` in one prefill step (KV blocks from 0).
-fn prompt_logits(r: &mut dyn ModelRunner, prompt: &[u32]) -> Vec<Vec<f32>> {
-    let n = prompt.len();
-    let step = StepInput {
-        tokens: prompt.to_vec(),
-        positions: (0..n as u32).collect(),
-        seqs: vec![SeqInput {
-            query_start: 0,
-            query_len: n,
-            context_len: n,
-            block_table: (0..n.div_ceil(r.block_size()) as u32).collect(),
-            prompt_len: n,
-        }],
-        logit_rows: (0..n).collect(),
-    };
-    let l = r.forward(&step).unwrap();
-    (0..l.rows).map(|i| l.row(i).to_vec()).collect()
 }
 
 /// `n` greedy tokens after `prompt` (prefilled, then one decode step a token), with the

@@ -2,9 +2,10 @@
 //! tests/data/golden/smollm2_q41_f32_greedy.jsonl (made by scripts/reference/golden.py): identical prompt ids and greedy ids,
 //! logits within 1e-3. Also proves the CPU backend is batch-invariant.
 
+#[allow(dead_code)] // each test crate uses some of the helpers
 mod support;
 
-use support::{golden, ids, prefill_batch};
+use support::{argmax, golden, ids, prefill_batch};
 use wring_model::{load_model, ModelRunner, ModelSpec, RunnerOptions, SeqInput, StepInput};
 
 fn runner() -> (Box<dyn ModelRunner>, std::sync::Arc<wring_model::Tokenizer>) {
@@ -16,16 +17,6 @@ fn runner() -> (Box<dyn ModelRunner>, std::sync::Arc<wring_model::Tokenizer>) {
         ..Default::default()
     };
     (m.into_runner(&opts).unwrap(), tok)
-}
-
-fn argmax(v: &[f32]) -> u32 {
-    let mut best = 0;
-    for (i, &x) in v.iter().enumerate() {
-        if x > v[best] {
-            best = i;
-        }
-    }
-    best as u32
 }
 
 #[test]

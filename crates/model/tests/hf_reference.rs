@@ -11,7 +11,7 @@
 mod support;
 
 use serde_json::Value;
-use support::{ids, prefill_batch, test_data_dir};
+use support::{argmax, floats, ids, prefill_batch, prompt_logits, test_data_dir};
 use wring_model::{
     load_model, LoadedModel, ModelRunner, ModelSpec, RunnerOptions, SeqInput, StepInput,
 };
@@ -41,43 +41,6 @@ fn runner(m: LoadedModel) -> Box<dyn ModelRunner> {
         ..Default::default()
     };
     m.into_runner(&opts).unwrap()
-}
-
-fn floats(v: &Value) -> Vec<f32> {
-    v.as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_f64().unwrap() as f32)
-        .collect()
-}
-
-fn argmax(v: &[f32]) -> u32 {
-    let mut best = 0;
-    for (i, &x) in v.iter().enumerate() {
-        if x > v[best] {
-            best = i;
-        }
-    }
-    best as u32
-}
-
-/// Logits of every position of `prompt` in one prefill step.
-fn prompt_logits(r: &mut dyn ModelRunner, prompt: &[u32]) -> Vec<Vec<f32>> {
-    let n = prompt.len();
-    let step = StepInput {
-        tokens: prompt.to_vec(),
-        positions: (0..n as u32).collect(),
-        seqs: vec![SeqInput {
-            query_start: 0,
-            query_len: n,
-            context_len: n,
-            block_table: (0..n.div_ceil(r.block_size()) as u32).collect(),
-            prompt_len: n,
-        }],
-        logit_rows: (0..n).collect(),
-    };
-    let l = r.forward(&step).unwrap();
-    (0..l.rows).map(|i| l.row(i).to_vec()).collect()
 }
 
 fn check_model(name: &str, model_type: &str) {

@@ -2,6 +2,7 @@
 //! weights): q4 holds those weights exactly, greedy output on the golden prompts stays
 //! close to the f32 reference, and the backend stays batch-invariant.
 
+#[allow(dead_code)] // each test crate uses some of the helpers
 mod support;
 
 use support::{golden, ids, prefill_batch};

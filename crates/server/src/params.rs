@@ -270,11 +270,12 @@ pub struct ChatInput {
     pub include_reasoning: bool,
 }
 
-/// `chat_template_kwargs`, `reasoning_effort` and `include_reasoning`, checked.
-fn template_fields(
-    req: &ChatCompletionRequest,
-) -> Result<(serde_json::Map<String, Value>, Option<String>), ApiError> {
-    let kwargs = match &req.chat_template_kwargs {
+/// A request's `chat_template_kwargs` (chat completions, `/tokenize`), checked: an object of
+/// template variables, none of those the server sets itself.
+pub(crate) fn template_kwargs(
+    v: Option<&Value>,
+) -> Result<serde_json::Map<String, Value>, ApiError> {
+    let kwargs = match v {
         None | Some(Value::Null) => serde_json::Map::new(),
         Some(Value::Object(o)) => o.clone(),
         Some(other) => {
@@ -289,6 +290,14 @@ fn template_fields(
     };
     crate::reasoning::check_template_kwargs(&kwargs, "chat_template_kwargs")
         .map_err(|(param, msg)| ApiError::invalid_param(param, msg))?;
+    Ok(kwargs)
+}
+
+/// `chat_template_kwargs`, `reasoning_effort` and `include_reasoning`, checked.
+fn template_fields(
+    req: &ChatCompletionRequest,
+) -> Result<(serde_json::Map<String, Value>, Option<String>), ApiError> {
+    let kwargs = template_kwargs(req.chat_template_kwargs.as_ref())?;
     let efforts = crate::reasoning::REASONING_EFFORTS;
     let effort = match &req.reasoning_effort {
         None | Some(Value::Null) => None,
@@ -374,10 +383,8 @@ pub fn chat_plan(
         plan.sampling.logprobs = Some(top);
         plan.logprobs = Some(LogprobsFormat::Chat);
     }
-    if plan.constraint.is_some()
-        && tools.parses_calls()
-        && tools.choice != crate::tools::ToolChoice::Auto
-    {
+    let forced_call = tools.parses_calls() && tools.choice != crate::tools::ToolChoice::Auto;
+    if plan.constraint.is_some() && forced_call {
         return Err(ApiError::invalid_param(
             "tool_choice",
             "A forced tool call (`required` or a named function) cannot be combined with `response_format` or guided decoding.",
@@ -387,7 +394,6 @@ pub fn chat_plan(
     // answer's shape (a schema, a forced tool call), DRY would penalise the repeats JSON is
     // made of, and it keeps greedy rows off the masked argmax (the rows' logits must come
     // back to the host for it).
-    let forced_call = tools.parses_calls() && tools.choice != crate::tools::ToolChoice::Auto;
     if (plan.constraint.is_some() || forced_call) && req.dry_multiplier.is_none() {
         plan.sampling.dry_multiplier = 0.0;
     }

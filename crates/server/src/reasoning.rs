@@ -33,6 +33,7 @@ use wring_engine::api::GrammarStart;
 use wring_model::Tokenizer;
 
 use crate::error::ApiError;
+use crate::tools::held_prefix_len;
 
 pub const THINK_OPEN: &str = "<think>";
 pub const THINK_CLOSE: &str = "</think>";
@@ -387,16 +388,6 @@ impl ReasoningSplitter {
             out.push(Piece::Reasoning(self.buf.drain(..end).collect()));
         }
     }
-}
-
-/// Byte length of the longest suffix of `text` that is a proper prefix of `tag`.
-fn held_prefix_len(text: &str, tag: &str) -> usize {
-    (1..tag.len().min(text.len() + 1))
-        .rev()
-        .find(|&n| {
-            text.is_char_boundary(text.len() - n) && tag.starts_with(&text[text.len() - n..])
-        })
-        .unwrap_or(0)
 }
 
 /// `reasoning_effort`'s values (vLLM's; `none` turns thinking off).

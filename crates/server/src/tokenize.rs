@@ -93,21 +93,7 @@ pub async fn tokenize(
             }
             let messages = chat_messages(messages)?;
             let tools = tool_plan(req.tools.as_ref(), None)?;
-            let kwargs = match &req.chat_template_kwargs {
-                None | Some(Value::Null) => serde_json::Map::new(),
-                Some(Value::Object(o)) => o.clone(),
-                Some(other) => {
-                    return Err(ApiError::invalid_param(
-                        "chat_template_kwargs",
-                        format!(
-                        "`chat_template_kwargs` must be an object of template variables; got {}.",
-                        crate::body::json_kind(other)
-                    ),
-                    ))
-                }
-            };
-            crate::reasoning::check_template_kwargs(&kwargs, "chat_template_kwargs")
-                .map_err(|(param, msg)| ApiError::invalid_param(param, msg))?;
+            let kwargs = crate::params::template_kwargs(req.chat_template_kwargs.as_ref())?;
             let args = TemplateArgs {
                 kwargs: Some(&kwargs),
                 reasoning_effort: None,

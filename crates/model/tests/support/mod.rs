@@ -54,3 +54,42 @@ pub fn prefill_batch(
     let l = r.forward(&step).unwrap();
     (0..l.rows).map(|i| l.row(i).to_vec()).collect()
 }
+
+/// A JSON array of numbers as f32.
+pub fn floats(v: &Value) -> Vec<f32> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_f64().unwrap() as f32)
+        .collect()
+}
+
+/// The index of the largest value (the first of equals).
+pub fn argmax(v: &[f32]) -> u32 {
+    let mut best = 0;
+    for (i, &x) in v.iter().enumerate() {
+        if x > v[best] {
+            best = i;
+        }
+    }
+    best as u32
+}
+
+/// Logits of every position of `prompt` in one prefill step (KV blocks from 0).
+pub fn prompt_logits(r: &mut dyn ModelRunner, prompt: &[u32]) -> Vec<Vec<f32>> {
+    let n = prompt.len();
+    let step = StepInput {
+        tokens: prompt.to_vec(),
+        positions: (0..n as u32).collect(),
+        seqs: vec![SeqInput {
+            query_start: 0,
+            query_len: n,
+            context_len: n,
+            block_table: (0..n.div_ceil(r.block_size()) as u32).collect(),
+            prompt_len: n,
+        }],
+        logit_rows: (0..n).collect(),
+    };
+    let l = r.forward(&step).unwrap();
+    (0..l.rows).map(|i| l.row(i).to_vec()).collect()
+}

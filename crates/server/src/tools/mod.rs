@@ -13,6 +13,7 @@ mod parse;
 mod render;
 
 pub use grammar::forced_call_grammar;
+pub(crate) use parse::held_prefix_len;
 pub use parse::{Piece, ToolCallParser};
 pub use render::{render_chat, RenderedChat};
 

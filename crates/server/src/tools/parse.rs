@@ -189,8 +189,9 @@ impl ToolCallParser {
     }
 }
 
-/// Byte length of the longest suffix of `text` that is a proper prefix of `tag`.
-fn held_prefix_len(text: &str, tag: &str) -> usize {
+/// Byte length of the longest suffix of `text` that is a proper prefix of `tag`: what a
+/// stream holds back while a tag may still be arriving (tool calls, think blocks).
+pub(crate) fn held_prefix_len(text: &str, tag: &str) -> usize {
     (1..tag.len().min(text.len() + 1))
         .rev()
         .find(|&n| {
