@@ -147,6 +147,7 @@ def main():
         print(f"structured {args.model} spec={args.speculative} c={n}: "
               + ", ".join(f"{m} {res[m]:.0f} tok/s (x{res[m] / res['plain']:.2f})" for m in MODES),
               flush=True)
+        save(args.out, rows)
     # A constrained request must not slow the plain ones beside it: plain requests on half
     # the streams, json_schema on the other half, against plain on every stream (the same
     # batch): the plain streams' tokens per second each.
@@ -165,6 +166,7 @@ def main():
         print(f"structured {args.model} spec={args.speculative} c={n}: plain streams beside "
               f"json_schema ones {mixed:.1f} tok/s each, all plain {alone:.1f} "
               f"(x{mixed / alone:.2f})", flush=True)
+        save(args.out, rows)
     same = same_with_logprobs(base, 8)
     print(f"structured: {same}/8 constrained answers equal the same request with logprobs", flush=True)
     rows.append({"check": "same_with_logprobs", "equal": same, "of": 8})
@@ -174,7 +176,13 @@ def main():
                                          "wring:engine_grammar_draft"))}
     print(f"structured: {counters}", flush=True)
     rows.append({"check": "constrained_steps", **counters})
-    json.dump(rows, open(args.out, "w"), indent=1)
+    save(args.out, rows)
+
+
+def save(path, rows):
+    """Rows so far: a call cut short by its time limit still leaves what it measured."""
+    with open(path, "w") as f:
+        json.dump(rows, f, indent=1)
 
 
 if __name__ == "__main__":
