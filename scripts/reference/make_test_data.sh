@@ -16,6 +16,7 @@ venv="${REFERENCE_VENV:-$repo/target/reference-venv}"
 "$venv/bin/pip" install -q --disable-pip-version-check -r scripts/reference/requirements.txt
 python3 scripts/reference/fixtures.py
 "$venv/bin/python" scripts/reference/gguf_tiny_models.py
+scripts/reference/gguf_vocab.sh llama-spm
 "$venv/bin/python" scripts/reference/golden.py --model "$model" \
   --prompts tests/data/golden/prompts.jsonl --out tests/data/golden/smollm2_q41_f32_greedy.jsonl
 "$venv/bin/python" scripts/reference/golden.py --trace --max-tokens 128 --top 2 --model "$model" \

@@ -35,64 +35,187 @@ fn pre_tokenizer_for(pre: &str) -> Result<Value> {
     })
 }
 
-impl Tokenizer {
-    /// Builds the tokenizer described by a GGUF file's `tokenizer.ggml.*` keys.
-    pub fn from_gguf(g: &GgufFile) -> Result<Self> {
-        let model = g.get_str("tokenizer.ggml.model").unwrap_or("");
-        if model != "gpt2" {
-            bail!("GGUF tokenizer model {model:?} is not supported (only byte-level BPE, \"gpt2\"); use a Hugging Face directory with tokenizer.json instead");
-        }
-        let pre = g.get_str("tokenizer.ggml.pre").unwrap_or("default");
+/// The GGUF vocabulary as `tokenizers`' BPE vocab, plus the tokens matched whole in text
+/// (3 = control, 4 = user-defined; 2 = unknown for SentencePiece) as added tokens.
+struct GgufVocab<'a> {
+    tokens: Vec<&'a str>,
+    /// `tokenizer.ggml.token_type` per token (1 = normal where the file has none).
+    types: Vec<u64>,
+}
+
+impl<'a> GgufVocab<'a> {
+    fn read(g: &'a GgufFile) -> Result<Self> {
         let tokens = g
             .get("tokenizer.ggml.tokens")
             .and_then(|v| v.as_array())
-            .ok_or_else(|| anyhow!("tokenizer.ggml.tokens is missing"))?;
+            .ok_or_else(|| anyhow!("tokenizer.ggml.tokens is missing"))?
+            .iter()
+            .enumerate()
+            .map(|(id, t)| {
+                t.as_str()
+                    .ok_or_else(|| anyhow!("token {id} is not a string"))
+            })
+            .collect::<Result<Vec<_>>>()?;
         let types = g
             .get("tokenizer.ggml.token_type")
             .and_then(|v| v.as_array());
-        let merges = g
-            .get("tokenizer.ggml.merges")
-            .and_then(|v| v.as_array())
-            .ok_or_else(|| anyhow!("tokenizer.ggml.merges is missing"))?;
-        let mut vocab = serde_json::Map::with_capacity(tokens.len());
-        let mut added = vec![];
-        for (id, t) in tokens.iter().enumerate() {
-            let s = t
-                .as_str()
-                .ok_or_else(|| anyhow!("token {id} is not a string"))?;
-            vocab.insert(s.to_string(), json!(id));
-            let ty = types
-                .and_then(|ts| ts.get(id))
-                .and_then(|v| v.as_u64())
-                .unwrap_or(1);
-            // 3 = control, 4 = user-defined: matched whole in text, never split by BPE.
-            if ty == 3 || ty == 4 {
-                added.push(json!({"id": id, "content": s, "single_word": false, "lstrip": false, "rstrip": false, "normalized": false, "special": ty == 3}));
+        let types = (0..tokens.len())
+            .map(|id| {
+                types
+                    .and_then(|ts| ts.get(id))
+                    .and_then(|v| v.as_u64())
+                    .unwrap_or(1)
+            })
+            .collect();
+        Ok(Self { tokens, types })
+    }
+
+    fn vocab(&self) -> serde_json::Map<String, Value> {
+        let mut vocab = serde_json::Map::with_capacity(self.tokens.len());
+        for (id, t) in self.tokens.iter().enumerate() {
+            // A repeated string keeps its first id, as llama.cpp's lookup does.
+            vocab.entry(t.to_string()).or_insert(json!(id));
+        }
+        vocab
+    }
+
+    /// Tokens of the given types as `added_tokens` entries; control and unknown ones special.
+    fn added(&self, whole: &[u64]) -> Vec<Value> {
+        self.tokens
+            .iter()
+            .zip(&self.types)
+            .enumerate()
+            .filter(|(_, (_, ty))| whole.contains(ty))
+            .map(|(id, (s, ty))| {
+                json!({"id": id, "content": s, "single_word": false, "lstrip": false, "rstrip": false,
+                       "normalized": false, "special": *ty != 4})
+            })
+            .collect()
+    }
+}
+
+/// Byte-level BPE (`tokenizer.ggml.model` "gpt2": Llama 3, Qwen, SmolLM): merges from the file,
+/// the family's split regex from `tokenizer.ggml.pre`.
+fn byte_level_bpe_spec(g: &GgufFile) -> Result<Value> {
+    let pre = g.get_str("tokenizer.ggml.pre").unwrap_or("default");
+    let v = GgufVocab::read(g)?;
+    let merges: Vec<Value> = g
+        .get("tokenizer.ggml.merges")
+        .and_then(|v| v.as_array())
+        .ok_or_else(|| anyhow!("tokenizer.ggml.merges is missing"))?
+        .iter()
+        .filter_map(|m| m.as_str().map(|s| json!(s)))
+        .collect();
+    Ok(json!({
+        "version": "1.0",
+        "truncation": null,
+        "padding": null,
+        "added_tokens": v.added(&[3, 4]),
+        "normalizer": null,
+        "pre_tokenizer": pre_tokenizer_for(pre)?,
+        "post_processor": null,
+        "decoder": {"type": "ByteLevel", "add_prefix_space": true, "trim_offsets": true, "use_regex": true},
+        "model": {"type": "BPE", "dropout": null, "unk_token": null, "continuing_subword_prefix": null, "end_of_word_suffix": null,
+                  "fuse_unk": false, "byte_fallback": false, "ignore_merges": pre.starts_with("llama"), "vocab": v.vocab(), "merges": merges}
+    }))
+}
+
+/// SentencePiece BPE (`tokenizer.ggml.model` "llama": Llama 2, Mistral, Mixtral): spaces
+/// become "▁", a "▁" goes in front of each run of text (unless `add_space_prefix` is false),
+/// characters outside the vocabulary fall back to `<0xNN>` byte tokens, and pieces merge
+/// best-score first. The file carries scores, not merges: every split of a normal token
+/// into two normal tokens is a merge, ranked by the merged token's score (what
+/// SentencePiece's own BPE encoder and llama.cpp's do).
+fn sentencepiece_bpe_spec(g: &GgufFile) -> Result<Value> {
+    let v = GgufVocab::read(g)?;
+    let scores: Vec<f64> = g
+        .get("tokenizer.ggml.scores")
+        .and_then(|v| v.as_array())
+        .ok_or_else(|| {
+            anyhow!("tokenizer.ggml.scores is missing (a SentencePiece vocabulary needs it)")
+        })?
+        .iter()
+        .map(|s| s.as_f64().unwrap_or(f64::NEG_INFINITY))
+        .collect();
+    if scores.len() != v.tokens.len() {
+        bail!(
+            "tokenizer.ggml.scores has {} entries for {} tokens",
+            scores.len(),
+            v.tokens.len()
+        );
+    }
+    let normal = |id: usize| v.types[id] == 1;
+    let ids: std::collections::HashMap<&str, usize> = v
+        .tokens
+        .iter()
+        .enumerate()
+        .filter(|&(id, _)| normal(id))
+        .map(|(id, t)| (*t, id))
+        .collect();
+    // (merged score, merged id, left id): best score first, then the shorter left piece.
+    let mut merges: Vec<(f64, usize, usize, usize)> = vec![];
+    for (id, t) in v.tokens.iter().enumerate().filter(|&(id, _)| normal(id)) {
+        for (cut, _) in t.char_indices().skip(1) {
+            if let (Some(&l), Some(&r)) = (ids.get(&t[..cut]), ids.get(&t[cut..])) {
+                merges.push((scores[id], id, l, r));
             }
         }
-        let merges: Vec<Value> = merges
-            .iter()
-            .filter_map(|m| m.as_str().map(|s| json!(s)))
-            .collect();
-        let spec = json!({
-            "version": "1.0",
-            "truncation": null,
-            "padding": null,
-            "added_tokens": added,
-            "normalizer": null,
-            "pre_tokenizer": pre_tokenizer_for(pre)?,
-            "post_processor": null,
-            "decoder": {"type": "ByteLevel", "add_prefix_space": true, "trim_offsets": true, "use_regex": true},
-            "model": {"type": "BPE", "dropout": null, "unk_token": null, "continuing_subword_prefix": null, "end_of_word_suffix": null,
-                      "fuse_unk": false, "byte_fallback": false, "ignore_merges": pre.starts_with("llama"), "vocab": vocab, "merges": merges}
-        });
+    }
+    merges.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)));
+    let merges: Vec<Value> = merges
+        .iter()
+        .map(|&(_, _, l, r)| json!([v.tokens[l], v.tokens[r]]))
+        .collect();
+    let space_prefix = g
+        .get("tokenizer.ggml.add_space_prefix")
+        .and_then(|v| v.as_bool())
+        .unwrap_or(true);
+    let mut normalizers = vec![];
+    let mut decoders = vec![
+        json!({"type": "Replace", "pattern": {"String": "▁"}, "content": " "}),
+        json!({"type": "ByteFallback"}),
+        json!({"type": "Fuse"}),
+    ];
+    if space_prefix {
+        normalizers.push(json!({"type": "Prepend", "prepend": "▁"}));
+        decoders.push(json!({"type": "Strip", "content": " ", "start": 1, "stop": 0}));
+    }
+    normalizers.push(json!({"type": "Replace", "pattern": {"String": " "}, "content": "▁"}));
+    let unk = g
+        .get_u64("tokenizer.ggml.unknown_token_id")
+        .map(|id| id as usize)
+        .or_else(|| v.types.iter().position(|&ty| ty == 2))
+        .and_then(|id| v.tokens.get(id).copied());
+    Ok(json!({
+        "version": "1.0",
+        "truncation": null,
+        "padding": null,
+        "added_tokens": v.added(&[2, 3, 4]),
+        "normalizer": {"type": "Sequence", "normalizers": normalizers},
+        "pre_tokenizer": null,
+        "post_processor": null,
+        "decoder": {"type": "Sequence", "decoders": decoders},
+        "model": {"type": "BPE", "dropout": null, "unk_token": unk, "continuing_subword_prefix": null, "end_of_word_suffix": null,
+                  "fuse_unk": true, "byte_fallback": true, "ignore_merges": false, "vocab": v.vocab(), "merges": merges}
+    }))
+}
+
+impl Tokenizer {
+    /// Builds the tokenizer described by a GGUF file's `tokenizer.ggml.*` keys.
+    pub fn from_gguf(g: &GgufFile) -> Result<Self> {
+        let spec = match g.get_str("tokenizer.ggml.model").unwrap_or("") {
+            "gpt2" => byte_level_bpe_spec(g)?,
+            "llama" => sentencepiece_bpe_spec(g)?,
+            other => bail!("GGUF tokenizer model {other:?} is not supported (supported: byte-level BPE \"gpt2\", SentencePiece BPE \"llama\"); use a Hugging Face directory with tokenizer.json instead"),
+        };
         let inner = tokenizers::Tokenizer::from_bytes(serde_json::to_vec(&spec)?)
             .map_err(|e| anyhow!("building the GGUF tokenizer: {e}"))?;
         let bos = g.get_u64("tokenizer.ggml.bos_token_id").map(|v| v as u32);
         let add_bos = g
             .get("tokenizer.ggml.add_bos_token")
             .and_then(|v| v.as_bool())
-            .unwrap_or(false);
+            // SentencePiece vocabularies (Llama 2, Mistral) begin prompts with BOS unless told not to.
+            .unwrap_or(g.get_str("tokenizer.ggml.model") == Some("llama"));
         Ok(Self {
             inner,
             bos,
