@@ -43,6 +43,7 @@
 #   gemv          the gemv kernels alone vs a host reference, timed (GEMV_MODELS, GEMV_SCHEMES,
 #                 GEMV_TOKENS)
 #   fused-norm    the norm fused into the gemv launches (FUSED_NORM_MODELS)
+#   persistent    the persistent step kernel vs the launches it replaces, timed (PERSISTENT_MODELS)
 #   quant-bench   dummy Llama-3.1-8B per weight format -> quant.json (QUANT_BENCH_SCHEMES,
 #                 QUANT_BENCH_VARIANTS, QUANT_BENCH_SHAPES); its table is printed
 #   bench-135m    `bench dummy` / bench-8b: `bench dummy-8b`, the older step-time table
@@ -85,20 +86,20 @@ args_of() {
         golden) echo "golden $model $B/smollm2_q41_f32_greedy.jsonl" ;;
         graphs-real) echo "graphs $model" ;;
         quant-real) echo "quant $model $B/smollm2_q41_f32_greedy.jsonl" ;;
-        steps | prefill | prefill-cold | chunk-steps | gemv | fused-norm | quant-bench) echo "$1 $G/$1" ;;
+        steps | prefill | prefill-cold | chunk-steps | gemv | fused-norm | persistent | quant-bench) echo "$1 $G/$1" ;;
         bench-135m) echo "bench dummy" ;;
         bench-8b) echo "bench dummy-8b" ;;
     esac
 }
 timing() {
-    case $1 in steps | prefill | prefill-cold | chunk-steps | gemv | fused-norm | quant-bench | bench-*) return 0 ;; esac
+    case $1 in steps | prefill | prefill-cold | chunk-steps | gemv | fused-norm | persistent | quant-bench | bench-*) return 0 ;; esac
     return 1
 }
 
 # What a timing prints besides its RESULT line: its tables.
 tables() {
     case $1 in
-        steps | prefill | prefill-cold | chunk-steps | fused-norm | bench-*) grep -h "^| \|^###" "$G/$1.md" | tee -a "$G/summary.md" ;;
+        steps | prefill | prefill-cold | chunk-steps | fused-norm | persistent | bench-*) grep -h "^| \|^###" "$G/$1.md" | tee -a "$G/summary.md" ;;
         gemv) grep -h "^| model\|^|---\|^| 8b .* | [18] | \|^| 135m .* | 1 | " "$G/gemv.md" | tee -a "$G/summary.md" ;;
         quant-bench) python3 scripts/gpu/tables.py quant "$G/quant-bench"/*.json | tee -a "$G/summary.md" ;;
     esac

@@ -378,21 +378,33 @@ __device__ __forceinline__ void gv_epilogue(const GemvArgs& a, int gi, float (*r
     }
 }
 
+// The large shared arrays of one gemv block (the staged x, then the weight rings), carved
+// from a buffer the caller owns: a static array in the one-op kernels below, the dynamic
+// shared memory of persistent.cu's kernel (which runs several gemv forms one after another).
+template <int F, int TB> struct GvSmem {
+    static constexpr int NP = GvCfg<F, TB>::META ? 3 : 2;
+    static constexpr int XS_BYTES = TB * GV_XS_MAX * 2;
+    static constexpr int RING_BYTES = GvCfg<F, TB>::S * GV_WARPS * NP * 32 * 16;
+    static constexpr int BYTES = XS_BYTES + RING_BYTES;
+};
+
+// Block (gi, split) of the launch: gi the row group, split the K range. `smem`: GvSmem's
+// bytes, 16-byte aligned. `wait_previous`: the programmatic-dependent-launch wait (a
+// one-op kernel); persistent.cu's kernel orders its ops itself.
 template <int F, int E, int TB>
-__device__ __forceinline__ void gemv(const GemvArgs& a) {
+__device__ __forceinline__ void gemv(const GemvArgs& a, unsigned char* smem, int gi, int split, bool wait_previous) {
     using C = GvCfg<F, TB>;
     constexpr int W = C::W, CW = 4 * W, KST = W / 4, S = C::S, NP = C::META ? 3 : 2;
     constexpr bool QUANT4 = F == GV_INT4 || F == GV_NVFP4;
-    __shared__ __align__(16) bf16_t xs[TB * GV_XS_MAX];
+    bf16_t* xs = reinterpret_cast<bf16_t*>(smem);
     // Each warp's ring: chunk slot, piece (rows g, g + 8, meta), lane.
-    __shared__ __align__(16) uint4 ring[S][GV_WARPS][NP][32];
+    uint4 (*ring)[GV_WARPS][NP][32] = reinterpret_cast<uint4 (*)[GV_WARPS][NP][32]>(smem + GvSmem<F, TB>::XS_BYTES);
     __shared__ float res[GV_WARPS][16][TB];
     __shared__ float norm_scale[TB];
     __shared__ u32 last_flag;
 
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int g = lane >> 2, c = lane & 3;
-    const int gi = blockIdx.x, split = blockIdx.y;
     const int cps = a.chunks_per_split;
     const int kbase = split * cps * CW;              // first column of this block's range
     const int kr = min(cps * CW, a.K - kbase);       // columns in range (> 0)
@@ -449,7 +461,7 @@ __device__ __forceinline__ void gemv(const GemvArgs& a) {
         if constexpr (F == GV_NVFP4) { rsa *= 256.0f; rsb *= 256.0f; }
     }
     const bool smooth = QUANT4 && a.smooth != nullptr;
-    pdl_entry();
+    if (wait_previous) pdl_entry();
     const bool norm = a.norm_w != nullptr;
     if (norm) gv_norm_scales<TB>(a, norm_scale);
     // The tokens' columns of this range (gv_stage_x).
@@ -529,53 +541,3 @@ __device__ __forceinline__ void gemv(const GemvArgs& a) {
     __syncthreads();
     gv_epilogue<E, TB>(a, gi, res);
 }
-
-// One entry per format, epilogue and token bucket (T <= 1, 2, 4, 8): 4 warps a block.
-extern "C" __global__ void __launch_bounds__(GV_WARPS * 32) gemv_bf16_store_t1(GemvArgs a) { gemv<GV_BF16, GV_STORE, 1>(a); }
-extern "C" __global__ void __launch_bounds__(GV_WARPS * 32) gemv_bf16_store_t2(GemvArgs a) { gemv<GV_BF16, GV_STORE, 2>(a); }
-extern "C" __global__ void __launch_bounds__(GV_WARPS * 32) gemv_bf16_store_t4(GemvArgs a) { gemv<GV_BF16, GV_STORE, 4>(a); }
-extern "C" __global__ void __launch_bounds__(GV_WARPS * 32) gemv_bf16_store_t8(GemvArgs a) { gemv<GV_BF16, GV_STORE, 8>(a); }
-extern "C" __global__ void __launch_bounds__(GV_WARPS * 32) gemv_bf16_silu_t1(GemvArgs a) { gemv<GV_BF16, GV_SILU, 1>(a); }
-extern "C" __global__ void __launch_bounds__(GV_WARPS * 32) gemv_bf16_silu_t2(GemvArgs a) { gemv<GV_BF16, GV_SILU, 2>(a); }
-extern "C" __global__ void __launch_bounds__(GV_WARPS * 32) gemv_bf16_silu_t4(GemvArgs a) { gemv<GV_BF16, GV_SILU, 4>(a); }
-extern "C" __global__ void __launch_bounds__(GV_WARPS * 32) gemv_bf16_silu_t8(GemvArgs a) { gemv<GV_BF16, GV_SILU, 8>(a); }
-extern "C" __global__ void __launch_bounds__(GV_WARPS * 32) gemv_bf16_qkv_t1(GemvArgs a) { gemv<GV_BF16, GV_QKV, 1>(a); }
-extern "C" __global__ void __launch_bounds__(GV_WARPS * 32) gemv_bf16_qkv_t2(GemvArgs a) { gemv<GV_BF16, GV_QKV, 2>(a); }
-extern "C" __global__ void __launch_bounds__(GV_WARPS * 32) gemv_bf16_qkv_t4(GemvArgs a) { gemv<GV_BF16, GV_QKV, 4>(a); }
-extern "C" __global__ void __launch_bounds__(GV_WARPS * 32) gemv_bf16_qkv_t8(GemvArgs a) { gemv<GV_BF16, GV_QKV, 8>(a); }
-extern "C" __global__ void __launch_bounds__(GV_WARPS * 32) gemv_fp8_store_t1(GemvArgs a) { gemv<GV_FP8, GV_STORE, 1>(a); }
-extern "C" __global__ void __launch_bounds__(GV_WARPS * 32) gemv_fp8_store_t2(GemvArgs a) { gemv<GV_FP8, GV_STORE, 2>(a); }
-extern "C" __global__ void __launch_bounds__(GV_WARPS * 32) gemv_fp8_store_t4(GemvArgs a) { gemv<GV_FP8, GV_STORE, 4>(a); }
-extern "C" __global__ void __launch_bounds__(GV_WARPS * 32) gemv_fp8_store_t8(GemvArgs a) { gemv<GV_FP8, GV_STORE, 8>(a); }
-extern "C" __global__ void __launch_bounds__(GV_WARPS * 32) gemv_fp8_silu_t1(GemvArgs a) { gemv<GV_FP8, GV_SILU, 1>(a); }
-extern "C" __global__ void __launch_bounds__(GV_WARPS * 32) gemv_fp8_silu_t2(GemvArgs a) { gemv<GV_FP8, GV_SILU, 2>(a); }
-extern "C" __global__ void __launch_bounds__(GV_WARPS * 32) gemv_fp8_silu_t4(GemvArgs a) { gemv<GV_FP8, GV_SILU, 4>(a); }
-extern "C" __global__ void __launch_bounds__(GV_WARPS * 32) gemv_fp8_silu_t8(GemvArgs a) { gemv<GV_FP8, GV_SILU, 8>(a); }
-extern "C" __global__ void __launch_bounds__(GV_WARPS * 32) gemv_fp8_qkv_t1(GemvArgs a) { gemv<GV_FP8, GV_QKV, 1>(a); }
-extern "C" __global__ void __launch_bounds__(GV_WARPS * 32) gemv_fp8_qkv_t2(GemvArgs a) { gemv<GV_FP8, GV_QKV, 2>(a); }
-extern "C" __global__ void __launch_bounds__(GV_WARPS * 32) gemv_fp8_qkv_t4(GemvArgs a) { gemv<GV_FP8, GV_QKV, 4>(a); }
-extern "C" __global__ void __launch_bounds__(GV_WARPS * 32) gemv_fp8_qkv_t8(GemvArgs a) { gemv<GV_FP8, GV_QKV, 8>(a); }
-extern "C" __global__ void __launch_bounds__(GV_WARPS * 32) gemv_int4_store_t1(GemvArgs a) { gemv<GV_INT4, GV_STORE, 1>(a); }
-extern "C" __global__ void __launch_bounds__(GV_WARPS * 32) gemv_int4_store_t2(GemvArgs a) { gemv<GV_INT4, GV_STORE, 2>(a); }
-extern "C" __global__ void __launch_bounds__(GV_WARPS * 32) gemv_int4_store_t4(GemvArgs a) { gemv<GV_INT4, GV_STORE, 4>(a); }
-extern "C" __global__ void __launch_bounds__(GV_WARPS * 32) gemv_int4_store_t8(GemvArgs a) { gemv<GV_INT4, GV_STORE, 8>(a); }
-extern "C" __global__ void __launch_bounds__(GV_WARPS * 32) gemv_int4_silu_t1(GemvArgs a) { gemv<GV_INT4, GV_SILU, 1>(a); }
-extern "C" __global__ void __launch_bounds__(GV_WARPS * 32) gemv_int4_silu_t2(GemvArgs a) { gemv<GV_INT4, GV_SILU, 2>(a); }
-extern "C" __global__ void __launch_bounds__(GV_WARPS * 32) gemv_int4_silu_t4(GemvArgs a) { gemv<GV_INT4, GV_SILU, 4>(a); }
-extern "C" __global__ void __launch_bounds__(GV_WARPS * 32) gemv_int4_silu_t8(GemvArgs a) { gemv<GV_INT4, GV_SILU, 8>(a); }
-extern "C" __global__ void __launch_bounds__(GV_WARPS * 32) gemv_int4_qkv_t1(GemvArgs a) { gemv<GV_INT4, GV_QKV, 1>(a); }
-extern "C" __global__ void __launch_bounds__(GV_WARPS * 32) gemv_int4_qkv_t2(GemvArgs a) { gemv<GV_INT4, GV_QKV, 2>(a); }
-extern "C" __global__ void __launch_bounds__(GV_WARPS * 32) gemv_int4_qkv_t4(GemvArgs a) { gemv<GV_INT4, GV_QKV, 4>(a); }
-extern "C" __global__ void __launch_bounds__(GV_WARPS * 32) gemv_int4_qkv_t8(GemvArgs a) { gemv<GV_INT4, GV_QKV, 8>(a); }
-extern "C" __global__ void __launch_bounds__(GV_WARPS * 32) gemv_nvfp4_store_t1(GemvArgs a) { gemv<GV_NVFP4, GV_STORE, 1>(a); }
-extern "C" __global__ void __launch_bounds__(GV_WARPS * 32) gemv_nvfp4_store_t2(GemvArgs a) { gemv<GV_NVFP4, GV_STORE, 2>(a); }
-extern "C" __global__ void __launch_bounds__(GV_WARPS * 32) gemv_nvfp4_store_t4(GemvArgs a) { gemv<GV_NVFP4, GV_STORE, 4>(a); }
-extern "C" __global__ void __launch_bounds__(GV_WARPS * 32) gemv_nvfp4_store_t8(GemvArgs a) { gemv<GV_NVFP4, GV_STORE, 8>(a); }
-extern "C" __global__ void __launch_bounds__(GV_WARPS * 32) gemv_nvfp4_silu_t1(GemvArgs a) { gemv<GV_NVFP4, GV_SILU, 1>(a); }
-extern "C" __global__ void __launch_bounds__(GV_WARPS * 32) gemv_nvfp4_silu_t2(GemvArgs a) { gemv<GV_NVFP4, GV_SILU, 2>(a); }
-extern "C" __global__ void __launch_bounds__(GV_WARPS * 32) gemv_nvfp4_silu_t4(GemvArgs a) { gemv<GV_NVFP4, GV_SILU, 4>(a); }
-extern "C" __global__ void __launch_bounds__(GV_WARPS * 32) gemv_nvfp4_silu_t8(GemvArgs a) { gemv<GV_NVFP4, GV_SILU, 8>(a); }
-extern "C" __global__ void __launch_bounds__(GV_WARPS * 32) gemv_nvfp4_qkv_t1(GemvArgs a) { gemv<GV_NVFP4, GV_QKV, 1>(a); }
-extern "C" __global__ void __launch_bounds__(GV_WARPS * 32) gemv_nvfp4_qkv_t2(GemvArgs a) { gemv<GV_NVFP4, GV_QKV, 2>(a); }
-extern "C" __global__ void __launch_bounds__(GV_WARPS * 32) gemv_nvfp4_qkv_t4(GemvArgs a) { gemv<GV_NVFP4, GV_QKV, 4>(a); }
-extern "C" __global__ void __launch_bounds__(GV_WARPS * 32) gemv_nvfp4_qkv_t8(GemvArgs a) { gemv<GV_NVFP4, GV_QKV, 8>(a); }

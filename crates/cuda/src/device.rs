@@ -117,7 +117,7 @@ pub enum Arg {
 /// allows programmatic stream serialization: the kernel may start while the previous one
 /// in the stream drains, and waits for it with `griddepcontrol.wait` (every wring kernel
 /// does so first, kernels/common.cuh `pdl_entry`). Graph capture records the edge.
-fn launch_params(
+pub(crate) fn launch_params(
     f: sys::CUfunction,
     grid: (u32, u32, u32),
     block: u32,

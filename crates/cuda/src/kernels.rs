@@ -41,6 +41,7 @@ pub const SOURCES: &[(&str, &str)] = &[
         concat!(
             include_str!("../kernels/attention/args.cuh"),
             include_str!("../kernels/attention/mma.cu"),
+            include_str!("../kernels/attention/mma_entries.cu"),
             include_str!("../kernels/attention/flash.cu")
         ),
     ),
@@ -58,7 +59,19 @@ pub const SOURCES: &[(&str, &str)] = &[
         concat!(
             include_str!("../kernels/fp_formats.cuh"),
             include_str!("../kernels/gemv.cu"),
+            include_str!("../kernels/gemv_entries.cu"),
             include_str!("../kernels/gemv_multi.cu")
+        ),
+    ),
+    (
+        "persistent.cu",
+        concat!(
+            "#define WRING_PERSISTENT\n",
+            include_str!("../kernels/fp_formats.cuh"),
+            include_str!("../kernels/gemv.cu"),
+            include_str!("../kernels/attention/args.cuh"),
+            include_str!("../kernels/attention/mma.cu"),
+            include_str!("../kernels/persistent.cu")
         ),
     ),
     (
@@ -137,6 +150,23 @@ fn cached_ptx(name: &str, src: &str, arch: (i32, i32)) -> Result<String> {
     Ok(ptx)
 }
 
+/// The op kind of decode attention in the persistent kernel (kernels/persistent.cu
+/// `PK_ATTENTION`; a gemv's kind is its `GemvEpilogue` number).
+pub(crate) const PERSISTENT_ATTENTION_KIND: i32 = 3;
+
+/// Head dimensions the persistent step kernel is built for.
+const PERSISTENT_HEAD_DIMS: [usize; 2] = [64, 128];
+
+/// The attention build the persistent kernel runs for `head_dim` (kernels/persistent.cu
+/// `PK_MMA_BUILD`: the default's, prefetching for 64 and serial for 128).
+pub(crate) fn persistent_attention_build(head_dim: usize) -> Option<MmaBuild> {
+    match head_dim {
+        64 => Some(MmaBuild::Prefetch),
+        128 => Some(MmaBuild::Serial),
+        _ => None,
+    }
+}
+
 /// How `attention_mma` gets each warp's K/V tiles (kernels/attention/mma.cu `MMA_*`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum MmaBuild {
@@ -197,6 +227,8 @@ pub struct Kernels {
     attention_mma: Vec<((usize, usize, MmaBuild), sys::CUfunction)>,
     /// `attention_flash_d{head_dim}`, keyed by head_dim.
     attention_flash: Vec<(usize, sys::CUfunction)>,
+    /// `persistent_t{1,2,4,8}_d{64,128}` (kernels/persistent.cu): [head_dim 64, 128][token bucket].
+    persistent: [[sys::CUfunction; 4]; 2],
     pub argmax_rows: sys::CUfunction,
     pub argmax_rows_masked: sys::CUfunction,
     /// Tensor-parallel ranks: vocabulary-shard embedding, per-row (max, index).
@@ -323,6 +355,15 @@ impl Kernels {
                     Ok(((d, nt, build), f))
                 })
                 .collect::<Result<_>>()?,
+            persistent: {
+                let mut f = [[std::ptr::null_mut(); 4]; 2];
+                for (di, d) in PERSISTENT_HEAD_DIMS.iter().enumerate() {
+                    for (ti, tb) in GEMV_BUCKETS.iter().enumerate() {
+                        f[di][ti] = get(&format!("persistent_t{tb}_d{d}"))?;
+                    }
+                }
+                f
+            },
             attention_flash: crate::params::FLASH_HEAD_DIMS
                 .iter()
                 .map(|&d| {
@@ -399,6 +440,30 @@ impl Kernels {
             .iter()
             .find(|(k, _)| *k == (head_dim, row_tiles, build))
             .map(|&(_, f)| f)
+    }
+
+    /// The persistent step kernel for `head_dim` and token bucket index `bucket`.
+    pub(crate) fn persistent(&self, head_dim: usize, bucket: usize) -> Option<sys::CUfunction> {
+        let di = PERSISTENT_HEAD_DIMS.iter().position(|&d| d == head_dim)?;
+        self.persistent[di].get(bucket).copied()
+    }
+
+    /// The op kind under which the persistent kernel for (`head_dim`, `bucket`) runs
+    /// kernel `f` (kernels/persistent.cu `PK_*`), if it runs it: a bf16 gemv of that token
+    /// bucket, or the one-row-tile decode attention of the default build.
+    pub(crate) fn persistent_kind(
+        &self,
+        f: sys::CUfunction,
+        head_dim: usize,
+        bucket: usize,
+    ) -> Option<i32> {
+        for e in GemvEpilogue::ALL {
+            if self.gemv[GemvFormat::Bf16 as usize][e as usize].get(bucket) == Some(&f) {
+                return Some(e as i32);
+            }
+        }
+        let build = persistent_attention_build(head_dim)?;
+        (self.attention_mma(head_dim, 1, build) == Some(f)).then_some(PERSISTENT_ATTENTION_KIND)
     }
 
     /// The FlashAttention-style prefill kernel for `head_dim`.

@@ -135,6 +135,11 @@ pub struct CudaOptions {
     /// Launch wring's kernels with programmatic dependent launch (sm_90+): each may start
     /// while the previous kernel drains (`WRING_CUDA_PDL` = on | off).
     pub pdl: bool,
+    /// Captured steps of at most 8 tokens on the bf16 gemv path with the fused norm
+    /// (`WRING_CUDA_SMALL_STEP_PATH=gemv WRING_CUDA_FUSED_NORM=on`) run their layers as one
+    /// launch of the persistent step kernel (kernels/persistent.cu, backend/persistent.rs;
+    /// `WRING_CUDA_PERSISTENT` = off | on, default off until measured on a GPU).
+    pub persistent: bool,
     /// q|k|v and gate|up weights concatenated at upload: one GEMM each, RoPE fused into
     /// the q/k/v split and SiLU·mul reading the gate|up halves (`WRING_CUDA_FUSED`; on by
     /// default: 135M decode 1.67 → 1.37 ms, 8B 7.34 → 6.70 ms, results/2026-11-30-cuda-h200/runs/run6).
@@ -324,6 +329,7 @@ impl Default for CudaOptions {
             max_tokens_from_env: false,
             attention: AttentionKernel::Mma,
             pdl: true,
+            persistent: false,
             small_linear_max_t: DEFAULT_SMALL_LINEAR_MAX_T,
             gemv_4bit_max_t: DEFAULT_GEMV_4BIT_MAX_T,
             multi_gemv: MultiGemvPath::Gemv,
@@ -403,7 +409,8 @@ impl CudaOptions {
     /// `WRING_CUDA_QGEMM_MAX_T` = 0..=32, `WRING_CUDA_FP8_FUSED` = on | off, `WRING_CUDA_GEMM_TUNE` = off | on,
     /// `WRING_CUDA_MMA_SPLITS` = per_q=512,prefill=0,grid=fill,prefill_nt=6 ([`MmaSplits`]),
     /// `WRING_CUDA_EAGER_PAD` = on | off, `WRING_CUDA_GEMM_LT` = off | on,
-    /// `WRING_CUDA_CHUNK_GRAPHS` = off | tokens (default off), `WRING_CUDA_MOE` = off | on.
+    /// `WRING_CUDA_CHUNK_GRAPHS` = off | tokens (default off), `WRING_CUDA_MOE` = off | on,
+    /// `WRING_CUDA_PERSISTENT` = off | on.
     pub fn from_env() -> Result<Self> {
         let mut o = Self::default();
         let var = |n: &str| std::env::var(n).ok().filter(|v| !v.trim().is_empty());
@@ -476,6 +483,9 @@ impl CudaOptions {
         }
         if let Some(v) = var("WRING_CUDA_PDL") {
             o.pdl = switch("WRING_CUDA_PDL", &v)?;
+        }
+        if let Some(v) = var("WRING_CUDA_PERSISTENT") {
+            o.persistent = switch("WRING_CUDA_PERSISTENT", &v)?;
         }
         if let Some(v) = var("WRING_CUDA_FUSED") {
             o.fused = switch("WRING_CUDA_FUSED", &v)?;

@@ -31,6 +31,8 @@
 //! `gpu_check quant-bench [OUT]` — dummy llama-3.1-8b per weight scheme: load time, weight
 //!   memory, decode and verify step times against the HBM roofline, per linear path
 //!   (QUANT_BENCH_*); rows to OUT (a .json path, or a folder for quant.json).
+//! `gpu_check persistent [OUT_DIR]` — the persistent step kernel against the launches it
+//!   replaces (bitwise) and timed (persistent.rs).
 //! `gpu_check fused-norm [OUT_DIR]` — the gemv path with the norm and residual fused into
 //!   its launches vs unfused gemv and cuBLAS (dummy 135M and 8B), replay = eager, verify =
 //!   plain greedy; step times and kernels per step for cublas, gemv, gemv+fused and auto.
@@ -50,6 +52,7 @@ mod gemv;
 mod harness;
 mod moe;
 mod multi_gemv;
+mod persistent;
 mod prefill;
 mod quant;
 mod steps;
@@ -76,6 +79,7 @@ fn main() -> Result<()> {
         "gemv" => gemv::run(args.get(2).map(String::as_str)),
         "multi-gemv" => multi_gemv::run(arg(&args, 2)?),
         "fused-norm" => fused_norm::run(args.get(2).map(String::as_str)),
+        "persistent" => persistent::run(args.get(2).map(String::as_str)),
         "attention" => attention::check(),
         "moe" => moe::check(),
         "steps" => steps::run(arg(&args, 2)?),
@@ -89,7 +93,7 @@ fn main() -> Result<()> {
             arg(&args, 4)?.parse()?,
             arg(&args, 5)?.parse()?,
         ),
-        _ => bail!("usage: gpu_check golden MODEL GOLDEN | graphs MODEL | bench MODEL | cpu-compare MODEL (a .gguf, a Hugging Face directory or dummy:<shape>) | quant MODEL [GOLDEN] | quant-bench [OUT] | fp8-fused MODEL | qgemm | gemv [OUT_DIR] | multi-gemv MODEL | fused-norm [OUT_DIR] | attention | moe | steps OUT_DIR | prefill OUT_DIR | prefill-cold OUT_DIR | chunk-steps OUT_DIR | tp ... | profile MODEL BATCH Q CTX [GPU_CHECK_CHUNK=N: and an N-token prompt chunk] (MODEL: a .gguf, dummy or dummy-8b)"),
+        _ => bail!("usage: gpu_check golden MODEL GOLDEN | graphs MODEL | bench MODEL | cpu-compare MODEL (a .gguf, a Hugging Face directory or dummy:<shape>) | quant MODEL [GOLDEN] | quant-bench [OUT] | fp8-fused MODEL | qgemm | gemv [OUT_DIR] | multi-gemv MODEL | fused-norm [OUT_DIR] | persistent [OUT_DIR] | attention | moe | steps OUT_DIR | prefill OUT_DIR | prefill-cold OUT_DIR | chunk-steps OUT_DIR | tp ... | profile MODEL BATCH Q CTX [GPU_CHECK_CHUNK=N: and an N-token prompt chunk] (MODEL: a .gguf, dummy or dummy-8b)"),
     }
 }
 

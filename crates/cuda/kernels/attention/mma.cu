@@ -52,10 +52,17 @@ __device__ __forceinline__ u32 movmatrix_trans(u32 x) {
     return r;
 }
 
+// K/V tile loads: the read-only path, except in persistent.cu's kernel, where the pools are
+// written (this step's K/V) earlier in the same launch and must be read through L2.
 __device__ __forceinline__ uint4 ld_nc_v4(const void* p) {
     uint4 r;
+#ifdef WRING_PERSISTENT
+    asm volatile("ld.global.cg.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p));
+#else
     asm volatile("ld.global.nc.v4.u32 {%0,%1,%2,%3}, [%4];\n"
                  : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p));
+#endif
     return r;
 }
 
@@ -422,8 +429,10 @@ __device__ __forceinline__ void mma_split(const AttnArgs& a, const u32* __restri
     __syncthreads();
 }
 
+// Block (seq, kvh, z) of the launch (grid: sequences, KV heads, row chunks x splits);
+// persistent.cu's kernel calls it with blocks of its own.
 template <int D, int NT, int MODE>
-__device__ __forceinline__ void attention_mma(const AttnArgs& a) {
+__device__ __forceinline__ void attention_mma(const AttnArgs& a, int seq, int kvh, int z) {
     constexpr int ROWS = 8 * NT;
     __shared__ __align__(16) u32 qfrag_s[NT * (D / 16) * 32 * 2];
     __shared__ float sm_m[(MMA_WARPS + 1) * ROWS];
@@ -435,8 +444,7 @@ __device__ __forceinline__ void attention_mma(const AttnArgs& a) {
     float* sm_o = MODE == MMA_STAGED ? (float*)mma_ring : sm_o_regs;
     __shared__ int last_block;
 
-    const int seq = blockIdx.x, kvh = blockIdx.y;
-    const int chunk = blockIdx.z / a.grid_splits, split0 = blockIdx.z % a.grid_splits;
+    const int chunk = z / a.grid_splits, split0 = z % a.grid_splits;
     const int G = a.n_heads / a.n_kv_heads;
     const u32 q_start = a.seq_q_start[seq];
     const int q_len = (int)(a.seq_q_start[seq + 1] - q_start);
@@ -579,32 +587,3 @@ __device__ __forceinline__ void attention_mma(const AttnArgs& a) {
         __syncthreads();
     }
 }
-
-// One entry point per (head_dim, row tiles) the host may pick (MMA_ROW_TILES in
-// crates/cuda/src/params.rs); written out so the loader can find the names. The default
-// (WRING_CUDA_ATTENTION=mma) prefetches for head_dim 64 and takes `_serial` for 128;
-// `_staged` is `mma-staged`; `mma-serial` takes `_serial` everywhere (the earlier default).
-extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32) attention_mma_d64_n1(AttnArgs a) { pdl_entry(); attention_mma<64, 1, MMA_PREFETCH>(a); }
-extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32) attention_mma_d64_n2(AttnArgs a) { pdl_entry(); attention_mma<64, 2, MMA_PREFETCH>(a); }
-extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32) attention_mma_d64_n3(AttnArgs a) { pdl_entry(); attention_mma<64, 3, MMA_PREFETCH>(a); }
-extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32) attention_mma_d64_n4(AttnArgs a) { pdl_entry(); attention_mma<64, 4, MMA_PREFETCH>(a); }
-extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32) attention_mma_d64_n6(AttnArgs a) { pdl_entry(); attention_mma<64, 6, MMA_PREFETCH>(a); }
-extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32) attention_mma_d128_n1(AttnArgs a) { pdl_entry(); attention_mma<128, 1, MMA_PREFETCH>(a); }
-extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32) attention_mma_d128_n2(AttnArgs a) { pdl_entry(); attention_mma<128, 2, MMA_PREFETCH>(a); }
-extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32) attention_mma_d128_n3(AttnArgs a) { pdl_entry(); attention_mma<128, 3, MMA_SERIAL>(a); }  // prefetching spills (ptxas: 56 bytes)
-extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32) attention_mma_serial_d64_n1(AttnArgs a) { pdl_entry(); attention_mma<64, 1, MMA_SERIAL>(a); }
-extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32) attention_mma_serial_d64_n2(AttnArgs a) { pdl_entry(); attention_mma<64, 2, MMA_SERIAL>(a); }
-extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32) attention_mma_serial_d64_n3(AttnArgs a) { pdl_entry(); attention_mma<64, 3, MMA_SERIAL>(a); }
-extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32) attention_mma_serial_d64_n4(AttnArgs a) { pdl_entry(); attention_mma<64, 4, MMA_SERIAL>(a); }
-extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32) attention_mma_serial_d64_n6(AttnArgs a) { pdl_entry(); attention_mma<64, 6, MMA_SERIAL>(a); }
-extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32) attention_mma_serial_d128_n1(AttnArgs a) { pdl_entry(); attention_mma<128, 1, MMA_SERIAL>(a); }
-extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32) attention_mma_serial_d128_n2(AttnArgs a) { pdl_entry(); attention_mma<128, 2, MMA_SERIAL>(a); }
-extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32) attention_mma_serial_d128_n3(AttnArgs a) { pdl_entry(); attention_mma<128, 3, MMA_SERIAL>(a); }
-extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32) attention_mma_staged_d64_n1(AttnArgs a) { pdl_entry(); attention_mma<64, 1, MMA_STAGED>(a); }
-extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32) attention_mma_staged_d64_n2(AttnArgs a) { pdl_entry(); attention_mma<64, 2, MMA_STAGED>(a); }
-extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32) attention_mma_staged_d64_n3(AttnArgs a) { pdl_entry(); attention_mma<64, 3, MMA_STAGED>(a); }
-extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32) attention_mma_staged_d64_n4(AttnArgs a) { pdl_entry(); attention_mma<64, 4, MMA_STAGED>(a); }
-extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32) attention_mma_staged_d64_n6(AttnArgs a) { pdl_entry(); attention_mma<64, 6, MMA_STAGED>(a); }
-extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32) attention_mma_staged_d128_n1(AttnArgs a) { pdl_entry(); attention_mma<128, 1, MMA_STAGED>(a); }
-extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32) attention_mma_staged_d128_n2(AttnArgs a) { pdl_entry(); attention_mma<128, 2, MMA_STAGED>(a); }
-extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32) attention_mma_staged_d128_n3(AttnArgs a) { pdl_entry(); attention_mma<128, 3, MMA_STAGED>(a); }

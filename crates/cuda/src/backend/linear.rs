@@ -216,6 +216,7 @@ impl CudaBackend {
                     n_in: w.cols,
                     n_out: w.rows,
                 };
+                self.persistent_flush();
                 if let Err(e) = self.blas.linear(g, !self.graphs.capturing()) {
                     self.fail(e);
                     return out;

@@ -14,6 +14,7 @@ mod attention;
 mod fp8;
 mod linear;
 mod moe;
+mod persistent;
 mod qlinear;
 mod rows;
 mod small_step;
@@ -121,6 +122,9 @@ pub struct CudaBackend {
     /// `Backend::next_input_for`: (n_in, n_out) of the FP8 weight the next GEMM input
     /// feeds, taken by the op that produces it (`fp8.rs`).
     fp8_next: Option<(usize, usize)>,
+    /// The persistent step kernel's programs and the capture recording for it
+    /// (`persistent.rs`; None until `WRING_CUDA_PERSISTENT=on` first records).
+    persistent: Option<persistent::Persistent>,
     /// This step's linear path (`small_step.rs`), set by `begin_step` and the captures.
     path: step_path::StepPath,
     /// `SmallStepPath::Auto`'s choices and the variants of the key being captured.
@@ -214,6 +218,7 @@ impl CudaBackend {
             mma_ws: None,
             group: None,
             row_maxima: None,
+            persistent: None,
             fp8_next: None,
             path: Default::default(),
             small: Default::default(),
@@ -370,7 +375,10 @@ impl CudaBackend {
         self.arena.as_ref().map(|(_, a)| a.usage())
     }
 
-    fn cu_stream(&self) -> sys::CUstream {
+    /// The stream, for work about to be queued on it: a run of launches recorded for the
+    /// persistent kernel goes first (`persistent.rs`).
+    fn cu_stream(&mut self) -> sys::CUstream {
+        self.persistent_flush();
         self.stream.cu_stream()
     }
 
@@ -437,7 +445,8 @@ impl CudaBackend {
         if !self.ok() || grid.0 == 0 || grid.1 == 0 || grid.2 == 0 {
             return;
         }
-        if let Err(e) = launch(f, grid, block, self.cu_stream(), args, self.opts.pdl) {
+        let stream = self.cu_stream();
+        if let Err(e) = launch(f, grid, block, stream, args, self.opts.pdl) {
             self.fail(anyhow!("launching {what} failed: {e:?}"));
         }
     }
@@ -465,6 +474,9 @@ impl CudaBackend {
         what: &str,
     ) {
         if !self.ok() || grid.0 == 0 || grid.1 == 0 || grid.2 == 0 {
+            return;
+        }
+        if block == 128 && self.persistent_record(f, grid, smem, args) {
             return;
         }
         let stream = self.cu_stream();
@@ -528,7 +540,7 @@ impl CudaBackend {
 
     fn sync(&self) -> Result<()> {
         // SAFETY: the stream belongs to this backend.
-        unsafe { result::stream::synchronize(self.cu_stream()) }
+        unsafe { result::stream::synchronize(self.stream.cu_stream()) }
             .map_err(|e| anyhow!("CUDA stream synchronisation failed: {e:?}"))
     }
 
@@ -957,7 +969,10 @@ impl Backend for CudaBackend {
         }
         self.begin_variant_captures();
         match self.graphs.begin(&self.stream, key) {
-            Ok(()) => true,
+            Ok(()) => {
+                self.persistent_begin();
+                true
+            }
             Err(e) => {
                 tracing::warn!(
                     "CUDA graph capture for {key:?} could not start: {e:#}; running eagerly"
@@ -969,11 +984,14 @@ impl Backend for CudaBackend {
     }
 
     fn end_capture(&mut self, out: &CudaTensor) -> bool {
+        self.persistent_end_recording();
         let op_error = self.error.take();
         let done = self.graphs.end(&self.stream, op_error, out.ptr, out.cols);
+        let done = done.and_then(|()| self.persistent_upload(true));
         match done {
             Ok(()) => true,
             Err(e) => {
+                let _ = self.persistent_upload(false);
                 tracing::warn!(
                     "CUDA graph capture failed: {e:#}; this shape runs eagerly from now on"
                 );

@@ -370,6 +370,7 @@ impl CudaBackend {
                 n_in: k,
                 n_out: nr,
             };
+            self.persistent_flush();
             if let Err(e) = self.blas.linear_ld(tile, n) {
                 self.fail(e);
             }

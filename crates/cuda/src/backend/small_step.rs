@@ -48,6 +48,15 @@ impl CudaBackend {
         self.path = self.resolve_step_path(self.layout.tokens, self.key);
     }
 
+    /// Captured small steps on the persistent step kernel, or not (`persistent.rs`; graphs
+    /// and choices dropped when it changes).
+    pub fn set_persistent(&mut self, on: bool) {
+        if self.opts.persistent != on {
+            self.drop_graphs();
+        }
+        self.opts.persistent = on;
+    }
+
     /// Norm and residual fused into the gemv launches on the gemv path, or not (graphs and
     /// choices dropped when it changes).
     pub fn set_fused_norm(&mut self, on: bool) {
@@ -60,6 +69,7 @@ impl CudaBackend {
     /// Drops the captured graphs and the small-step choices made for them.
     pub(super) fn drop_graphs(&mut self) {
         self.graphs.clear();
+        self.persistent_reset();
         self.clear_small_step_choices();
     }
     /// Most tokens a step's int4/nvfp4 linears may carry to take the gemv kernels: up to 8
