@@ -174,6 +174,7 @@ impl Graphs {
         op_error: Option<anyhow::Error>,
         ptr: u64,
         cols: usize,
+        before_first_launch: impl FnOnce() -> Result<()>,
     ) -> Result<()> {
         let key = self
             .capturing
@@ -185,7 +186,10 @@ impl Graphs {
             (Some(e), _) => Err(e.context("an op failed while capturing")),
             (None, Err(e)) => Err(anyhow!("cuStreamEndCapture/instantiate: {e:?}")),
             (None, Ok(None)) => Err(anyhow!("the capture recorded no graph")),
-            (None, Ok(Some(graph))) => match graph.launch() {
+            (None, Ok(Some(graph))) => match before_first_launch()
+                .map_err(|e| e.context("before the first launch of the captured graph"))
+                .and_then(|()| graph.launch().map_err(|e| anyhow!("{e:?}")))
+            {
                 Ok(()) => {
                     let out = GraphOutput { ptr, cols };
                     let mut nodes = 0usize;
@@ -199,7 +203,7 @@ impl Graphs {
                     self.entries.insert(key, Entry { graph, out, nodes });
                     Ok(())
                 }
-                Err(e) => Err(anyhow!("first launch of the captured graph: {e:?}")),
+                Err(e) => Err(e.context("first launch of the captured graph")),
             },
         };
         if result.is_err() {

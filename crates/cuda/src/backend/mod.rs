@@ -984,14 +984,18 @@ impl Backend for CudaBackend {
     }
 
     fn end_capture(&mut self, out: &CudaTensor) -> bool {
-        self.persistent_end_recording();
+        // The persistent kernel's programs are copied in between the end of the capture
+        // and the graph's first launch (no copy may run while the stream is captured).
+        let programs = self.persistent_end_recording();
         let op_error = self.error.take();
-        let done = self.graphs.end(&self.stream, op_error, out.ptr, out.cols);
-        let done = done.and_then(|()| self.persistent_upload(true));
+        let done = self
+            .graphs
+            .end(&self.stream, op_error, out.ptr, out.cols, || {
+                persistent::upload(programs)
+            });
         match done {
             Ok(()) => true,
             Err(e) => {
-                let _ = self.persistent_upload(false);
                 tracing::warn!(
                     "CUDA graph capture failed: {e:#}; this shape runs eagerly from now on"
                 );

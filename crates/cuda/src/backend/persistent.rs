@@ -59,7 +59,7 @@ pub(super) struct Persistent {
     pool: DeviceBuffer,
     used: usize,
     recording: Option<Recording>,
-    /// (device address, bytes) of programs to copy in once their capture has ended.
+    /// (device address, bytes) of the programs recorded by the capture under way.
     uploads: Vec<(u64, Vec<u8>)>,
     /// Persistent launches recorded and the ops they hold (checks read them).
     pub(super) launches: u64,
@@ -72,6 +72,17 @@ pub(crate) fn smem_bytes(tb: usize) -> usize {
     const XS_MAX: usize = 1024 + 64 + 8;
     let stages = if tb >= 8 { 6 } else { 8 };
     tb * XS_MAX * 2 + stages * 4 * 2 * 32 * 16
+}
+
+/// Copies recorded programs to their places in the pool (after their capture has ended,
+/// before the graph's first launch: a synchronous copy may not run during a capture).
+pub(super) fn upload(programs: Vec<(u64, Vec<u8>)>) -> Result<()> {
+    for (ptr, bytes) in programs {
+        // SAFETY: ptr .. ptr + len lies in the pool, which no queued work touches yet.
+        unsafe { result::memcpy_htod_sync(ptr, &bytes) }
+            .map_err(|e| anyhow!("uploading a persistent step program failed: {e:?}"))?;
+    }
+    Ok(())
 }
 
 /// The recorded program as the bytes the kernel reads.
@@ -266,29 +277,17 @@ impl CudaBackend {
         }
     }
 
-    /// At the end of a capture: the last run launched, recording stopped.
-    pub(super) fn persistent_end_recording(&mut self) {
+    /// At the end of a capture: the last run launched, recording stopped; the programs its
+    /// launches read, for [`upload`] once the capture has ended.
+    pub(super) fn persistent_end_recording(&mut self) -> Vec<(u64, Vec<u8>)> {
         self.persistent_flush();
-        if let Some(p) = self.persistent.as_mut() {
-            p.recording = None;
+        match self.persistent.as_mut() {
+            Some(p) => {
+                p.recording = None;
+                std::mem::take(&mut p.uploads)
+            }
+            None => vec![],
         }
-    }
-
-    /// After the capture ended: its programs copied in (`captured`), or dropped with it.
-    pub(super) fn persistent_upload(&mut self, captured: bool) -> Result<()> {
-        let Some(p) = self.persistent.as_mut() else {
-            return Ok(());
-        };
-        let uploads = std::mem::take(&mut p.uploads);
-        if !captured {
-            return Ok(());
-        }
-        for (ptr, bytes) in uploads {
-            // SAFETY: ptr .. ptr + len lies in the pool; no stream is being captured.
-            unsafe { result::memcpy_htod_sync(ptr, &bytes) }
-                .map_err(|e| anyhow!("uploading a persistent step program failed: {e:?}"))?;
-        }
-        Ok(())
     }
 
     /// The graphs holding programs were dropped: the pool is free again.
