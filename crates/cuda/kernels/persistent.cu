@@ -72,7 +72,7 @@ __device__ __forceinline__ void persistent_ops(const PkOp* ops, int n_ops, u32* 
 }
 
 // Dynamic shared memory: the gemv's (GvSmem<GV_BF16, TB>::BYTES, host:
-// persistent.rs `smem_bytes`); attention_mma's register builds need none.
+// params.rs `persistent_smem_bytes`, allowed at load); attention_mma's register builds need none.
 extern "C" __global__ void __launch_bounds__(GV_WARPS * 32) persistent_t1_d64(const PkOp* ops, int n, u32* bar) { persistent_ops<1, 64>(ops, n, bar); }
 extern "C" __global__ void __launch_bounds__(GV_WARPS * 32) persistent_t2_d64(const PkOp* ops, int n, u32* bar) { persistent_ops<2, 64>(ops, n, bar); }
 extern "C" __global__ void __launch_bounds__(GV_WARPS * 32) persistent_t4_d64(const PkOp* ops, int n, u32* bar) { persistent_ops<4, 64>(ops, n, bar); }

@@ -358,8 +358,16 @@ impl Kernels {
             persistent: {
                 let mut f = [[std::ptr::null_mut(); 4]; 2];
                 for (di, d) in PERSISTENT_HEAD_DIMS.iter().enumerate() {
-                    for (ti, tb) in GEMV_BUCKETS.iter().enumerate() {
-                        f[di][ti] = get(&format!("persistent_t{tb}_d{d}"))?;
+                    for (ti, &tb) in GEMV_BUCKETS.iter().enumerate() {
+                        let name = format!("persistent_t{tb}_d{d}");
+                        f[di][ti] = get(&name)?;
+                        // Its static shared memory and the gemv's dynamic part together
+                        // pass 48 KB: the launch must be allowed the dynamic part.
+                        allow_dynamic_smem(
+                            f[di][ti],
+                            crate::params::persistent_smem_bytes(tb),
+                            &name,
+                        )?;
                     }
                 }
                 f

@@ -200,6 +200,14 @@ pub(crate) struct MmaWorkspace {
     pub head_dim: usize,
 }
 
+/// Dynamic shared memory of the persistent kernel for token bucket `tb`: kernels/gemv.cu's
+/// `GvSmem<GV_BF16, TB>::BYTES` (staged x, then the weight rings of 4 warps).
+pub(crate) fn persistent_smem_bytes(tb: usize) -> usize {
+    const XS_MAX: usize = 1024 + 64 + 8;
+    let stages = if tb >= 8 { 6 } else { 8 };
+    tb * XS_MAX * 2 + stages * 4 * 2 * 32 * 16
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

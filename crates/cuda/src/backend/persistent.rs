@@ -10,7 +10,7 @@
 
 use super::CudaBackend;
 use crate::device::{launch_params, launch_struct_smem, DeviceBuffer};
-use crate::params::{AttnArgs, GemvArgs, GEMV_BUCKETS};
+use crate::params::{persistent_smem_bytes, AttnArgs, GemvArgs, GEMV_BUCKETS};
 use anyhow::{anyhow, Result};
 use cudarc::driver::{result, sys};
 use std::ffi::c_void;
@@ -64,14 +64,6 @@ pub(super) struct Persistent {
     /// Persistent launches recorded and the ops they hold (checks read them).
     pub(super) launches: u64,
     pub(super) fused_ops: u64,
-}
-
-/// Dynamic shared memory of the persistent kernel for token bucket `tb`: kernels/gemv.cu's
-/// `GvSmem<GV_BF16, TB>::BYTES` (staged x, then the weight rings of 4 warps).
-pub(crate) fn smem_bytes(tb: usize) -> usize {
-    const XS_MAX: usize = 1024 + 64 + 8;
-    let stages = if tb >= 8 { 6 } else { 8 };
-    tb * XS_MAX * 2 + stages * 4 * 2 * 32 * 16
 }
 
 /// Copies recorded programs to their places in the pool (after their capture has ended,
@@ -257,7 +249,7 @@ impl CudaBackend {
         let mut n_ops = ops.len() as i32;
         let (mut prog_arg, mut bar_arg) = (program, barrier);
         let grid = (self.sm_count as u32, 1, 1);
-        let smem = smem_bytes(GEMV_BUCKETS[bucket]) as u32;
+        let smem = persistent_smem_bytes(GEMV_BUCKETS[bucket]) as u32;
         // SAFETY: the counter lies in the pool; the parameters match persistent_t*_d*'s
         // (const PkOp*, int, u32*) and live until the driver has copied them.
         let res = unsafe {
@@ -323,14 +315,14 @@ mod tests {
     fn the_shared_memory_fits_a_launch_without_an_attribute() {
         for tb in GEMV_BUCKETS {
             assert!(
-                smem_bytes(tb) <= 48 << 10,
+                persistent_smem_bytes(tb) <= 48 << 10,
                 "bucket {tb}: {}",
-                smem_bytes(tb)
+                persistent_smem_bytes(tb)
             );
         }
         // GvSmem<GV_BF16, 1>: 1 x 1096 x 2 staged bytes + 8 stages x 4 warps x 2 rows x 32 lanes x 16.
-        assert_eq!(smem_bytes(1), 2192 + 32768);
-        assert_eq!(smem_bytes(8), 8 * 2192 + 24576);
+        assert_eq!(persistent_smem_bytes(1), 2192 + 32768);
+        assert_eq!(persistent_smem_bytes(8), 8 * 2192 + 24576);
     }
 
     #[test]
