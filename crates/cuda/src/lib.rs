@@ -21,6 +21,7 @@ pub mod nccl;
 pub mod nccl_bench;
 mod options;
 mod params;
+mod persistent;
 pub mod qweights;
 mod warm_up;
 

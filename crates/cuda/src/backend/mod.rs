@@ -124,7 +124,7 @@ pub struct CudaBackend {
     fp8_next: Option<(usize, usize)>,
     /// The persistent step kernel's programs and the capture recording for it
     /// (`persistent.rs`; None until `WRING_CUDA_PERSISTENT=on` first records).
-    persistent: Option<persistent::Persistent>,
+    persistent: Option<crate::persistent::Persistent>,
     /// This step's linear path (`small_step.rs`), set by `begin_step` and the captures.
     path: step_path::StepPath,
     /// `SmallStepPath::Auto`'s choices and the variants of the key being captured.
@@ -991,7 +991,7 @@ impl Backend for CudaBackend {
         let done = self
             .graphs
             .end(&self.stream, op_error, out.ptr, out.cols, || {
-                persistent::upload(programs)
+                crate::persistent::upload(programs)
             });
         match done {
             Ok(()) => true,
