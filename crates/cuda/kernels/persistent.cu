@@ -31,16 +31,20 @@ struct PkOp {
 };
 
 // Every block arrives, then waits until all gridDim.x blocks have arrived `target /
-// gridDim.x` times in all.
+// gridDim.x` times in all. A wait of seconds means a block never came (the grid was not all
+// resident): the kernel traps, so the step fails with an error instead of hanging the GPU.
 __device__ __forceinline__ void pk_grid_barrier(u32* bar, u32 target) {
     __syncthreads();
     if (threadIdx.x == 0) {
         __threadfence();
         atomicAdd(bar, 1u);
         u32 seen;
-        do {
+        unsigned long long spins = 0;
+        for (;;) {
             asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(seen) : "l"(bar) : "memory");
-        } while (seen < target);
+            if (seen >= target) break;
+            if (++spins > (1ull << 24)) __trap();
+        }
         __threadfence();
     }
     __syncthreads();
