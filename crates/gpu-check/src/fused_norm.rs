@@ -16,7 +16,8 @@
 //! the 8B weights while other checks run and still time alone.
 
 use crate::harness::{
-    argmax_agreement, gguf_runner, prefill_each, same, spec_check, step, tables, time_steps, Runner,
+    argmax_agreement, gguf_runner, prefill_eight, run_per_model, same, spec_check, step,
+    time_steps, Runner,
 };
 use anyhow::Result;
 use serde_json::json;
@@ -48,30 +49,14 @@ fn max_diff(a: &[f32], b: &[f32]) -> (f32, f32) {
 }
 
 pub fn run(out_dir: Option<&str>) -> Result<()> {
-    let models = std::env::var("FUSED_NORM_MODELS").unwrap_or_else(|_| "dummy,dummy-8b".into());
-    let mut pass = true;
-    let mut rows = vec![];
-    for model in models.split(',').map(str::trim).filter(|m| !m.is_empty()) {
-        match one_model(model, &mut rows) {
-            Ok(ok) => pass &= ok,
-            Err(e) => {
-                pass = false;
-                println!("\n{model}: error: {e:#}");
-            }
-        }
-    }
-    if let Some(dir) = out_dir {
-        std::fs::create_dir_all(dir)?;
-        std::fs::write(
-            format!("{dir}/fused_norm.json"),
-            serde_json::to_string_pretty(&rows)?,
-        )?;
-    }
-    println!(
-        "\nRESULT fused-norm: {}",
-        if pass { "PASS" } else { "FAIL" }
-    );
-    Ok(())
+    run_per_model(
+        "fused-norm",
+        "FUSED_NORM_MODELS",
+        "dummy,dummy-8b",
+        out_dir,
+        "fused_norm.json",
+        one_model,
+    )
 }
 
 fn one_model(model: &str, out: &mut Vec<serde_json::Value>) -> Result<bool> {
@@ -96,19 +81,8 @@ fn one_model(model: &str, out: &mut Vec<serde_json::Value>) -> Result<bool> {
         t0.elapsed().as_secs_f64()
     );
     let mut ok = true;
-    // Eight sequences with some context.
-    let batch = 8;
-    let tabs = tables(batch, 40);
-    let ps: Vec<Vec<u32>> = (0..batch)
-        .map(|i| {
-            (0..(40 + 9 * i))
-                .map(|j| (200 + 31 * j + 577 * i) as u32 % 30000 + 5)
-                .collect()
-        })
-        .collect();
     set_path(&mut r, SmallStepPath::Cublas, false)?;
-    prefill_each(&mut r, &ps, &tabs)?;
-    let ctx: Vec<usize> = ps.iter().map(Vec::len).collect();
+    let (tabs, ctx) = prefill_eight(&mut r)?;
 
     println!("| batch × q | gemv+fused = gemv (bitwise, expected) | max |Δ| vs gemv | max |Δ| vs cuBLAS (max |logit|) | argmax vs cuBLAS | gemv kernels ran | ok |");
     println!("|---|---|---|---|---|---|---|");

@@ -164,6 +164,56 @@ pub fn accept_greedy(row: &[u32], fed: &[u32], out: &mut Vec<u32>, gen: usize) -
 }
 
 /// Prefills each prompt as a step of its own, `prompts[i]` into the blocks `tables[i]`.
+/// Runs `one_model` on each model `env` lists (comma-separated; `default` when unset),
+/// writes the rows they push to OUT_DIR/`file` and prints `RESULT name: PASS|FAIL` (a
+/// model that errors fails the check and the others still run).
+pub fn run_per_model(
+    name: &str,
+    env: &str,
+    default: &str,
+    out_dir: Option<&str>,
+    file: &str,
+    mut one_model: impl FnMut(&str, &mut Vec<Value>) -> Result<bool>,
+) -> Result<()> {
+    let models = std::env::var(env).unwrap_or_else(|_| default.into());
+    let mut pass = true;
+    let mut rows = vec![];
+    for model in models.split(',').map(str::trim).filter(|m| !m.is_empty()) {
+        match one_model(model, &mut rows) {
+            Ok(ok) => pass &= ok,
+            Err(e) => {
+                pass = false;
+                println!("\n{model}: error: {e:#}");
+            }
+        }
+    }
+    if let Some(dir) = out_dir {
+        std::fs::create_dir_all(dir)?;
+        std::fs::write(
+            format!("{dir}/{file}"),
+            serde_json::to_string_pretty(&rows)?,
+        )?;
+    }
+    println!("\nRESULT {name}: {}", if pass { "PASS" } else { "FAIL" });
+    Ok(())
+}
+
+/// The small-step checks' context: eight sequences of 40 + 9 i prompt tokens prefilled
+/// into block tables of 40 blocks each. Returns the tables and each sequence's length.
+pub fn prefill_eight(r: &mut Runner) -> Result<(Vec<Vec<u32>>, Vec<usize>)> {
+    let batch = 8;
+    let tabs = tables(batch, 40);
+    let ps: Vec<Vec<u32>> = (0..batch)
+        .map(|i| {
+            (0..(40 + 9 * i))
+                .map(|j| (200 + 31 * j + 577 * i) as u32 % 30000 + 5)
+                .collect()
+        })
+        .collect();
+    prefill_each(r, &ps, &tabs)?;
+    Ok((tabs, ps.iter().map(Vec::len).collect()))
+}
+
 pub fn prefill_each(r: &mut Runner, prompts: &[Vec<u32>], tables: &[Vec<u32>]) -> Result<()> {
     for (i, p) in prompts.iter().enumerate() {
         r.forward(&step(std::slice::from_ref(p), &[0], &tables[i..i + 1]))?;

@@ -10,7 +10,7 @@
 //! Writes OUT_DIR/persistent.json; prints Markdown and `RESULT persistent: PASS|FAIL`.
 
 use crate::harness::{
-    gguf_runner, prefill_each, same, spec_check, step, tables, time_steps, Runner,
+    gguf_runner, prefill_eight, run_per_model, same, spec_check, step, time_steps, Runner,
 };
 use anyhow::Result;
 use serde_json::json;
@@ -28,30 +28,14 @@ fn set_persistent(r: &mut Runner, on: bool) -> Result<()> {
 }
 
 pub fn run(out_dir: Option<&str>) -> Result<()> {
-    let models = std::env::var("PERSISTENT_MODELS").unwrap_or_else(|_| "dummy,dummy-8b".into());
-    let mut pass = true;
-    let mut rows = vec![];
-    for model in models.split(',').map(str::trim).filter(|m| !m.is_empty()) {
-        match one_model(model, &mut rows) {
-            Ok(ok) => pass &= ok,
-            Err(e) => {
-                pass = false;
-                println!("\n{model}: error: {e:#}");
-            }
-        }
-    }
-    if let Some(dir) = out_dir {
-        std::fs::create_dir_all(dir)?;
-        std::fs::write(
-            format!("{dir}/persistent.json"),
-            serde_json::to_string_pretty(&rows)?,
-        )?;
-    }
-    println!(
-        "\nRESULT persistent: {}",
-        if pass { "PASS" } else { "FAIL" }
-    );
-    Ok(())
+    run_per_model(
+        "persistent",
+        "PERSISTENT_MODELS",
+        "dummy,dummy-8b",
+        out_dir,
+        "persistent.json",
+        one_model,
+    )
 }
 
 fn one_model(model: &str, out: &mut Vec<serde_json::Value>) -> Result<bool> {
@@ -65,18 +49,8 @@ fn one_model(model: &str, out: &mut Vec<serde_json::Value>) -> Result<bool> {
         t0.elapsed().as_secs_f64()
     );
     let mut ok = true;
-    let batch = 8;
-    let tabs = tables(batch, 40);
-    let ps: Vec<Vec<u32>> = (0..batch)
-        .map(|i| {
-            (0..(40 + 9 * i))
-                .map(|j| (200 + 31 * j + 577 * i) as u32 % 30000 + 5)
-                .collect()
-        })
-        .collect();
     set_persistent(&mut r, false)?;
-    prefill_each(&mut r, &ps, &tabs)?;
-    let ctx: Vec<usize> = ps.iter().map(Vec::len).collect();
+    let (tabs, ctx) = prefill_eight(&mut r)?;
 
     println!("| batch × q | eager = replay = persistent replay (bitwise) | persistent launches / ops per step | ok |");
     println!("|---|---|---|---|");

@@ -17,11 +17,9 @@ mod support;
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use support::{argmax, floats, ids, prompt_logits, test_data_dir};
+use support::{argmax, decode_step, floats, ids, prompt_logits, test_data_dir};
 use wring_model::gguf::{GgmlType, GgufFile, MetaValue};
-use wring_model::{
-    load_model, CpuWeights, LoadedModel, ModelRunner, ModelSpec, RunnerOptions, SeqInput, StepInput,
-};
+use wring_model::{load_model, CpuWeights, LoadedModel, ModelRunner, ModelSpec, RunnerOptions};
 
 const TOL: f32 = 1e-3;
 
@@ -93,18 +91,7 @@ fn greedy(r: &mut dyn ModelRunner, prompt: &[u32], n: usize) -> (Vec<u32>, Vec<V
         if out.len() == n {
             return (out, steps);
         }
-        let step = StepInput {
-            tokens: vec![next],
-            positions: vec![seq.len() as u32 - 1],
-            seqs: vec![SeqInput {
-                query_start: 0,
-                query_len: 1,
-                context_len: seq.len(),
-                block_table: blocks.clone(),
-                prompt_len: prompt.len(),
-            }],
-            logit_rows: vec![0],
-        };
+        let step = decode_step(next, seq.len(), blocks.clone(), prompt.len());
         logits = r.forward(&step).unwrap().row(0).to_vec();
     }
 }

@@ -37,24 +37,15 @@ fn vocab_case(name: &str) -> (tempfile::TempDir, Tokenizer, Vec<(String, Vec<u32
     (tmp, tok, cases)
 }
 
-#[test]
-fn the_llama_sentencepiece_vocabulary_tokenises_as_llama_cpp_does() {
-    let (_tmp, tok, cases) = vocab_case("llama-spm");
-    assert_eq!(tok.vocab_size(), 32000);
-    assert_eq!(tok.bos_token_id(), Some(1));
-    assert!(tok.add_bos(), "SentencePiece prompts begin with BOS");
-    let mut wrong = vec![];
-    for (text, want) in &cases {
-        let got = tok.encode(text).unwrap();
-        if &got != want {
-            wrong.push(format!("{text:?}: got {got:?}, llama.cpp {want:?}"));
-        }
-        assert_eq!(
-            &tok.decode(&got, false).unwrap(),
-            text,
-            "round trip of {text:?}"
-        );
-    }
+/// Every text gives llama.cpp's ids (else the texts that differ, in the panic).
+fn assert_same_ids(tok: &Tokenizer, cases: &[(String, Vec<u32>)]) {
+    let wrong: Vec<String> = cases
+        .iter()
+        .filter_map(|(text, want)| {
+            let got = tok.encode(text).unwrap();
+            (&got != want).then(|| format!("{text:?}: got {got:?}, llama.cpp {want:?}"))
+        })
+        .collect();
     assert!(
         wrong.is_empty(),
         "{} of {} texts differ:\n{}",
@@ -62,7 +53,53 @@ fn the_llama_sentencepiece_vocabulary_tokenises_as_llama_cpp_does() {
         cases.len(),
         wrong.join("\n")
     );
+}
+
+#[test]
+fn the_llama_sentencepiece_vocabulary_tokenises_as_llama_cpp_does() {
+    let (_tmp, tok, cases) = vocab_case("llama-spm");
+    assert_eq!(tok.vocab_size(), 32000);
+    assert_eq!(tok.bos_token_id(), Some(1));
+    assert!(tok.add_bos(), "SentencePiece prompts begin with BOS");
+    for (text, _) in &cases {
+        let got = tok.encode(text).unwrap();
+        assert_eq!(
+            &tok.decode(&got, false).unwrap(),
+            text,
+            "round trip of {text:?}"
+        );
+    }
+    assert_same_ids(&tok, &cases);
     // Control tokens written in a prompt match whole; byte fallback spells what the vocabulary lacks.
     assert_eq!(tok.encode("</s>").unwrap(), vec![2]);
     assert_eq!(tok.decode(&[1, 15043, 2], true).unwrap(), "Hello");
+}
+
+/// The byte-level BPE vocabularies wring reads, against the same test set: the repository
+/// keeps only llama-spm's (the others are 0.6-2.5 MB each), so this runs by hand after
+/// `scripts/reference/gguf_vocab.sh gpt-2 llama-bpe qwen2 starcoder refact`:
+/// `cargo test -p wring-model --test gguf_vocab -- --ignored`.
+#[test]
+#[ignore = "needs vocabularies fetched by scripts/reference/gguf_vocab.sh"]
+fn fetched_vocabularies_tokenise_as_llama_cpp_does() {
+    let dir = test_data_dir().join("gguf_vocab");
+    let mut names: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .filter_map(|e| {
+            let name = e.unwrap().file_name().into_string().ok()?;
+            name.strip_suffix(".gguf.gz").map(str::to_string)
+        })
+        .filter(|n| n != "llama-spm")
+        .collect();
+    names.sort();
+    assert!(
+        !names.is_empty(),
+        "no vocabulary fetched into {}",
+        dir.display()
+    );
+    for name in names {
+        let (_tmp, tok, cases) = vocab_case(&name);
+        println!("{name}: {} texts", cases.len());
+        assert_same_ids(&tok, &cases);
+    }
 }

@@ -5,8 +5,8 @@
 #[allow(dead_code)] // each test crate uses some of the helpers
 mod support;
 
-use support::{argmax, golden, ids, prefill_batch};
-use wring_model::{load_model, ModelRunner, ModelSpec, RunnerOptions, SeqInput, StepInput};
+use support::{argmax, decode_step, golden, ids, prefill_batch};
+use wring_model::{load_model, ModelRunner, ModelSpec, RunnerOptions};
 
 fn runner() -> (Box<dyn ModelRunner>, std::sync::Arc<wring_model::Tokenizer>) {
     let m = load_model(&ModelSpec::default()).expect("default model loads");
@@ -57,18 +57,7 @@ fn golden_prompt_ids_greedy_ids_and_logits() {
                 break;
             }
             seq.push(next);
-            let step = StepInput {
-                tokens: vec![next],
-                positions: vec![seq.len() as u32 - 1],
-                seqs: vec![SeqInput {
-                    query_start: 0,
-                    query_len: 1,
-                    context_len: seq.len(),
-                    block_table: blocks.clone(),
-                    prompt_len: 0,
-                }],
-                logit_rows: vec![0],
-            };
+            let step = decode_step(next, seq.len(), blocks.clone(), 0);
             logits = r.forward(&step).unwrap().row(0).to_vec();
         }
         assert_eq!(got, want, "greedy ids differ for {chat_text:?}");
@@ -116,18 +105,7 @@ fn a_renewed_kv_pool_is_new_memory_of_the_same_size() {
     let bs = r.block_size();
     let decode = |r: &mut dyn ModelRunner, next: u32| {
         let n = prompt.len();
-        let step = StepInput {
-            seqs: vec![SeqInput {
-                query_start: 0,
-                query_len: 1,
-                context_len: n + 1,
-                block_table: (0..(n + 1).div_ceil(bs) as u32).collect(),
-                prompt_len: 0,
-            }],
-            tokens: vec![next],
-            positions: vec![n as u32],
-            logit_rows: vec![0],
-        };
+        let step = decode_step(next, n + 1, (0..(n + 1).div_ceil(bs) as u32).collect(), 0);
         let l = r.forward(&step).unwrap();
         l.row(0).to_vec()
     };

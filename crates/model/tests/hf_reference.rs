@@ -11,10 +11,8 @@
 mod support;
 
 use serde_json::Value;
-use support::{argmax, floats, ids, prefill_batch, prompt_logits, test_data_dir};
-use wring_model::{
-    load_model, LoadedModel, ModelRunner, ModelSpec, RunnerOptions, SeqInput, StepInput,
-};
+use support::{argmax, decode_step, floats, ids, prefill_batch, prompt_logits, test_data_dir};
+use wring_model::{load_model, LoadedModel, ModelRunner, ModelSpec, RunnerOptions};
 
 const TOL: f32 = 1e-3;
 
@@ -118,18 +116,7 @@ fn check_model(name: &str, model_type: &str) {
             if out.len() == want_ids.len() {
                 break;
             }
-            let step = StepInput {
-                tokens: vec![next],
-                positions: vec![seq.len() as u32 - 1],
-                seqs: vec![SeqInput {
-                    query_start: 0,
-                    query_len: 1,
-                    context_len: seq.len(),
-                    block_table: blocks.clone(),
-                    prompt_len: prompt.len(),
-                }],
-                logit_rows: vec![0],
-            };
+            let step = decode_step(next, seq.len(), blocks.clone(), prompt.len());
             logits = r.forward(&step).unwrap().row(0).to_vec();
         }
         assert_eq!(out.len(), 32);

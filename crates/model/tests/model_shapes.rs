@@ -9,7 +9,7 @@
 #[allow(dead_code)]
 mod support;
 
-use support::test_data_dir;
+use support::{decode_step, test_data_dir};
 use wring_backend::cpu::CpuBackend;
 use wring_model::llama::LlamaRunner;
 use wring_model::weights::WeightSource;
@@ -333,18 +333,7 @@ fn dummy_deepseek_runs(cfg: ModelConfig) {
         logit_rows: vec![6],
     };
     wring_model::ModelRunner::forward(&mut r, &prefix).unwrap();
-    let decode = StepInput {
-        tokens: vec![prompt[7]],
-        positions: vec![7],
-        seqs: vec![SeqInput {
-            query_start: 0,
-            query_len: 1,
-            context_len: 8,
-            block_table: vec![3],
-            prompt_len: 8,
-        }],
-        logit_rows: vec![0],
-    };
+    let decode = decode_step(prompt[7], 8, vec![3], 8);
     let one = wring_model::ModelRunner::forward(&mut r, &decode).unwrap();
     assert!(
         one.row(0) == last.as_slice(),

@@ -17,13 +17,8 @@ use wring_server::{AppState, ServerConfig};
 async fn stream_chunks_concatenate_to_the_full_answer_with_exact_usage() {
     let srv = serve(shared_engine(), config()).await;
     let full: Value = srv
-        .post("/v1/chat/completions", &chat_body("Name a fruit.", 12))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+        .post_json("/v1/chat/completions", &chat_body("Name a fruit.", 12))
+        .await;
     let mut body = chat_body("Name a fruit.", 12);
     body["stream"] = json!(true);
     body["stream_options"] = json!({"include_usage": true});

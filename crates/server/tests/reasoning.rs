@@ -204,16 +204,7 @@ async fn thinking_is_split_from_the_answer_whole_and_streamed() {
     let recording = "<think>\nThe user asks for France's capital.\n</think>\n\nParis.";
     for which in [0, 1] {
         let s = serve_tiny(which, tiny_config(), None).await;
-        let models: Value = s
-            .http
-            .get(format!("{}/v1/models", s.base))
-            .bearer_auth(KEY)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let models: Value = s.get_json("/v1/models").await;
         assert_eq!(models["data"][0]["reasoning_parser"], "qwen3", "{models}");
         let body = chat("What is the capital of France?", replay(recording));
         // Twice: the second time the drafter knows the output, so deltas carry runs of
@@ -318,14 +309,7 @@ async fn enable_thinking_false_makes_everything_content() {
         let body = json!({"messages": [{"role": "user", "content": "Hi"}], "chat_template_kwargs": kwargs});
         let s = &s;
         async move {
-            let v: Value = s
-                .post("/tokenize", &body)
-                .send()
-                .await
-                .unwrap()
-                .json()
-                .await
-                .unwrap();
+            let v: Value = s.post_json("/tokenize", &body).await;
             v["tokens"].as_array().unwrap().clone()
         }
     };
@@ -474,16 +458,7 @@ async fn the_r1_style_starts_inside_the_block() {
             ..tiny_config()
         };
         let s = serve_tiny(0, cfg, Some(R1_TEMPLATE)).await;
-        let models: Value = s
-            .http
-            .get(format!("{}/v1/models", s.base))
-            .bearer_auth(KEY)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let models: Value = s.get_json("/v1/models").await;
         assert_eq!(models["data"][0]["reasoning_parser"], name);
         let body = chat("2+2?", replay("Two and two.\n</think>\n\n4"));
         let v = post_ok(&s, &body).await;

@@ -45,13 +45,8 @@ async fn forced_calls_are_parsed_whole_and_streamed_as_deltas() {
     let named = json!({"type": "function", "function": {"name": "get_weather"}});
     for choice in [named, json!("required")] {
         let r: Value = srv
-            .post("/v1/chat/completions", &request(choice.clone()))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+            .post_json("/v1/chat/completions", &request(choice.clone()))
+            .await;
         let c = &r["choices"][0];
         assert_eq!(c["finish_reason"], "tool_calls", "{choice}: {r}");
         assert!(c["message"]["content"].is_null(), "{r}");
@@ -105,14 +100,7 @@ async fn forced_calls_are_parsed_whole_and_streamed_as_deltas() {
 async fn a_returned_call_and_its_result_continue_the_conversation() {
     let srv = serve(shared_engine(), config()).await;
     let named = json!({"type": "function", "function": {"name": "get_weather"}});
-    let r: Value = srv
-        .post("/v1/chat/completions", &request(named))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let r: Value = srv.post_json("/v1/chat/completions", &request(named)).await;
     let message = r["choices"][0]["message"].clone();
     let call_id = message["tool_calls"][0]["id"].clone();
     let mut messages = conversation().as_array().unwrap().clone();
@@ -132,14 +120,7 @@ async fn a_returned_call_and_its_result_continue_the_conversation() {
     // With tool_choice none the tools are not offered and nothing is parsed.
     let mut none = request(json!("none"));
     none["max_tokens"] = json!(12);
-    let r: Value = srv
-        .post("/v1/chat/completions", &none)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let r: Value = srv.post_json("/v1/chat/completions", &none).await;
     assert!(
         r["choices"][0]["message"].get("tool_calls").is_none(),
         "{r}"

@@ -93,3 +93,25 @@ pub fn prompt_logits(r: &mut dyn ModelRunner, prompt: &[u32]) -> Vec<Vec<f32>> {
     let l = r.forward(&step).unwrap();
     (0..l.rows).map(|i| l.row(i).to_vec()).collect()
 }
+
+/// One sequence's decode step: `token` at position `context_len - 1`, the sequence's blocks
+/// `block_table`, its logits asked for.
+pub fn decode_step(
+    token: u32,
+    context_len: usize,
+    block_table: Vec<u32>,
+    prompt_len: usize,
+) -> StepInput {
+    StepInput {
+        tokens: vec![token],
+        positions: vec![context_len as u32 - 1],
+        seqs: vec![SeqInput {
+            query_start: 0,
+            query_len: 1,
+            context_len,
+            block_table,
+            prompt_len,
+        }],
+        logit_rows: vec![0],
+    }
+}

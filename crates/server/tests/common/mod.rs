@@ -88,6 +88,30 @@ impl TestServer {
             .json(body)
     }
 
+    /// POST `body` to `path` and read the answer as JSON, whatever its status.
+    pub async fn post_json(&self, path: &str, body: &Value) -> Value {
+        self.post(path, body)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap()
+    }
+
+    /// GET `path` with the API key and read the answer as JSON.
+    pub async fn get_json(&self, path: &str) -> Value {
+        self.http
+            .get(format!("{}{path}", self.base))
+            .bearer_auth(KEY)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap()
+    }
+
     pub async fn metric(&self, name: &str) -> f64 {
         let text = self
             .http
