@@ -22,6 +22,11 @@ pub struct Tokenizer {
 fn pre_tokenizer_for(pre: &str) -> Result<Value> {
     let byte_level = |use_regex: bool| json!({"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": use_regex});
     let split = |pattern: &str| json!({"type": "Split", "pattern": {"Regex": pattern}, "behavior": "Isolated", "invert": false});
+    let splits = |patterns: &[&str]| {
+        let mut seq: Vec<Value> = patterns.iter().map(|p| split(p)).collect();
+        seq.push(byte_level(false));
+        json!({"type": "Sequence", "pretokenizers": seq})
+    };
     Ok(match pre {
         "smollm" | "starcoder" | "refact" => json!({"type": "Sequence", "pretokenizers": [{"type": "Digits", "individual_digits": true}, byte_level(true)]}),
         "gpt2" | "gpt-2" | "default" => byte_level(true),
@@ -31,7 +36,49 @@ fn pre_tokenizer_for(pre: &str) -> Result<Value> {
         "qwen2" | "deepseek-r1-qwen" => json!({"type": "Sequence", "pretokenizers": [
             split(r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"),
             byte_level(false)]}),
-        other => bail!("GGUF pre-tokenizer type {other:?} is not supported (supported: smollm, gpt2, llama-bpe, qwen2)"),
+        // DeepSeek's splits run one after another, each isolating its matches.
+        "deepseek-llm" => splits(&[
+            r"[\r\n]",
+            // Latin, Greek, Cyrillic and the other cased scripts, as DeepSeek lists them.
+            concat!(
+                r"\s?[A-Za-z\x{B5}\x{C0}-\x{D6}\x{D8}-\x{F6}\x{F8}-\x{1BA}\x{1BC}-\x{1BF}",
+                r"\x{1C4}-\x{293}\x{295}-\x{2AF}\x{370}-\x{373}\x{376}\x{377}\x{37B}-\x{37D}\x{37F}",
+                r"\x{386}\x{388}-\x{38A}\x{38C}\x{38E}-\x{3A1}\x{3A3}-\x{3F5}\x{3F7}-\x{481}",
+                r"\x{48A}-\x{52F}\x{531}-\x{556}\x{10A0}-\x{10C5}\x{13A0}-\x{13F5}\x{13F8}-\x{13FD}",
+                r"\x{1C90}-\x{1CBA}\x{1CBD}-\x{1CBF}\x{1D00}-\x{1D2B}\x{1D6B}-\x{1D77}",
+                r"\x{1D79}-\x{1D9A}\x{1E00}-\x{1F15}\x{1F18}-\x{1F1D}\x{1F20}-\x{1F45}",
+                r"\x{1F48}-\x{1F4D}\x{1F50}-\x{1F57}\x{1F59}\x{1F5B}\x{1F5D}\x{1F5F}-\x{1F7D}",
+                r"\x{1F80}-\x{1FB4}\x{1FB6}-\x{1FBC}\x{1FBE}\x{1FC2}-\x{1FC4}\x{1FC6}-\x{1FCC}",
+                r"\x{1FD0}-\x{1FD3}\x{1FD6}-\x{1FDB}\x{1FE0}-\x{1FEC}\x{1FF2}-\x{1FF4}",
+                r"\x{1FF6}-\x{1FFC}\x{2102}\x{2107}\x{210A}-\x{2113}\x{2115}\x{2119}-\x{211D}\x{2124}",
+                r"\x{2126}\x{2128}\x{212A}-\x{212D}\x{212F}-\x{2134}\x{2139}\x{213C}-\x{213F}",
+                r"\x{2145}-\x{2149}\x{214E}\x{2183}\x{2184}\x{2C00}-\x{2C7B}\x{2C7E}-\x{2CE4}",
+                r"\x{2CEB}-\x{2CEE}\x{2CF2}\x{2CF3}\x{A640}-\x{A66D}\x{A680}-\x{A69B}\x{A722}-\x{A76F}",
+                r"\x{A771}-\x{A787}\x{A78B}-\x{A78E}\x{AB70}-\x{ABBF}\x{FB00}-\x{FB06}",
+                r"\x{FB13}-\x{FB17}\x{FF21}-\x{FF3A}\x{FF41}-\x{FF5A}\x{10400}-\x{1044F}",
+                r"\x{104B0}-\x{104D3}\x{104D8}-\x{104FB}\x{10C80}-\x{10CB2}\x{10CC0}-\x{10CF2}",
+                r"\x{118A0}-\x{118DF}\x{1E900}-\x{1E943}]+",
+            ),
+            r"\s?[!-/:-~\x{FF01}-\x{FF0F}\x{FF1A}-\x{FF5E}\x{2018}-\x{201F}\x{3000}-\x{3002}]+",
+            r"\s+$",
+            r"[\x{4E00}-\x{9FA5}\x{800}-\x{4E00}\x{AC00}-\x{D7FF}]+",
+            r"\p{N}+",
+        ]),
+        "deepseek-coder" => splits(&[
+            r"[\r\n]",
+            r"\s?\p{L}+",
+            r"\s?\p{P}+",
+            r"[\x{4E00}-\x{9FA5}\x{800}-\x{4E00}\x{AC00}-\x{D7FF}]+",
+            r"\p{N}",
+        ]),
+        "deepseek-v3" => splits(&[
+            r"\p{N}{1,3}",
+            r"[\x{4E00}-\x{9FA5}\x{3040}-\x{309F}\x{30A0}-\x{30FF}]+",
+            r##"[!"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+| ?[\p{P}\p{S}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"##,
+        ]),
+        other => bail!(
+            "GGUF pre-tokenizer type {other:?} is not supported (supported: smollm, gpt2, llama-bpe, qwen2, deepseek-llm, deepseek-coder, deepseek-v3)"
+        ),
     })
 }
 
@@ -470,4 +517,27 @@ pub(crate) fn read_json(path: &Path) -> Result<Value> {
     let s =
         std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
     serde_json::from_str(&s).with_context(|| format!("{} is not valid JSON", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    /// Every named pre-tokenizer builds (a reversed range in a character class, say, would
+    /// only fail when a user loads that family's GGUF).
+    #[test]
+    fn every_supported_pre_tokenizer_compiles() {
+        for pre in [
+            "smollm",
+            "gpt2",
+            "llama-bpe",
+            "qwen2",
+            "deepseek-llm",
+            "deepseek-coder",
+            "deepseek-v3",
+        ] {
+            let spec = super::pre_tokenizer_for(pre).unwrap();
+            let built: Result<tokenizers::PreTokenizerWrapper, _> = serde_json::from_value(spec);
+            assert!(built.is_ok(), "{pre}: {:?}", built.err());
+        }
+        assert!(super::pre_tokenizer_for("tekken").is_err());
+    }
 }

@@ -1,6 +1,6 @@
 //! GGUF vocabularies tokenise as llama.cpp does. tests/data/gguf_vocab holds llama.cpp's
-//! own tokenizer test set for the Llama 2 SentencePiece vocabulary (`ggml-vocab-llama-spm`
-//! with its `.inp` texts and the ids llama.cpp gives them in `.out`, from the llama.cpp
+//! own tokenizer test sets for the Llama 2 SentencePiece vocabulary (`ggml-vocab-llama-spm`)
+//! and DeepSeek Coder's byte-level BPE (`ggml-vocab-deepseek-coder`), each with its `.inp` texts and the ids llama.cpp gives them in `.out`, from the llama.cpp
 //! sources in the llama-cpp-python sdist): spaces, tabs, newlines, digits, accents, emoji,
 //! CJK, byte fallback. Every text must give llama.cpp's ids and decode back to itself.
 
@@ -75,9 +75,26 @@ fn the_llama_sentencepiece_vocabulary_tokenises_as_llama_cpp_does() {
     assert_eq!(tok.decode(&[1, 15043, 2], true).unwrap(), "Hello");
 }
 
-/// The byte-level BPE vocabularies wring reads, against the same test set: the repository
-/// keeps only llama-spm's (the others are 0.6-2.5 MB each), so this runs by hand after
-/// `scripts/reference/gguf_vocab.sh gpt-2 llama-bpe qwen2 starcoder refact`:
+/// DeepSeek Coder's byte-level BPE: five splits applied one after another (newlines, letters,
+/// punctuation, CJK, single digits) before the byte mapping, as its `tokenizer.ggml.pre` says.
+#[test]
+fn the_deepseek_coder_vocabulary_tokenises_as_llama_cpp_does() {
+    let (_tmp, tok, cases) = vocab_case("deepseek-coder");
+    for (text, _) in &cases {
+        let got = tok.encode(text).unwrap();
+        assert_eq!(
+            &tok.decode(&got, false).unwrap(),
+            text,
+            "round trip of {text:?}"
+        );
+    }
+    assert_same_ids(&tok, &cases);
+}
+
+/// The other byte-level BPE vocabularies wring reads, against the same test set: the
+/// repository keeps only llama-spm's and deepseek-coder's (the others are 0.6-2.5 MB each), so
+/// this runs by hand after `scripts/reference/gguf_vocab.sh gpt-2 llama-bpe qwen2 starcoder
+/// refact deepseek-llm`:
 /// `cargo test -p wring-model --test gguf_vocab -- --ignored`.
 #[test]
 #[ignore = "needs vocabularies fetched by scripts/reference/gguf_vocab.sh"]
@@ -89,7 +106,7 @@ fn fetched_vocabularies_tokenise_as_llama_cpp_does() {
             let name = e.unwrap().file_name().into_string().ok()?;
             name.strip_suffix(".gguf.gz").map(str::to_string)
         })
-        .filter(|n| n != "llama-spm")
+        .filter(|n| n != "llama-spm" && n != "deepseek-coder")
         .collect();
     names.sort();
     assert!(
