@@ -38,6 +38,30 @@ pub enum RopeScaling {
         /// Round the ramp's ends outwards (`truncate`, default true).
         truncate: bool,
     },
+    /// A divisor per rotated pair: frequency `i` is the unscaled one over `factors[i]`
+    /// (GGUF's `rope_freqs.weight`, which llama.cpp's converter writes in place of
+    /// `rope_scaling`; a file whose factors are Llama 3's formula loads as [`RopeScaling::Llama3`]).
+    Factors(Vec<f32>),
+}
+
+/// Llama 3's scaled frequencies of the unscaled `base` ones: wavelengths above
+/// `old / low_freq_factor` stretched by `factor`, below `old / high_freq_factor` kept,
+/// blended in between.
+pub fn llama3_inv_freq(base: &[f64], factor: f64, lf: f64, hf: f64, old: f64) -> Vec<f64> {
+    let (low_wavelen, high_wavelen) = (old / lf, old / hf);
+    base.iter()
+        .map(|&f| {
+            let wavelen = 2.0 * std::f64::consts::PI / f;
+            if wavelen < high_wavelen {
+                f
+            } else if wavelen > low_wavelen {
+                f / factor
+            } else {
+                let smooth = (old / wavelen - lf) / (hf - lf);
+                (1.0 - smooth) * f / factor + smooth * f
+            }
+        })
+        .collect()
 }
 
 /// YaRN's `get_mscale`: `0.1 · mscale · ln(scale) + 1`, 1 for `scale` ≤ 1.
@@ -321,10 +345,7 @@ impl ModelConfig {
     /// Per-pair inverse frequencies with the configured scaling applied.
     pub fn rope_inv_freq(&self) -> Vec<f32> {
         let dim = self.rope_dim();
-        let half = dim / 2;
-        let base: Vec<f64> = (0..half)
-            .map(|i| 1.0 / (self.rope_theta as f64).powf(2.0 * i as f64 / dim as f64))
-            .collect();
+        let base = self.rope_base_freq();
         match &self.rope_scaling {
             RopeScaling::Yarn {
                 factor,
@@ -370,31 +391,30 @@ impl ModelConfig {
                 low_freq_factor,
                 high_freq_factor,
                 original_max_position_embeddings,
-            } => {
-                let (factor, lf, hf, old) = (
-                    *factor as f64,
-                    *low_freq_factor as f64,
-                    *high_freq_factor as f64,
-                    *original_max_position_embeddings as f64,
-                );
-                let low_wavelen = old / lf;
-                let high_wavelen = old / hf;
-                base.iter()
-                    .map(|&f| {
-                        let wavelen = 2.0 * std::f64::consts::PI / f;
-                        let v = if wavelen < high_wavelen {
-                            f
-                        } else if wavelen > low_wavelen {
-                            f / factor
-                        } else {
-                            let smooth = (old / wavelen - lf) / (hf - lf);
-                            (1.0 - smooth) * f / factor + smooth * f
-                        };
-                        v as f32
-                    })
-                    .collect()
-            }
+            } => llama3_inv_freq(
+                &base,
+                *factor as f64,
+                *low_freq_factor as f64,
+                *high_freq_factor as f64,
+                *original_max_position_embeddings as f64,
+            )
+            .into_iter()
+            .map(|f| f as f32)
+            .collect(),
+            RopeScaling::Factors(factors) => base
+                .iter()
+                .zip(factors)
+                .map(|(&f, &d)| (f / d as f64) as f32)
+                .collect(),
         }
+    }
+
+    /// The unscaled RoPE frequency of each rotated pair.
+    pub fn rope_base_freq(&self) -> Vec<f64> {
+        let dim = self.rope_dim();
+        (0..dim / 2)
+            .map(|i| 1.0 / (self.rope_theta as f64).powf(2.0 * i as f64 / dim as f64))
+            .collect()
     }
 
     /// Parameters in the transformer (embeddings counted once when tied; every expert).

@@ -243,6 +243,8 @@ pub fn hf_config_json(model: &LoadedModel, opts: &ExportOptions) -> Value {
         }),
         // Only latent-attention models take YaRN, and `export_hf_dir` refuses them.
         RopeScaling::Yarn { .. } => Value::Null,
+        // `export_hf_dir` refuses factors that no `rope_scaling` spells.
+        RopeScaling::Factors(_) => Value::Null,
     };
     let mut v = json!({
         "_name_or_path": model.name,
@@ -301,6 +303,11 @@ pub fn export_hf_dir(
     ensure!(
         !c.qk_norm && c.moe.is_none(),
         "{}: exporting a model with q/k norms or mixture-of-experts layers is not supported yet (Llama and Qwen2 models are)",
+        c.architecture
+    );
+    ensure!(
+        !matches!(c.rope_scaling, RopeScaling::Factors(_)),
+        "{}: the GGUF's rope_freqs.weight factors are not Llama 3's formula, and no Hugging Face rope_scaling spells them; exporting it is not supported",
         c.architecture
     );
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;

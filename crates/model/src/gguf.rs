@@ -339,6 +339,9 @@ impl GgufFile {
     }
 }
 
+/// Per-pair RoPE frequency divisors (llama.cpp's converter writes them for Llama 3.x).
+const ROPE_FREQS: &str = "rope_freqs.weight";
+
 /// The `general.architecture`s wring reads (what a refusal lists).
 pub const GGUF_ARCHITECTURES: &[&str] = &["llama", "qwen2", "qwen3", "qwen3moe"];
 
@@ -441,7 +444,12 @@ impl GgufFile {
                 bail!("{arch}.rope.scaling.type {other:?} is not supported (none, linear)")
             }
         };
-        Ok(ModelConfig {
+        let rope_freqs = self.has_tensor(ROPE_FREQS);
+        ensure!(
+            !rope_freqs || rope_scaling == RopeScaling::None,
+            "{arch}: {ROPE_FREQS} together with {arch}.rope.scaling.type is not supported"
+        );
+        let mut config = ModelConfig {
             architecture: model_type.into(),
             hidden_size: hidden,
             intermediate_size,
@@ -473,7 +481,48 @@ impl GgufFile {
             qk_norm: matches!(arch, "qwen3" | "qwen3moe"),
             moe,
             mla: None,
-        })
+        };
+        if rope_freqs {
+            config.rope_scaling = self.rope_factors(&config)?;
+        }
+        Ok(config)
+    }
+
+    /// The scaling `rope_freqs.weight` spells for `config` (a divisor per rotated pair):
+    /// Llama 3's where the factors are its formula with one of the published parameter
+    /// sets (what llama.cpp's converter writes for Llama 3.1, 3.2 and 3.3), else the
+    /// factors themselves.
+    fn rope_factors(&self, config: &ModelConfig) -> Result<RopeScaling> {
+        let (shape, factors) = self.dequantize(ROPE_FREQS)?;
+        let pairs = config.rope_dim() / 2;
+        ensure!(
+            factors.len() == pairs,
+            "{ROPE_FREQS} has shape {shape:?}: {} values, expected one per rotated pair ({pairs})",
+            factors.len()
+        );
+        ensure!(
+            factors.iter().all(|f| f.is_finite() && *f > 0.0),
+            "{ROPE_FREQS} holds a value that is not a positive number"
+        );
+        let base = config.rope_base_freq();
+        let factor = factors.iter().copied().fold(1.0f32, f32::max);
+        // Llama 3.1, 3.2 and 3.3 all publish low_freq_factor 1, high_freq_factor 4 and
+        // 8,192 original positions (the factor is the largest divisor: 8 or 32).
+        let llama3 = RopeScaling::Llama3 {
+            factor,
+            low_freq_factor: 1.0,
+            high_freq_factor: 4.0,
+            original_max_position_embeddings: 8192,
+        };
+        let scaled = crate::config::llama3_inv_freq(&base, factor as f64, 1.0, 4.0, 8192.0);
+        let same = base.iter().zip(&scaled).zip(&factors).all(|((b, s), f)| {
+            let want = (b / s) as f32;
+            (want - f).abs() <= 1e-5 * want.abs()
+        });
+        if same {
+            return Ok(llama3);
+        }
+        Ok(RopeScaling::Factors(factors))
     }
 
     fn moe_config(

@@ -8,8 +8,9 @@
 //! rows are stored alike; within 1e-3 for Mixtral's permuted rows, in f32 and with q8/q4
 //! CPU weights, experts included). The Q8_0 file runs as q8 and keeps the greedy tokens;
 //! experts stacked as Q8_0 blocks read as their own rows; experts stored apart (files from
-//! before llama.cpp stacked them) read as the stacked ones; malformed files are refused
-//! naming the key or tensor.
+//! before llama.cpp stacked them) read as the stacked ones; `rope_freqs.weight` scales the
+//! RoPE frequencies as Llama 3.x files mean it; malformed files are refused naming the key
+//! or tensor.
 
 #[allow(dead_code)]
 mod support;
@@ -705,5 +706,103 @@ fn a_vocab_only_file_lends_dummy_weights_its_tokenizer() {
     assert!(
         err.contains("tensor token_embd.weight is missing from the file"),
         "{err}"
+    );
+}
+
+/// The file's RoPE frequencies divided by `factors` (`rope_freqs.weight`, F32).
+fn with_rope_freqs(dir: &tempfile::TempDir, file: &str, factors: &[f32]) -> PathBuf {
+    rewritten(dir, file, |_, tensors| {
+        tensors.push(Tensor {
+            name: "rope_freqs.weight".into(),
+            dims: vec![factors.len()],
+            ty: GgmlType::F32,
+            data: factors.iter().flat_map(|f| f.to_le_bytes()).collect(),
+        })
+    })
+}
+
+/// Llama 3.1's factors for pairs of unscaled frequency `base` (factor 8, low 1, high 4,
+/// 8,192 original positions), in f32 as llama.cpp's converter computes them.
+fn llama31_factors(base: &[f64]) -> Vec<f32> {
+    let (factor, low, high, old) = (8.0f32, 1.0f32, 4.0f32, 8192.0f32);
+    base.iter()
+        .map(|&f| {
+            let wavelen = 2.0 * std::f32::consts::PI / f as f32;
+            if wavelen < old / high {
+                1.0
+            } else if wavelen > old / low {
+                factor
+            } else {
+                let smooth = (old / wavelen - low) / (high - low);
+                1.0 / ((1.0 - smooth) / factor + smooth)
+            }
+        })
+        .collect()
+}
+
+/// GGUF Llama 3.x files carry their RoPE scaling as `rope_freqs.weight`: factors that are
+/// Llama 3's formula load as its `rope_scaling` (the directory's configuration, so the
+/// same bits as a config that says llama3), other factors divide the frequencies as they
+/// are (all 2: linear scaling by 2), and malformed ones are refused.
+#[test]
+fn rope_freqs_scale_the_rope_frequencies() {
+    let dir = tempfile::tempdir().unwrap();
+    let plain = load(&gguf_path("mixtral.gguf"));
+    let base = plain.config.rope_base_freq();
+    assert_eq!(base.len(), plain.config.head_dim / 2);
+    let logits = |m: LoadedModel| {
+        let mut r = runner(m, CpuWeights::F32);
+        prompts(&reference("mixtral"))
+            .iter()
+            .map(|p| prompt_logits(r.as_mut(), p))
+            .collect::<Vec<_>>()
+    };
+    let unscaled = logits(load(&gguf_path("mixtral.gguf")));
+
+    let factors = llama31_factors(&base);
+    assert!(
+        factors.contains(&8.0) && factors.contains(&1.0),
+        "{factors:?}"
+    );
+    let l3 = load(&with_rope_freqs(&dir, "mixtral.gguf", &factors));
+    let want = wring_model::RopeScaling::Llama3 {
+        factor: 8.0,
+        low_freq_factor: 1.0,
+        high_freq_factor: 4.0,
+        original_max_position_embeddings: 8192,
+    };
+    assert_eq!(l3.config.rope_scaling, want);
+    let mut said = load(&gguf_path("mixtral.gguf"));
+    said.config.rope_scaling = want;
+    let scaled = logits(l3);
+    assert!(scaled == logits(said));
+    assert!(scaled != unscaled, "the scaling changes the logits");
+
+    let twos = load(&with_rope_freqs(
+        &dir,
+        "mixtral.gguf",
+        &vec![2.0; base.len()],
+    ));
+    assert_eq!(
+        twos.config.rope_scaling,
+        wring_model::RopeScaling::Factors(vec![2.0; base.len()])
+    );
+    let mut linear = load(&gguf_path("mixtral.gguf"));
+    linear.config.rope_scaling = wring_model::RopeScaling::Linear { factor: 2.0 };
+    assert!(logits(twos) == logits(linear));
+
+    let short = with_rope_freqs(&dir, "mixtral.gguf", &[1.0; 3]);
+    assert!(
+        load_err(&short).contains(
+            "rope_freqs.weight has shape [3]: 3 values, expected one per rotated pair (8)"
+        ),
+        "{}",
+        load_err(&short)
+    );
+    let mut bad = factors.clone();
+    bad[0] = 0.0;
+    let bad = with_rope_freqs(&dir, "mixtral.gguf", &bad);
+    assert!(
+        load_err(&bad).contains("rope_freqs.weight holds a value that is not a positive number")
     );
 }
