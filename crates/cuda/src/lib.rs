@@ -32,8 +32,8 @@ pub use blas::GemmTuneReport;
 pub use graphs::GraphKey;
 pub use loader::{ensure_cuda_libraries, ensure_nvrtc};
 pub use options::{
-    AttentionKernel, CudaOptions, GraphMode, MmaSplits, MultiGemvPath, SmallStepPath,
-    DEFAULT_SMALL_LINEAR_MAX_T,
+    AttentionKernel, CudaOptions, GraphMode, MmaSplits, MultiGemvPath, PersistentMode,
+    SmallStepPath, DEFAULT_SMALL_LINEAR_MAX_T,
 };
 pub use params::GEMV_4BIT_LIMIT;
 

@@ -67,6 +67,20 @@ pub enum SmallStepPath {
     Cublas,
 }
 
+/// Whether captured small steps on the gemv path with the fused norm take the persistent
+/// step kernel (`WRING_CUDA_PERSISTENT`). Its steps need the gemv path
+/// (`WRING_CUDA_SMALL_STEP_PATH` gemv or auto) and `WRING_CUDA_FUSED_NORM=on`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PersistentMode {
+    Off,
+    /// Every qualifying captured step.
+    On,
+    /// Each qualifying graph key is captured with and without it (beside cuBLAS under
+    /// `SmallStepPath::Auto`), each graph replayed and timed, and the fastest kept
+    /// (`backend/small_step.rs`).
+    Auto,
+}
+
 /// The default of `WRING_CUDA_GEMV_4BIT_MAX_T`: int4 and nvfp4 weights take the gemv kernels
 /// for steps of up to 8 tokens (H200, dummy Llama-3.1-8B decode: 1.37× and 1.81× faster than
 /// the tensor-core dequantising kernel at batch 1; results/2026-12-01-gemv), and steps of 9 to 64 may take the multi-tile builds ([`MultiGemvPath`]).
@@ -135,11 +149,11 @@ pub struct CudaOptions {
     /// Launch wring's kernels with programmatic dependent launch (sm_90+): each may start
     /// while the previous kernel drains (`WRING_CUDA_PDL` = on | off).
     pub pdl: bool,
-    /// Captured steps of at most 8 tokens on the bf16 gemv path with the fused norm
-    /// (`WRING_CUDA_SMALL_STEP_PATH=gemv WRING_CUDA_FUSED_NORM=on`) run their layers as one
-    /// launch of the persistent step kernel (kernels/persistent.cu, backend/persistent.rs;
-    /// `WRING_CUDA_PERSISTENT` = off | on, default off until measured on a GPU).
-    pub persistent: bool,
+    /// Whether captured steps of at most 8 tokens on the bf16 gemv path with the fused norm
+    /// run their layers as one launch of the persistent step kernel (kernels/persistent.cu,
+    /// backend/persistent.rs; `WRING_CUDA_PERSISTENT` = off | on | auto, default off until
+    /// measured on a GPU).
+    pub persistent: PersistentMode,
     /// q|k|v and gate|up weights concatenated at upload: one GEMM each, RoPE fused into
     /// the q/k/v split and SiLU·mul reading the gate|up halves (`WRING_CUDA_FUSED`; on by
     /// default: 135M decode 1.67 → 1.37 ms, 8B 7.34 → 6.70 ms, results/2026-11-30-cuda-h200/runs/run6).
@@ -329,7 +343,7 @@ impl Default for CudaOptions {
             max_tokens_from_env: false,
             attention: AttentionKernel::Mma,
             pdl: true,
-            persistent: false,
+            persistent: PersistentMode::Off,
             small_linear_max_t: DEFAULT_SMALL_LINEAR_MAX_T,
             gemv_4bit_max_t: DEFAULT_GEMV_4BIT_MAX_T,
             multi_gemv: MultiGemvPath::Gemv,
@@ -376,6 +390,18 @@ fn switch(name: &str, v: &str) -> Result<bool> {
     }
 }
 
+/// off | on | auto.
+fn parse_persistent(v: &str) -> Result<PersistentMode> {
+    Ok(match v.trim() {
+        "auto" => PersistentMode::Auto,
+        other => match switch("WRING_CUDA_PERSISTENT", other) {
+            Ok(true) => PersistentMode::On,
+            Ok(false) => PersistentMode::Off,
+            Err(_) => bail!("WRING_CUDA_PERSISTENT={other:?}: expected off, on or auto"),
+        },
+    })
+}
+
 /// auto | gemv | cublas.
 fn parse_small_step_path(v: &str) -> Result<SmallStepPath> {
     Ok(match v.trim() {
@@ -410,7 +436,7 @@ impl CudaOptions {
     /// `WRING_CUDA_MMA_SPLITS` = per_q=512,prefill=0,grid=fill,prefill_nt=6 ([`MmaSplits`]),
     /// `WRING_CUDA_EAGER_PAD` = on | off, `WRING_CUDA_GEMM_LT` = off | on,
     /// `WRING_CUDA_CHUNK_GRAPHS` = off | tokens (default off), `WRING_CUDA_MOE` = off | on,
-    /// `WRING_CUDA_PERSISTENT` = off | on.
+    /// `WRING_CUDA_PERSISTENT` = off | on | auto.
     pub fn from_env() -> Result<Self> {
         let mut o = Self::default();
         let var = |n: &str| std::env::var(n).ok().filter(|v| !v.trim().is_empty());
@@ -485,7 +511,7 @@ impl CudaOptions {
             o.pdl = switch("WRING_CUDA_PDL", &v)?;
         }
         if let Some(v) = var("WRING_CUDA_PERSISTENT") {
-            o.persistent = switch("WRING_CUDA_PERSISTENT", &v)?;
+            o.persistent = parse_persistent(&v)?;
         }
         if let Some(v) = var("WRING_CUDA_FUSED") {
             o.fused = switch("WRING_CUDA_FUSED", &v)?;
@@ -708,6 +734,15 @@ mod tests {
         assert_eq!(o.small_step_path, SmallStepPath::Cublas);
         assert_eq!(o.multi_gemv, MultiGemvPath::Gemv);
         assert!(!o.fused_norm);
+    }
+
+    #[test]
+    fn persistent_modes_parse() {
+        assert_eq!(parse_persistent("auto").unwrap(), PersistentMode::Auto);
+        assert_eq!(parse_persistent("on").unwrap(), PersistentMode::On);
+        assert_eq!(parse_persistent("0").unwrap(), PersistentMode::Off);
+        let e = parse_persistent("yes").unwrap_err().to_string();
+        assert_eq!(e, "WRING_CUDA_PERSISTENT=\"yes\": expected off, on or auto");
     }
 
     #[test]

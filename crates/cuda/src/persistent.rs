@@ -44,7 +44,7 @@ pub(crate) struct Recording {
     pub(crate) ops: Vec<Recorded>,
 }
 
-/// The backend's persistent-kernel state (present once `WRING_CUDA_PERSISTENT=on` recorded).
+/// The backend's persistent-kernel state (present once a persistent step was recorded).
 pub(crate) struct Persistent {
     pub(crate) pool: DeviceBuffer,
     pub(crate) used: usize,

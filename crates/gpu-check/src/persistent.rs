@@ -5,7 +5,10 @@
 //!      persistent kernel = the same replay without it, bitwise (it runs the same device
 //!      functions: any difference is a bug), = the eager (pad-only) step, and the persistent
 //!      kernel launched (its launch and op counters moved); verify K = 4 = plain greedy;
-//!   2. graph-replay decode step times and graph nodes at batch 1/2/4/8, without and with it.
+//!   2. graph-replay decode step times and graph nodes at batch 1/2/4/8: cuBLAS (the
+//!      default), gemv with the fused norm, the persistent kernel, and `auto` (each graph
+//!      key captured on all three, timed, the fastest kept: `WRING_CUDA_PERSISTENT=auto
+//!      WRING_CUDA_SMALL_STEP_PATH=auto`), with what `auto` measured and chose per key.
 //!
 //! Writes OUT_DIR/persistent.json; prints Markdown and `RESULT persistent: PASS|FAIL`.
 
@@ -14,16 +17,26 @@ use crate::harness::{
 };
 use anyhow::Result;
 use serde_json::json;
-use wring_cuda::{CudaOptions, GraphMode, SmallStepPath};
+use wring_cuda::{CudaOptions, GraphMode, PersistentMode, SmallStepPath};
 use wring_model::ModelRunner;
 
+/// The gemv path with the fused norm, on the persistent kernel or not.
 fn set_persistent(r: &mut Runner, on: bool) -> Result<()> {
+    let mode = if on {
+        PersistentMode::On
+    } else {
+        PersistentMode::Off
+    };
+    set_paths(r, SmallStepPath::Gemv, mode)
+}
+
+fn set_paths(r: &mut Runner, path: SmallStepPath, mode: PersistentMode) -> Result<()> {
     let env = CudaOptions::from_env()?;
     let b = r.backend_mut();
     b.set_gemv_max_t(8, env.gemv_4bit_max_t);
-    b.set_small_step_path(SmallStepPath::Gemv);
+    b.set_small_step_path(path);
     b.set_fused_norm(true);
-    b.set_persistent(on);
+    b.set_persistent(mode);
     Ok(())
 }
 
@@ -106,8 +119,14 @@ fn one_model(model: &str, out: &mut Vec<serde_json::Value>) -> Result<bool> {
     let ctx_len = if cfg.num_layers > 30 { 512 } else { 256 };
     println!("\n| path | batch | graph ms/step | graph nodes |");
     println!("|---|---|---|---|");
-    for (label, on) in [("gemv+fused", false), ("persistent", true)] {
-        set_persistent(&mut r, on)?;
+    let paths = [
+        ("cublas", SmallStepPath::Cublas, PersistentMode::Off),
+        ("gemv+fused", SmallStepPath::Gemv, PersistentMode::Off),
+        ("persistent", SmallStepPath::Gemv, PersistentMode::On),
+        ("auto", SmallStepPath::Auto, PersistentMode::Auto),
+    ];
+    for (label, path, mode) in paths {
+        set_paths(&mut r, path, mode)?;
         for batch in [1usize, 2, 4, 8] {
             let t = time_steps(&mut r, batch, 1, ctx_len, 14)?;
             let bucket = CudaOptions::from_env()?.bucket_for(batch).unwrap_or(batch);
@@ -122,6 +141,20 @@ fn one_model(model: &str, out: &mut Vec<serde_json::Value>) -> Result<bool> {
                 "ms": t * 1e3, "graph_nodes": nodes,
             }));
         }
+    }
+    // What `auto` measured for each key it captured (the last path set above).
+    println!("\n| auto: batch × q | chosen | cuBLAS ms | gemv ms | persistent ms |");
+    println!("|---|---|---|---|---|");
+    for c in r.backend().small_step_choices() {
+        println!(
+            "| {} × {} | {} | {:.4} | {:.4} | {:.4} |",
+            c.bucket, c.query_len, c.chosen, c.cublas_ms, c.gemv_ms, c.persistent_ms
+        );
+        out.push(json!({
+            "model": model, "kind": "auto", "batch": c.bucket, "q": c.query_len,
+            "chosen": c.chosen, "cublas_ms": c.cublas_ms, "gemv_ms": c.gemv_ms,
+            "persistent_ms": c.persistent_ms,
+        }));
     }
     println!();
     Ok(ok)

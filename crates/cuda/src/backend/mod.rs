@@ -123,7 +123,7 @@ pub struct CudaBackend {
     /// feeds, taken by the op that produces it (`fp8.rs`).
     fp8_next: Option<(usize, usize)>,
     /// The persistent step kernel's programs and the capture recording for it
-    /// (`persistent.rs`; None until `WRING_CUDA_PERSISTENT=on` first records).
+    /// (`persistent.rs`; None until a persistent step is first recorded).
     persistent: Option<crate::persistent::Persistent>,
     /// This step's linear path (`small_step.rs`), set by `begin_step` and the captures.
     path: step_path::StepPath,

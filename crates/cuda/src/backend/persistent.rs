@@ -1,4 +1,4 @@
-//! The persistent step kernel (kernels/persistent.cu, `WRING_CUDA_PERSISTENT=on`): while a
+//! The persistent step kernel (kernels/persistent.cu, `WRING_CUDA_PERSISTENT=on|auto`): while a
 //! step of at most 8 tokens on the bf16 gemv path with the fused norm is captured into a
 //! graph, the launches it supports (the gemv forms of that step's token bucket and the
 //! default decode attention build) are not launched but recorded; a run of them becomes one
@@ -11,6 +11,7 @@
 use super::CudaBackend;
 use crate::device::{launch_params, launch_struct_smem, DeviceBuffer};
 use crate::kernels::PERSISTENT_ATTENTION_KIND as KIND_ATTENTION;
+use crate::options::PersistentMode;
 use crate::params::{persistent_smem_bytes, AttnArgs, GemvArgs, GEMV_BUCKETS};
 use crate::persistent::{
     program_bytes, OpArgs, Persistent, PersistentOp, Recorded, Recording, POOL_BYTES,
@@ -22,7 +23,7 @@ use std::ffi::c_void;
 impl CudaBackend {
     /// At the start of a capture: record this step when asked for and it qualifies.
     pub(super) fn persistent_begin(&mut self) {
-        if !self.opts.persistent
+        if !self.path.persistent
             || !self.path.dense_gemv
             || !self.path.fused_norm
             || self.path.multi_gemv
@@ -56,7 +57,7 @@ impl CudaBackend {
                 }
                 Err(e) => {
                     tracing::warn!("persistent step kernel off: {e:#}");
-                    self.opts.persistent = false;
+                    self.opts.persistent = PersistentMode::Off;
                     return;
                 }
             }

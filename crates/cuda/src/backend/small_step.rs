@@ -3,13 +3,13 @@
 //! `Backend::fuses_norm_into_linear` read; the rules are step_path.rs): cuBLAS or the gemv
 //! kernels for dense (bf16, fp8) weights, and on the gemv path whether the RMSNorms and
 //! residual adds run inside the gemv launches. With `SmallStepPath::Auto` a captured graph
-//! key of few tokens is captured on both paths, each graph replayed and timed, and the
-//! faster kept for good.
+//! key of few tokens is captured on both paths (and with `PersistentMode::Auto` on the
+//! persistent step kernel too), each graph replayed and timed, and the fastest kept for good.
 
 use super::step_path::{PathRules, SmallStepChoice, StepPath, GEMV_MAX_T};
 use super::CudaBackend;
 use crate::graphs::GraphKey;
-use crate::options::{GraphMode, MultiGemvPath, SmallStepPath};
+use crate::options::{GraphMode, MultiGemvPath, PersistentMode, SmallStepPath};
 use crate::params::GEMV_4BIT_LIMIT;
 use std::time::Instant;
 
@@ -48,13 +48,13 @@ impl CudaBackend {
         self.path = self.resolve_step_path(self.layout.tokens, self.key);
     }
 
-    /// Captured small steps on the persistent step kernel, or not (`persistent.rs`; graphs
-    /// and choices dropped when it changes).
-    pub fn set_persistent(&mut self, on: bool) {
-        if self.opts.persistent != on {
+    /// Captured small steps on the persistent step kernel, or not, or as measured
+    /// (`persistent.rs`; graphs and choices dropped when it changes).
+    pub fn set_persistent(&mut self, mode: PersistentMode) {
+        if self.opts.persistent != mode {
             self.drop_graphs();
         }
-        self.opts.persistent = on;
+        self.opts.persistent = mode;
     }
 
     /// Norm and residual fused into the gemv launches on the gemv path, or not (graphs and
@@ -104,10 +104,11 @@ impl CudaBackend {
             sharded: self.group.is_some(),
             multi_gemv: self.opts.multi_gemv,
             multi_fused_norm: self.opts.multi_fused_norm,
+            persistent: self.opts.persistent,
         }
     }
 
-    fn measured_variants(&self, key: GraphKey) -> Option<[StepPath; 2]> {
+    fn measured_variants(&self, key: GraphKey) -> Option<Vec<StepPath>> {
         self.path_rules().measured_variants(key.tokens())
     }
 
@@ -125,9 +126,10 @@ impl CudaBackend {
             // A later variant of the same key: `capture_again` set the path already.
             return;
         }
-        if let Some([first, second]) = self.measured_variants(key) {
-            self.path = first;
-            self.small.queue = vec![second];
+        if let Some(variants) = self.measured_variants(key) {
+            self.path = variants[0];
+            // Popped from the end: the rest in order.
+            self.small.queue = variants[1..].iter().rev().copied().collect();
         }
     }
 
@@ -151,26 +153,28 @@ impl CudaBackend {
                 let best = (0..times.len())
                     .min_by(|&a, &b| times[a].total_cmp(&times[b]))
                     .unwrap_or(0);
-                let ms = |want: bool| {
+                let ms = |is: fn(&StepPath) -> bool| {
                     captured
                         .iter()
-                        .position(|p| p.is_gemv_variant() == want)
+                        .position(is)
                         .map_or(f64::NAN, |i| times[i] * 1e3)
                 };
                 let choice = SmallStepChoice {
                     bucket: key.bucket,
                     query_len: key.query_len,
                     chosen: captured[best].label(),
-                    gemv_ms: ms(true),
-                    cublas_ms: ms(false),
+                    gemv_ms: ms(|p| p.is_gemv_variant() && !p.persistent),
+                    cublas_ms: ms(|p| !p.is_gemv_variant()),
+                    persistent_ms: ms(|p| p.persistent),
                 };
                 tracing::info!(
-                    "small step {} × {}: {} ({:.4} ms gemv, {:.4} ms cuBLAS / tensor-core per replay)",
+                    "small step {} × {}: {} ({:.4} ms gemv, {:.4} ms cuBLAS / tensor-core, {:.4} ms persistent per replay)",
                     key.bucket,
                     key.query_len,
                     choice.chosen,
                     choice.gemv_ms,
-                    choice.cublas_ms
+                    choice.cublas_ms,
+                    choice.persistent_ms
                 );
                 self.graphs.keep_candidate(key, best);
                 self.small.choices.insert(key, (captured[best], choice));
@@ -178,11 +182,12 @@ impl CudaBackend {
             }
             Err(e) => {
                 tracing::warn!(
-                    "timing the small-step variants of {key:?} failed: {e:#}; the non-gemv path kept"
+                    "timing the small-step variants of {key:?} failed: {e:#}; the non-gemv (or the non-persistent) path kept"
                 );
                 let cublas = captured
                     .iter()
                     .position(|p| !p.is_gemv_variant())
+                    .or_else(|| captured.iter().position(|p| !p.persistent))
                     .unwrap_or(0);
                 self.graphs.keep_candidate(key, cublas);
                 let path = captured[cublas];
@@ -192,6 +197,7 @@ impl CudaBackend {
                     chosen: path.label(),
                     gemv_ms: f64::NAN,
                     cublas_ms: f64::NAN,
+                    persistent_ms: f64::NAN,
                 };
                 self.small.choices.insert(key, (path, choice));
                 self.path = path;

@@ -3,7 +3,7 @@
 //! GPU); `small_step.rs` applies them per step and runs the `Auto` timings.
 
 use crate::graphs::GraphKey;
-use crate::options::{MultiGemvPath, SmallStepPath};
+use crate::options::{MultiGemvPath, PersistentMode, SmallStepPath};
 use crate::params::{GEMV_4BIT_LIMIT, GEMV_BUCKETS};
 use std::collections::HashMap;
 
@@ -22,11 +22,17 @@ pub(crate) struct StepPath {
     /// int4/nvfp4 linears of 9 to 64 tokens through the multi-tile gemv (gemv_multi.cu)
     /// rather than the tensor-core kernel; steps of at most 8 take the gemv regardless.
     pub multi_gemv: bool,
+    /// A captured step's gemv and decode-attention launches run as one launch of the
+    /// persistent step kernel (dense gemv with the fused norm only; `persistent.rs`).
+    pub persistent: bool,
 }
 
 impl StepPath {
     /// The name logs and checks print.
     pub(crate) fn label(self) -> &'static str {
+        if self.persistent {
+            return "gemv+fused norm+persistent";
+        }
         match (self.dense_gemv, self.fused_norm, self.multi_gemv) {
             (_, false, true) => "4-bit multi gemv",
             (_, true, true) => "4-bit multi gemv+fused norm",
@@ -51,9 +57,11 @@ pub struct SmallStepChoice {
     /// The kept path's label ([`StepPath::label`]).
     pub chosen: &'static str,
     /// Mean replay time of the gemv and the other graph (cuBLAS; for 4-bit steps of 9 to 64
-    /// tokens the tensor-core kernel), milliseconds.
+    /// tokens the tensor-core kernel), and of the persistent step kernel's, milliseconds
+    /// (NaN: not measured).
     pub gemv_ms: f64,
     pub cublas_ms: f64,
+    pub persistent_ms: f64,
 }
 
 #[derive(Default)]
@@ -81,6 +89,7 @@ pub(crate) struct PathRules {
     pub multi_gemv: MultiGemvPath,
     /// The norm fused on multi-tile steps too (`CudaOptions::multi_fused_norm`).
     pub multi_fused_norm: bool,
+    pub persistent: PersistentMode,
 }
 
 impl PathRules {
@@ -117,7 +126,24 @@ impl PathRules {
                 && self.layers_take_gemv(tokens, dense_gemv, multi_gemv)
                 && (!multi_gemv || self.multi_fused_norm),
             multi_gemv,
+            persistent: false,
         }
+    }
+
+    /// `path` on the persistent step kernel when it may take it: dense gemv with the fused
+    /// norm, no 4-bit layers, not a tensor-parallel rank (the backend checks the rest: a
+    /// kernel build for the head size, and that the step is being captured).
+    fn with_persistent(&self, path: StepPath) -> Option<StepPath> {
+        (self.persistent != PersistentMode::Off
+            && path.dense_gemv
+            && path.fused_norm
+            && !path.multi_gemv
+            && !self.four_bit_layers
+            && !self.sharded)
+            .then_some(StepPath {
+                persistent: true,
+                ..path
+            })
     }
 
     /// The variants `Auto` captures and times for a graph key of `tokens` (gemv first), or
@@ -126,7 +152,11 @@ impl PathRules {
     /// otherwise).
     /// 4-bit models measure instead their keys of 9 to 64 tokens: multi-tile gemv against
     /// the tensor-core kernel (`MultiGemvPath::Auto`).
-    pub(crate) fn measured_variants(&self, tokens: usize) -> Option<[StepPath; 2]> {
+    ///
+    /// `PersistentMode::Auto` puts the persistent step kernel in front where the gemv
+    /// variant may take it, also when the gemv path is forced (then persistent against
+    /// plain gemv); under `On` the gemv variant is the persistent one.
+    pub(crate) fn measured_variants(&self, tokens: usize) -> Option<Vec<StepPath>> {
         if self.four_bit_layers {
             let measured = self.multi_gemv == MultiGemvPath::Auto
                 && self.graphs_on
@@ -136,17 +166,27 @@ impl PathRules {
                 self.path_with(tokens, false, true),
                 self.path_with(tokens, false, false),
             ];
-            return (measured && v[0] != v[1]).then_some(v);
+            return (measured && v[0] != v[1]).then(|| v.to_vec());
         }
-        let measured = self.path == SmallStepPath::Auto
-            && self.graphs_on
-            && tokens <= self.small_linear_max_t.min(GEMV_MAX_T)
-            && !self.sharded;
-        let v = [
-            self.path_with(tokens, true, false),
-            self.path_with(tokens, false, false),
-        ];
-        (measured && v[0] != v[1]).then_some(v)
+        let usable = self.graphs_on && !self.sharded;
+        let gemv = self.path_with(tokens, true, false);
+        let mut v = match self.path {
+            SmallStepPath::Auto if usable && tokens <= self.small_linear_max_t.min(GEMV_MAX_T) => {
+                let cublas = self.path_with(tokens, false, false);
+                if gemv == cublas {
+                    return None;
+                }
+                vec![gemv, cublas]
+            }
+            SmallStepPath::Gemv if usable => vec![gemv],
+            _ => return None,
+        };
+        match (self.persistent, self.with_persistent(gemv)) {
+            (PersistentMode::Auto, Some(p)) => v.insert(0, p),
+            (PersistentMode::On, Some(p)) => v[0] = p,
+            _ => {}
+        }
+        (v.len() > 1).then_some(v)
     }
 
     /// The path of a step of `tokens` (padded): forced by the option, or `Auto`'s choice
@@ -162,7 +202,16 @@ impl PathRules {
             MultiGemvPath::TensorCore => false,
             MultiGemvPath::Auto => chosen.is_some_and(|p| p.multi_gemv),
         };
-        self.path_with(tokens, dense_gemv, multi_gemv)
+        let path = self.path_with(tokens, dense_gemv, multi_gemv);
+        let persistent = match self.persistent {
+            PersistentMode::Off => false,
+            PersistentMode::On => true,
+            PersistentMode::Auto => chosen.is_some_and(|p| p.persistent),
+        };
+        match self.with_persistent(path) {
+            Some(p) if persistent => p,
+            _ => path,
+        }
     }
 }
 
@@ -181,17 +230,24 @@ mod tests {
             sharded: false,
             multi_gemv: MultiGemvPath::Auto,
             multi_fused_norm: false,
+            persistent: PersistentMode::Off,
         }
     }
     const CUBLAS: StepPath = StepPath {
         dense_gemv: false,
         fused_norm: false,
         multi_gemv: false,
+        persistent: false,
     };
     const GEMV_FUSED: StepPath = StepPath {
         dense_gemv: true,
         fused_norm: true,
         multi_gemv: false,
+        persistent: false,
+    };
+    const PERSISTENT: StepPath = StepPath {
+        persistent: true,
+        ..GEMV_FUSED
     };
 
     #[test]
@@ -218,6 +274,7 @@ mod tests {
                 dense_gemv: true,
                 fused_norm: false,
                 multi_gemv: false,
+                persistent: false,
             }
         );
         let bounded = PathRules {
@@ -230,8 +287,8 @@ mod tests {
     #[test]
     fn auto_measures_small_keys_and_follows_the_choice() {
         let a = rules(SmallStepPath::Auto);
-        assert_eq!(a.measured_variants(1), Some([GEMV_FUSED, CUBLAS]));
-        assert_eq!(a.measured_variants(8), Some([GEMV_FUSED, CUBLAS]));
+        assert_eq!(a.measured_variants(1), Some(vec![GEMV_FUSED, CUBLAS]));
+        assert_eq!(a.measured_variants(8), Some(vec![GEMV_FUSED, CUBLAS]));
         assert_eq!(a.measured_variants(9), None);
         // Before a choice (eager steps, the first sighting) cuBLAS; then the choice.
         assert_eq!(a.resolve(1, None), CUBLAS);
@@ -273,6 +330,7 @@ mod tests {
                 dense_gemv: false,
                 fused_norm: true,
                 multi_gemv: false,
+                persistent: false,
             }
         );
         assert!(!four.resolve(9, None).fused_norm);
@@ -289,6 +347,7 @@ mod tests {
             dense_gemv: false,
             fused_norm: false,
             multi_gemv: true,
+            persistent: false,
         };
         assert_eq!(
             four.measured_variants(8),
@@ -296,7 +355,7 @@ mod tests {
             "<= 8: the gemv, unmeasured"
         );
         for t in [9, 16, 32, 64] {
-            assert_eq!(four.measured_variants(t), Some([MULTI, CUBLAS]), "{t}");
+            assert_eq!(four.measured_variants(t), Some(vec![MULTI, CUBLAS]), "{t}");
         }
         assert_eq!(four.measured_variants(65), None);
         // Before a choice the tensor-core kernel; then the choice.
@@ -343,5 +402,73 @@ mod tests {
             forced.resolve(8, None).fused_norm,
             "<= 8 tokens: fused as before"
         );
+    }
+    #[test]
+    fn persistent_auto_measures_the_persistent_kernel_first() {
+        let auto = PathRules {
+            persistent: PersistentMode::Auto,
+            ..rules(SmallStepPath::Auto)
+        };
+        assert_eq!(
+            auto.measured_variants(4),
+            Some(vec![PERSISTENT, GEMV_FUSED, CUBLAS])
+        );
+        assert_eq!(auto.resolve(4, None), CUBLAS, "before a choice");
+        assert_eq!(auto.resolve(4, Some(PERSISTENT)), PERSISTENT);
+        assert_eq!(auto.resolve(4, Some(GEMV_FUSED)), GEMV_FUSED);
+        assert_eq!(
+            auto.resolve(9, Some(PERSISTENT)),
+            CUBLAS,
+            "past the gemv buckets"
+        );
+        // With the gemv path forced: persistent against plain gemv.
+        let gemv = PathRules {
+            path: SmallStepPath::Gemv,
+            ..auto
+        };
+        assert_eq!(
+            gemv.measured_variants(1),
+            Some(vec![PERSISTENT, GEMV_FUSED])
+        );
+        assert_eq!(gemv.resolve(1, None), GEMV_FUSED);
+        // Without the fused norm, on ranks or with cuBLAS forced: never.
+        for no in [
+            PathRules {
+                fused_norm: false,
+                ..gemv
+            },
+            PathRules {
+                sharded: true,
+                ..gemv
+            },
+            PathRules {
+                path: SmallStepPath::Cublas,
+                ..auto
+            },
+        ] {
+            assert_eq!(no.measured_variants(1), None, "{no:?}");
+            assert!(!no.resolve(1, Some(PERSISTENT)).persistent, "{no:?}");
+        }
+        let four = PathRules {
+            four_bit_layers: true,
+            ..gemv
+        };
+        assert!(
+            !four.resolve(1, Some(PERSISTENT)).persistent,
+            "4-bit layers"
+        );
+        // On: every step that may, unmeasured; under Auto's pair the gemv side is it.
+        let on = PathRules {
+            persistent: PersistentMode::On,
+            ..gemv
+        };
+        assert_eq!(on.measured_variants(1), None);
+        assert_eq!(on.resolve(1, None), PERSISTENT);
+        let on_auto = PathRules {
+            path: SmallStepPath::Auto,
+            ..on
+        };
+        assert_eq!(on_auto.measured_variants(2), Some(vec![PERSISTENT, CUBLAS]));
+        assert_eq!(on_auto.resolve(2, Some(PERSISTENT)), PERSISTENT);
     }
 }
