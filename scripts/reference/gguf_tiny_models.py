@@ -17,6 +17,16 @@ gguf_models.rs checks each file against the model's transformers reference).
   mixtral.gguf      "llama" with llama.expert_count > 0 (what llama.cpp writes for Mixtral):
                     the same stacked experts, and q/k rows permuted head by head into
                     llama.cpp's adjacent-pair RoPE order
+  deepseek_v3.gguf  "deepseek2" as llama.cpp writes DeepSeek-V3/R1: latent attention
+                    (attn_q_a / attn_q_a_norm / attn_q_b, attn_kv_a_mqa, attn_kv_a_norm, and
+                    kv_b_proj split per head into attn_k_b, transposed, and attn_v_b), the
+                    .attention.key_length_mla / value_length_mla keys beside the MQA-form
+                    key_length (kv_lora_rank + rope) and value_length (kv_lora_rank), YaRN
+                    as rope.scaling.* with yarn_log_multiplier = 0.1 x mscale_all_dim,
+                    sigmoid gating (expert_gating_func 2) with the correction bias
+                    blk.N.exp_probs_b.bias, expert groups, the routed scale, shared experts
+                    (ffn_*_shexp) and leading dense layers (leading_dense_block_count); the
+                    multi-token-prediction layer is left out, as llama.cpp leaves it
 
 Matrices are stored BF16 (the checkpoints' own values, bit for bit), the router and every
 1-D tensor F32 (exact too). The tokenizer is the model's tiny byte-level BPE from
@@ -45,6 +55,7 @@ MODELS = {
     "qwen3": {"arch": "qwen3", "q8_0": True},
     "qwen3_moe": {"arch": "qwen3moe", "q8_0": False},
     "mixtral": {"arch": "llama", "q8_0": False},
+    "deepseek_v3": {"arch": "deepseek2", "q8_0": False},
 }
 
 
@@ -127,6 +138,83 @@ def gguf_names(cfg, tensors):
     return out
 
 
+def deepseek2_names(cfg, tensors):
+    """(gguf name, hf names, how) for a DeepSeek-V3 checkpoint: how is None (as stored),
+    "k_b" or "v_b" (the halves of kv_b_proj)."""
+    L = cfg["num_hidden_layers"]
+    out = [("token_embd.weight", ["model.embed_tokens.weight"], None)]
+    for l in range(L):
+        p, b = f"model.layers.{l}", f"blk.{l}"
+        a = f"{p}.self_attn"
+        out.append((f"{b}.attn_norm.weight", [f"{p}.input_layernorm.weight"], None))
+        for g, h in [("attn_q_a", "q_a_proj"), ("attn_q_a_norm", "q_a_layernorm"), ("attn_q_b", "q_b_proj"),
+                     ("attn_q", "q_proj"), ("attn_kv_a_mqa", "kv_a_proj_with_mqa"),
+                     ("attn_kv_a_norm", "kv_a_layernorm"), ("attn_output", "o_proj")]:
+            if f"{a}.{h}.weight" in tensors:
+                out.append((f"{b}.{g}.weight", [f"{a}.{h}.weight"], None))
+        out.append((f"{b}.attn_k_b.weight", [f"{a}.kv_b_proj.weight"], "k_b"))
+        out.append((f"{b}.attn_v_b.weight", [f"{a}.kv_b_proj.weight"], "v_b"))
+        out.append((f"{b}.ffn_norm.weight", [f"{p}.post_attention_layernorm.weight"], None))
+        if f"{p}.mlp.gate.weight" in tensors:
+            n = cfg["n_routed_experts"]
+            out.append((f"{b}.ffn_gate_inp.weight", [f"{p}.mlp.gate.weight"], None))
+            out.append((f"{b}.exp_probs_b.bias", [f"{p}.mlp.gate.e_score_correction_bias"], None))
+            for g, w in [("ffn_gate", "gate_proj"), ("ffn_up", "up_proj"), ("ffn_down", "down_proj")]:
+                out.append((f"{b}.{g}_exps.weight", [f"{p}.mlp.experts.{e}.{w}.weight" for e in range(n)], None))
+                out.append((f"{b}.{g}_shexp.weight", [f"{p}.mlp.shared_experts.{w}.weight"], None))
+        else:
+            for g, h in [("ffn_gate", "gate_proj"), ("ffn_up", "up_proj"), ("ffn_down", "down_proj")]:
+                out.append((f"{b}.{g}.weight", [f"{p}.mlp.{h}.weight"], None))
+    out.append(("output_norm.weight", ["model.norm.weight"], None))
+    if not cfg.get("tie_word_embeddings"):
+        out.append(("output.weight", ["lm_head.weight"], None))
+    return out
+
+
+def split_kv_b(bits, how, cfg):
+    """kv_b_proj ([heads x (nope + v), kv_lora]) as llama.cpp splits it: attn_k_b
+    [heads, kv_lora, nope] (each head's k rows transposed), attn_v_b [heads, v, kv_lora]."""
+    heads, nope, v = cfg["num_attention_heads"], cfg["qk_nope_head_dim"], cfg["v_head_dim"]
+    kv = bits.reshape(heads, nope + v, bits.shape[-1])
+    if how == "k_b":
+        return np.ascontiguousarray(kv[:, :nope, :].transpose(0, 2, 1))
+    return np.ascontiguousarray(kv[:, nope:, :])
+
+
+def add_deepseek2_keys(w, cfg):
+    """The metadata llama.cpp's converter writes for a DeepSeek-V3 checkpoint."""
+    heads, rope_dim = cfg["num_attention_heads"], cfg["qk_rope_head_dim"]
+    r = cfg["kv_lora_rank"]
+    w.add_head_count(heads)
+    w.add_head_count_kv(1)  # latent attention as MQA over the latent
+    w.add_key_length(r + rope_dim)
+    w.add_value_length(r)
+    w.add_key_length_mla(cfg["qk_nope_head_dim"] + rope_dim)
+    w.add_value_length_mla(cfg["v_head_dim"])
+    if cfg.get("q_lora_rank"):
+        w.add_q_lora_rank(cfg["q_lora_rank"])
+    w.add_kv_lora_rank(r)
+    w.add_rope_dimension_count(rope_dim)
+    w.add_leading_dense_block_count(cfg["first_k_dense_replace"])
+    w.add_vocab_size(cfg["vocab_size"])
+    w.add_expert_count(cfg["n_routed_experts"])
+    w.add_expert_used_count(cfg["num_experts_per_tok"])
+    w.add_expert_shared_count(cfg["n_shared_experts"])
+    w.add_expert_weights_scale(float(cfg["routed_scaling_factor"]))
+    w.add_expert_weights_norm(bool(cfg["norm_topk_prob"]))
+    w.add_expert_gating_func(gguf.ExpertGatingFuncType.SIGMOID)
+    w.add_expert_group_count(cfg["n_group"])
+    w.add_expert_group_used_count(cfg["topk_group"])
+    rope = cfg["rope_parameters"]
+    assert rope["rope_type"] == "yarn"
+    w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+    w.add_rope_scaling_factor(float(rope["factor"]))
+    w.add_rope_scaling_orig_ctx_len(rope["original_max_position_embeddings"])
+    w.add_rope_scaling_yarn_beta_fast(float(rope["beta_fast"]))
+    w.add_rope_scaling_yarn_beta_slow(float(rope["beta_slow"]))
+    w.add_rope_scaling_yarn_log_mul(0.1 * rope["mscale_all_dim"])
+
+
 def add_vocab(w, model_dir):
     with open(os.path.join(model_dir, "tokenizer.json"), encoding="utf-8") as f:
         tok = json.load(f)
@@ -162,12 +250,19 @@ def add_vocab(w, model_dir):
         ("unk_token", w.add_unk_token_id),
         ("pad_token", w.add_pad_token_id),
     ]:
-        if tok_cfg.get(key):
-            add(ids[tok_cfg[key]])
+        value = tok_cfg.get(key)
+        if isinstance(value, dict):  # an AddedToken written out
+            value = value.get("content")
+        if value:
+            add(ids[value])
     if "add_bos_token" in tok_cfg:
         w.add_add_bos_token(bool(tok_cfg["add_bos_token"]))
-    with open(os.path.join(model_dir, "chat_template.jinja"), encoding="utf-8") as f:
-        w.add_chat_template(f.read())
+    template = os.path.join(model_dir, "chat_template.jinja")
+    if os.path.exists(template):
+        with open(template, encoding="utf-8") as f:
+            w.add_chat_template(f.read())
+    else:  # older transformers keep it in tokenizer_config.json
+        w.add_chat_template(tok_cfg["chat_template"])
     return len(tokens)
 
 
@@ -184,13 +279,16 @@ def write(name, spec, model_dir, path, matrix_type):
     w.add_embedding_length(cfg["hidden_size"])
     w.add_block_count(cfg["num_hidden_layers"])
     w.add_feed_forward_length(cfg["intermediate_size"])
-    w.add_head_count(heads)
-    w.add_head_count_kv(kv_heads)
-    w.add_key_length(head_dim)
-    w.add_value_length(head_dim)
+    if arch != "deepseek2":
+        w.add_head_count(heads)
+        w.add_head_count_kv(kv_heads)
+        w.add_key_length(head_dim)
+        w.add_value_length(head_dim)
     rope = cfg.get("rope_parameters") or {}
     w.add_rope_freq_base(float(cfg.get("rope_theta", rope.get("rope_theta"))))
     w.add_layer_norm_rms_eps(float(cfg["rms_norm_eps"]))
+    if arch == "deepseek2":
+        add_deepseek2_keys(w, cfg)
     experts = cfg.get("num_experts") or cfg.get("num_local_experts")
     if experts:
         w.add_expert_count(experts)
@@ -202,9 +300,12 @@ def write(name, spec, model_dir, path, matrix_type):
     assert n_vocab == cfg["vocab_size"], (n_vocab, cfg["vocab_size"])
     w.add_quantization_version(gguf.GGML_QUANT_VERSION)
 
-    for gname, hf in gguf_names(cfg, tensors):
+    names = deepseek2_names(cfg, tensors) if arch == "deepseek2" else [(g, h, None) for g, h in gguf_names(cfg, tensors)]
+    for gname, hf, how in names:
         parts = [as_bf16_bits(*tensors[h]) for h in hf]
         bits = parts[0] if len(parts) == 1 else np.stack(parts)
+        if how is not None:
+            bits = split_kv_b(bits, how, cfg)
         if arch == "llama" and (".attn_q." in gname or ".attn_k." in gname):
             bits = permute_rows(bits, heads if ".attn_q." in gname else kv_heads)
         if bits.ndim == 1 or gname.endswith("ffn_gate_inp.weight"):
@@ -224,9 +325,12 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--models", default="tests/data/hf_tiny", help="the Hugging Face directories")
     ap.add_argument("--out", default="tests/data/gguf_tiny")
+    ap.add_argument("names", nargs="*", help="the models to write (default: all)")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     for name, spec in MODELS.items():
+        if args.names and name not in args.names:
+            continue
         src = os.path.join(args.models, name)
         write(name, spec, src, os.path.join(args.out, f"{name}.gguf"), Q.BF16)
         if spec["q8_0"]:

@@ -8,7 +8,9 @@ use memmap2::Mmap;
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use crate::config::{GenerationDefaults, ModelConfig, MoeConfig, RopeScaling};
+use crate::config::{
+    GenerationDefaults, MlaConfig, ModelConfig, MoeConfig, MoeScoringFunc, RopeScaling,
+};
 use crate::ggml_type::ggml_type_name;
 pub use crate::ggml_type::GgmlType;
 use crate::quant;
@@ -343,7 +345,7 @@ impl GgufFile {
 const ROPE_FREQS: &str = "rope_freqs.weight";
 
 /// The `general.architecture`s wring reads (what a refusal lists).
-pub const GGUF_ARCHITECTURES: &[&str] = &["llama", "qwen2", "qwen3", "qwen3moe"];
+pub const GGUF_ARCHITECTURES: &[&str] = &["llama", "qwen2", "qwen3", "qwen3moe", "deepseek2"];
 
 impl GgufFile {
     /// The sampling settings the file's publisher recorded (`general.sampling.*`).
@@ -376,8 +378,11 @@ impl GgufFile {
             .ok_or_else(|| anyhow!("metadata key general.architecture is missing"))?;
         ensure!(
             GGUF_ARCHITECTURES.contains(&arch),
-            "architecture {arch:?} is not supported (supported: llama (Llama, Mistral, Mixtral), qwen2, qwen3, qwen3moe)"
+            "architecture {arch:?} is not supported (supported: llama (Llama, Mistral, Mixtral), qwen2, qwen3, qwen3moe, deepseek2 (DeepSeek-V3, R1))"
         );
+        if arch == "deepseek2" {
+            return self.deepseek2_config();
+        }
         let k = |s: &str| format!("{arch}.{s}");
         let req = |s: &str| self.require_u64(&k(s)).map(|v| v as usize);
         let opt = |s: &str| self.get_u64(&k(s)).map(|v| v as usize);
@@ -525,6 +530,192 @@ impl GgufFile {
         Ok(RopeScaling::Factors(factors))
     }
 
+    /// DeepSeek-V3/R1 as llama.cpp's converter writes them (`deepseek2`): latent attention
+    /// from `.attention.q_lora_rank` / `.kv_lora_rank` and the per-head lengths
+    /// (`.key_length_mla` / `.value_length_mla` where the file also writes the MQA form, else
+    /// `.key_length` / `.value_length`), RoPE on `.rope.dimension_count` values of adjacent
+    /// pairs, YaRN from `.rope.scaling.*` (`yarn_log_multiplier` is 0.1 × `mscale_all_dim`;
+    /// the rotated values stay unscaled, as llama.cpp runs them), and the experts from
+    /// `.leading_dense_block_count` on: sigmoid gating (`expert_gating_func` 2) with the
+    /// correction bias `blk.N.exp_probs_b.bias`, `.expert_group_count` groups of which
+    /// `.expert_group_used_count` are eligible, `.expert_weights_scale`, and
+    /// `.expert_shared_count` shared experts. DeepSeek-V2's softmax gating is refused.
+    fn deepseek2_config(&self) -> Result<ModelConfig> {
+        let arch = "deepseek2";
+        let k = |s: &str| format!("{arch}.{s}");
+        let req = |s: &str| self.require_u64(&k(s)).map(|v| v as usize);
+        let opt = |s: &str| self.get_u64(&k(s)).map(|v| v as usize);
+        let (hidden, heads, num_layers) = (
+            req("embedding_length")?,
+            req("attention.head_count")?,
+            req("block_count")?,
+        );
+        ensure!(
+            hidden > 0 && heads > 0 && num_layers > 0,
+            "{arch}.embedding_length, .attention.head_count and .block_count must be positive"
+        );
+        let rope = req("rope.dimension_count")?;
+        let (key, value) = match opt("attention.key_length_mla") {
+            Some(key) => (key, req("attention.value_length_mla")?),
+            None => (req("attention.key_length")?, req("attention.value_length")?),
+        };
+        ensure!(
+            rope > 0 && rope.is_multiple_of(2) && key > rope,
+            "{arch}: the key length {key} must exceed the RoPE dimension count {rope}, which must be even and positive"
+        );
+        let mla = MlaConfig {
+            q_lora_rank: opt("attention.q_lora_rank").filter(|&r| r > 0),
+            kv_lora_rank: req("attention.kv_lora_rank")?,
+            qk_nope_head_dim: key - rope,
+            qk_rope_head_dim: rope,
+            v_head_dim: value,
+        };
+        let gating = self.get_u64(&k("expert_gating_func"));
+        ensure!(
+            gating == Some(2),
+            "{arch}.expert_gating_func {}: only sigmoid gating (2: DeepSeek-V3, R1) is supported; DeepSeek-V2's softmax gating is not",
+            gating.map_or("missing (softmax, DeepSeek-V2)".into(), |g| g.to_string())
+        );
+        let experts = req("expert_count")?;
+        let top_k = req("expert_used_count")?;
+        let leading_dense = opt("leading_dense_block_count").unwrap_or(0);
+        let expert_ffn = req("expert_feed_forward_length")?;
+        let groups = opt("expert_group_count").unwrap_or(1).max(1);
+        let top_groups = opt("expert_group_used_count").unwrap_or(groups);
+        ensure!(
+            (1..=experts).contains(&top_k),
+            "{arch}.expert_used_count {top_k} must lie in 1..={experts} (the experts)"
+        );
+        ensure!(
+            experts.is_multiple_of(groups)
+                && (1..=groups).contains(&top_groups)
+                && top_groups * (experts / groups) >= top_k,
+            "{arch}: {experts} experts in {groups} groups, {top_groups} of them eligible, cannot route {top_k} a token"
+        );
+        let moe = MoeConfig {
+            scoring: MoeScoringFunc::Sigmoid,
+            // Then every expert layer must have one (`check_tensors`).
+            correction_bias: (leading_dense..num_layers)
+                .any(|l| self.has_tensor(&format!("blk.{l}.exp_probs_b.bias"))),
+            groups,
+            top_groups,
+            routed_scaling_factor: self
+                .get_f64(&k("expert_weights_scale"))
+                .filter(|&s| s != 0.0)
+                .unwrap_or(1.0) as f32,
+            shared_intermediate_size: opt("expert_shared_count").unwrap_or(0) * expert_ffn,
+            ..MoeConfig::softmax(
+                experts,
+                top_k,
+                expert_ffn,
+                self.get(&k("expert_weights_norm"))
+                    .and_then(|v| v.as_bool())
+                    .unwrap_or(false),
+                (0..leading_dense.min(num_layers)).collect(),
+            )
+        };
+        let rope_scaling = match self.get_str(&k("rope.scaling.type")) {
+            None | Some("none") => RopeScaling::None,
+            Some("yarn") => {
+                let f = |s: &str| self.get_f64(&k(s)).map(|v| v as f32);
+                // The rotated values unscaled: mscale = mscale_all_dim.
+                // The multiplier is 0.1 × mscale_all_dim rounded to f32: the config's
+                // short decimal (1.0, 0.707, ...) comes back at 6 decimals.
+                let log_mul = self
+                    .get_f64(&k("rope.scaling.yarn_log_multiplier"))
+                    .unwrap_or(0.0);
+                let all_dim = ((log_mul / 0.1 * 1e6).round() / 1e6) as f32;
+                RopeScaling::Yarn {
+                    factor: f("rope.scaling.factor").unwrap_or(1.0),
+                    original_max_position_embeddings: req("rope.scaling.original_context_length")?,
+                    beta_fast: f("rope.scaling.yarn_beta_fast")
+                        .filter(|&b| b != 0.0)
+                        .unwrap_or(32.0),
+                    beta_slow: f("rope.scaling.yarn_beta_slow")
+                        .filter(|&b| b != 0.0)
+                        .unwrap_or(1.0),
+                    mscale: all_dim,
+                    mscale_all_dim: all_dim,
+                    attention_factor: None,
+                    truncate: true,
+                }
+            }
+            Some(other) => {
+                bail!("{arch}.rope.scaling.type {other:?} is not supported (none, yarn)")
+            }
+        };
+        let intermediate_size = match opt("feed_forward_length") {
+            Some(f) => f,
+            None if leading_dense == 0 => expert_ffn,
+            None => bail!(
+                "metadata key {arch}.feed_forward_length is missing (the dense layers need it)"
+            ),
+        };
+        Ok(ModelConfig {
+            architecture: "deepseek_v3".into(),
+            hidden_size: hidden,
+            intermediate_size,
+            num_layers,
+            num_heads: heads,
+            // The cache holds materialised heads (`ModelConfig::mla`).
+            num_kv_heads: heads,
+            head_dim: mla.cache_head_dim(),
+            vocab_size: match opt("vocab_size") {
+                Some(v) => v,
+                None => self
+                    .get("tokenizer.ggml.tokens")
+                    .and_then(|t| t.as_array())
+                    .map(|t| t.len())
+                    .ok_or_else(|| {
+                        anyhow!(
+                            "metadata keys {arch}.vocab_size and tokenizer.ggml.tokens are missing"
+                        )
+                    })?,
+            },
+            max_position_embeddings: opt("context_length").unwrap_or(4096),
+            rms_norm_eps: self
+                .get_f64(&k("attention.layer_norm_rms_epsilon"))
+                .unwrap_or(1e-6) as f32,
+            rope_theta: self.get_f64(&k("rope.freq_base")).unwrap_or(10000.0) as f32,
+            rope_scaling,
+            // llama.cpp rotates DeepSeek's adjacent pairs, the weights as Hugging Face keeps them.
+            rope_interleaved: true,
+            tie_word_embeddings: !self.tensors.contains_key("output.weight"),
+            attention_bias: false,
+            qk_norm: false,
+            moe: Some(moe),
+            mla: Some(mla),
+        })
+    }
+
+    /// DeepSeek's `kv_b` (`[heads × (nope + v)]` rows of the latent) from the halves
+    /// llama.cpp's converter splits it into: `attn_k_b` (GGML `[nope, latent, heads]`: each
+    /// head's k rows transposed) and `attn_v_b` (`[latent, v, heads]`). Dims as `dequantize`
+    /// gives them: `[latent, rows]`.
+    pub fn joined_kv_b(&self, prefix: &str) -> Result<(Vec<usize>, Vec<f32>)> {
+        let (kd, k_b) = self.dequantize(&format!("{prefix}attn_k_b.weight"))?;
+        let (vd, v_b) = self.dequantize(&format!("{prefix}attn_v_b.weight"))?;
+        let (&[nope, r, heads], &[r2, v, heads2]) = (&kd[..], &vd[..]) else {
+            bail!("tensors {prefix}attn_k_b / attn_v_b: shapes {kd:?} / {vd:?}, expected [nope, latent, heads] / [latent, v, heads]");
+        };
+        ensure!(
+            r == r2 && heads == heads2,
+            "tensors {prefix}attn_k_b / attn_v_b: shapes {kd:?} / {vd:?} disagree on the latent width or the heads"
+        );
+        let per_head = nope + v;
+        let mut kv_b = vec![0f32; heads * per_head * r];
+        for h in 0..heads {
+            for c in 0..r {
+                for j in 0..nope {
+                    kv_b[(h * per_head + j) * r + c] = k_b[(h * r + c) * nope + j];
+                }
+            }
+            let rows = (h * per_head + nope) * r;
+            kv_b[rows..rows + v * r].copy_from_slice(&v_b[h * v * r..(h + 1) * v * r]);
+        }
+        Ok((vec![r, heads * per_head], kv_b))
+    }
+
     fn moe_config(
         &self,
         arch: &str,
@@ -621,14 +812,18 @@ impl GgufFile {
         for l in 0..cfg.num_layers {
             let n = |s: &str| format!("blk.{l}.{s}.weight");
             expect(&n("attn_norm"), &[h], "the attention norm")?;
-            expect(&n("attn_q"), &[h, qd], "q: [hidden, heads × head_dim]")?;
-            expect(&n("attn_k"), &[h, kvd], "k: [hidden, kv heads × head_dim]")?;
-            expect(&n("attn_v"), &[h, kvd], "v: [hidden, kv heads × head_dim]")?;
-            expect(
-                &n("attn_output"),
-                &[qd, h],
-                "the attention output: [heads × head_dim, hidden]",
-            )?;
+            if let Some(m) = &cfg.mla {
+                self.check_latent_attention(cfg, m, l, &expect)?;
+            } else {
+                expect(&n("attn_q"), &[h, qd], "q: [hidden, heads × head_dim]")?;
+                expect(&n("attn_k"), &[h, kvd], "k: [hidden, kv heads × head_dim]")?;
+                expect(&n("attn_v"), &[h, kvd], "v: [hidden, kv heads × head_dim]")?;
+                expect(
+                    &n("attn_output"),
+                    &[qd, h],
+                    "the attention output: [heads × head_dim, hidden]",
+                )?;
+            }
             if cfg.qk_norm {
                 expect(&n("attn_q_norm"), &[hd], "the per-head q norm")?;
                 expect(&n("attn_k_norm"), &[hd], "the per-head k norm")?;
@@ -652,6 +847,28 @@ impl GgufFile {
                 Some(m) => {
                     let (e, ei) = (m.num_experts, m.expert_intermediate_size);
                     expect(&n("ffn_gate_inp"), &[h, e], "the router: [hidden, experts]")?;
+                    if m.correction_bias {
+                        let bias = format!("blk.{l}.exp_probs_b.bias");
+                        expect(&bias, &[e], "the router's correction bias: [experts]")?;
+                    }
+                    let si = m.shared_intermediate_size;
+                    if si > 0 {
+                        expect(
+                            &n("ffn_gate_shexp"),
+                            &[h, si],
+                            "the shared experts' gate: [hidden, ffn]",
+                        )?;
+                        expect(
+                            &n("ffn_up_shexp"),
+                            &[h, si],
+                            "the shared experts' up: [hidden, ffn]",
+                        )?;
+                        expect(
+                            &n("ffn_down_shexp"),
+                            &[si, h],
+                            "the shared experts' down: [ffn, hidden]",
+                        )?;
+                    }
                     for (kind, dims) in [
                         ("ffn_gate_exps", [h, ei]),
                         ("ffn_up_exps", [h, ei]),
@@ -678,6 +895,64 @@ impl GgufFile {
             }
         }
         Ok(())
+    }
+}
+
+/// `check_tensors`' check of one tensor: (name, GGML dims, what it is).
+type ExpectTensor<'a> = dyn Fn(&str, &[usize], &str) -> Result<()> + 'a;
+
+impl GgufFile {
+    /// Layer `l`'s latent-attention tensors (`check_tensors`): q whole or through its
+    /// low-rank pair, the latent and rope-key projection, its norm, `kv_b` whole or split
+    /// in two, and the output.
+    fn check_latent_attention(
+        &self,
+        cfg: &ModelConfig,
+        m: &MlaConfig,
+        l: usize,
+        expect: &ExpectTensor,
+    ) -> Result<()> {
+        let n = |s: &str| format!("blk.{l}.{s}.weight");
+        let (h, heads, r) = (cfg.hidden_size, cfg.num_heads, m.kv_lora_rank);
+        let (nope, rope, v) = (m.qk_nope_head_dim, m.qk_rope_head_dim, m.v_head_dim);
+        let qk = heads * (nope + rope);
+        match m.q_lora_rank {
+            None => expect(&n("attn_q"), &[h, qk], "q: [hidden, heads × (nope + rope)]")?,
+            Some(q) => {
+                expect(&n("attn_q_a"), &[h, q], "q's first half: [hidden, q rank]")?;
+                expect(&n("attn_q_a_norm"), &[q], "q's latent norm")?;
+                expect(
+                    &n("attn_q_b"),
+                    &[q, qk],
+                    "q's second half: [q rank, heads × (nope + rope)]",
+                )?;
+            }
+        }
+        expect(
+            &n("attn_kv_a_mqa"),
+            &[h, r + rope],
+            "the latent and rope key: [hidden, latent + rope]",
+        )?;
+        expect(&n("attn_kv_a_norm"), &[r], "the latent norm")?;
+        if self.tensors.contains_key(&n("attn_kv_b")) {
+            expect(
+                &n("attn_kv_b"),
+                &[r, heads * (nope + v)],
+                "kv_b: [latent, heads × (nope + v)]",
+            )?;
+        } else {
+            expect(
+                &n("attn_k_b"),
+                &[nope, r, heads],
+                "k_b: [nope, latent, heads]",
+            )?;
+            expect(&n("attn_v_b"), &[r, v, heads], "v_b: [latent, v, heads]")?;
+        }
+        expect(
+            &n("attn_output"),
+            &[heads * v, h],
+            "the attention output: [heads × v, hidden]",
+        )
     }
 }
 

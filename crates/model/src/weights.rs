@@ -565,7 +565,11 @@ impl WeightSource {
     pub fn matrix(&self, name: &str, rows: usize, cols: usize) -> Result<HostMatrix> {
         let data = match self {
             WeightSource::Gguf(g) => {
-                let (dims, data) = g.dequantize(name)?;
+                let (dims, data) = match name.strip_suffix("attn_kv_b.weight") {
+                    // Newer DeepSeek files split it in two.
+                    Some(prefix) if !g.has_tensor(name) => g.joined_kv_b(prefix)?,
+                    _ => g.dequantize(name)?,
+                };
                 ensure!(dims == [cols, rows], "tensor {name}: shape {dims:?} in the file, expected [{cols}, {rows}] for this config");
                 data
             }

@@ -1,4 +1,4 @@
-//! Qwen3, Qwen3-MoE and Mixtral as GGUF files: tests/data/gguf_tiny holds the tiny
+//! Qwen3, Qwen3-MoE, Mixtral and DeepSeek-V3 as GGUF files: tests/data/gguf_tiny holds the tiny
 //! transformers-made models of tests/data/hf_tiny as llama.cpp lays them out
 //! (scripts/reference/gguf_tiny_models.py: `qwen3`, `qwen3moe` with stacked experts, and
 //! Mixtral as `llama` with experts and permuted q/k rows). Each file loads with the
@@ -565,7 +565,7 @@ fn malformed_files_are_refused_naming_the_key_or_tensor() {
                     MetaValue::Str("gemma3".into()),
                 );
             }),
-            "architecture \"gemma3\" is not supported (supported: llama (Llama, Mistral, Mixtral), qwen2, qwen3, qwen3moe)",
+            "architecture \"gemma3\" is not supported (supported: llama (Llama, Mistral, Mixtral), qwen2, qwen3, qwen3moe, deepseek2 (DeepSeek-V3, R1))",
         ),
         (
             rewritten(&dir, "qwen3_moe.gguf", |m, _| {
@@ -805,4 +805,114 @@ fn rope_freqs_scale_the_rope_frequencies() {
     assert!(
         load_err(&bad).contains("rope_freqs.weight holds a value that is not a positive number")
     );
+}
+
+/// DeepSeek-V3 as llama.cpp writes it (`deepseek2`: latent attention with `kv_b` split into
+/// `attn_k_b` / `attn_v_b`, sigmoid routing with the correction bias, expert groups, shared
+/// experts, a leading dense layer, YaRN): the configuration of its Hugging Face directory
+/// (YaRN's rotated values unscaled, as llama.cpp runs them: mscale = mscale_all_dim), the
+/// directory's chat template, and the directory's logits bit for bit under that
+/// configuration; a file with `kv_b` whole (before llama.cpp split it) gives the same bits.
+#[test]
+fn deepseek_v3_gguf_reads_as_its_directory() {
+    let rf = reference("deepseek_v3");
+    let g = load(&gguf_path("deepseek_v3.gguf"));
+    let mut hf = load(&test_data_dir().join("hf_tiny/deepseek_v3"));
+    match &mut hf.config.rope_scaling {
+        wring_model::RopeScaling::Yarn {
+            mscale,
+            mscale_all_dim,
+            ..
+        } => *mscale = *mscale_all_dim,
+        other => panic!("the tiny DeepSeek-V3 scales RoPE with YaRN, not {other:?}"),
+    }
+    assert_eq!(g.config, hf.config);
+    let template = g.chat_template.clone().expect("a chat template");
+    for chat in rf["chats"].as_array().unwrap() {
+        let text = template.render_json(&chat["messages"], None, true).unwrap();
+        assert_eq!(text, chat["text"].as_str().unwrap());
+        assert_eq!(g.tokenizer.encode(&text).unwrap(), ids(&chat["ids"]));
+    }
+
+    // The same model with kv_b whole and the per-head lengths as the only lengths.
+    let dir = tempfile::tempdir().unwrap();
+    let src = GgufFile::open(&gguf_path("deepseek_v3.gguf")).unwrap();
+    let legacy = rewritten(&dir, "deepseek_v3.gguf", |meta, tensors| {
+        for l in 0..3 {
+            let (dims, kv_b) = src.joined_kv_b(&format!("blk.{l}.")).unwrap();
+            tensors.retain(|t| {
+                !t.name.starts_with(&format!("blk.{l}.attn_k_b"))
+                    && !t.name.starts_with(&format!("blk.{l}.attn_v_b"))
+            });
+            tensors.push(Tensor {
+                name: format!("blk.{l}.attn_kv_b.weight"),
+                dims,
+                ty: GgmlType::F32,
+                data: kv_b.iter().flat_map(|f| f.to_le_bytes()).collect(),
+            });
+        }
+        let mla_key = meta.remove("deepseek2.attention.key_length_mla").unwrap();
+        let mla_value = meta.remove("deepseek2.attention.value_length_mla").unwrap();
+        meta.insert("deepseek2.attention.key_length".into(), mla_key);
+        meta.insert("deepseek2.attention.value_length".into(), mla_value);
+    });
+    let old = load(&legacy);
+    assert_eq!(old.config, hf.config);
+
+    let (mut r, mut r_hf, mut r_old) = (
+        runner(g, CpuWeights::F32),
+        runner(hf, CpuWeights::F32),
+        runner(old, CpuWeights::F32),
+    );
+    for p in prompts(&rf) {
+        let got = prompt_logits(r.as_mut(), &p);
+        assert!(
+            got == prompt_logits(r_hf.as_mut(), &p),
+            "the directory's bits"
+        );
+        assert!(
+            got == prompt_logits(r_old.as_mut(), &p),
+            "kv_b whole: the same bits"
+        );
+    }
+    let p = prompts(&rf).remove(0);
+    assert_eq!(
+        greedy(r.as_mut(), &p, 32).0,
+        greedy(r_hf.as_mut(), &p, 32).0
+    );
+}
+
+#[test]
+fn deepseek2_files_the_reader_cannot_run_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases: Vec<(PathBuf, &str)> = vec![
+        (
+            rewritten(&dir, "deepseek_v3.gguf", |m, _| {
+                m.remove("deepseek2.expert_gating_func");
+            }),
+            "deepseek2.expert_gating_func missing (softmax, DeepSeek-V2): only sigmoid gating (2: DeepSeek-V3, R1) is supported; DeepSeek-V2's softmax gating is not",
+        ),
+        (
+            rewritten(&dir, "deepseek_v3.gguf", |_, t| {
+                t.retain(|t| t.name != "blk.2.attn_v_b.weight");
+            }),
+            "tensor blk.2.attn_v_b.weight is missing from the file (v_b: [latent, v, heads] of this deepseek_v3 model)",
+        ),
+        (
+            rewritten(&dir, "deepseek_v3.gguf", |_, t| {
+                t.retain(|t| t.name != "blk.1.exp_probs_b.bias");
+            }),
+            "tensor blk.1.exp_probs_b.bias is missing from the file (the router's correction bias: [experts] of this deepseek_v3 model)",
+        ),
+        (
+            rewritten(&dir, "deepseek_v3.gguf", |m, _| {
+                m.insert("deepseek2.expert_group_used_count".into(), MetaValue::U32(9));
+            }),
+            "deepseek2: 16 experts in 4 groups, 9 of them eligible, cannot route 4 a token",
+        ),
+    ];
+    for (path, want) in cases {
+        let e = load_err(&path);
+        assert!(e.contains(want), "{}: {e}", path.display());
+    }
 }
