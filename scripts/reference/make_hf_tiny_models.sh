@@ -3,8 +3,8 @@
 # (scripts/reference/hf_tiny_models.py): a venv with the torch and transformers the
 # committed references were made with (under target/, or $REFERENCE_VENV), then the script.
 # Arguments go to the script: `--only deepseek_v3` remakes one model and leaves the
-# others' files as they are. Then writes the GGUF files of qwen3, qwen3_moe and mixtral
-# (scripts/reference/gguf_tiny_models.py). Runs on the CPU in a few minutes.
+# others' files as they are. Then writes the GGUF files of qwen3, qwen3_moe, mixtral and
+# deepseek_v3 (scripts/reference/gguf_tiny_models.py). Runs on the CPU in a few minutes.
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/../.." && pwd)"
 cd "$repo"
