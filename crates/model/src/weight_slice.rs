@@ -175,6 +175,10 @@ fn safetensors_part(
         // at a time: the load's peak memory grows by one dense matrix, not the model).
         return Ok(part.cut(q.dequantize(), cols));
     }
+    if let Some(values) = s.fp8_block_values(&hf, rows, cols)? {
+        // Block-scaled FP8 likewise.
+        return Ok(part.cut(values, cols));
+    }
     let (dtype, shape, bytes) = s
         .raw(&hf)?
         .ok_or_else(|| anyhow!("tensor {hf} is missing from the checkpoint"))?;

@@ -46,6 +46,9 @@ pub struct QuantConfig {
     pub group_size: Option<usize>,
     /// How the quantized tensors are stored.
     pub format: QuantFormat,
+    /// Published FP8 with block-wise scales (transformers' `fp8` with `weight_block_size`,
+    /// DeepSeek-V3's and Qwen3's FP8 releases): the [rows, cols] of one scale's block.
+    pub block: Option<[usize; 2]>,
 }
 
 /// The tensor layout of a quantized checkpoint.
@@ -53,10 +56,12 @@ pub struct QuantConfig {
 pub enum QuantFormat {
     /// `wring quantize`: `<prefix>.qweight`, `.scales`, … (`wring_backend::quant` parts).
     Wring,
-    /// Published FP8 checkpoints (compressed-tensors, fbgemm_fp8, transformers' fp8
-    /// without blocks; the Llama-3.1-405B-FP8 style): `<prefix>.weight` as
-    /// `float8_e4m3fn` codes and `<prefix>.weight_scale` per tensor or per output
-    /// channel; an `input_scale` is ignored (activations are scaled per token at run time).
+    /// Published FP8 checkpoints (compressed-tensors, fbgemm_fp8, transformers' fp8; the
+    /// Llama-3.1-405B-FP8 style): `<prefix>.weight` as `float8_e4m3fn` codes and
+    /// `<prefix>.weight_scale` per tensor or per output channel, or (`weight_block_size`)
+    /// `<prefix>.weight_scale_inv` per block, which is read as the exact f32 values
+    /// `code × scale` (no per-row FP8 holds them); an `input_scale` is ignored
+    /// (activations are scaled per token at run time).
     Fp8Published,
 }
 
@@ -71,15 +76,16 @@ impl QuantConfig {
         match method {
             "wring" => {}
             "compressed-tensors" | "fbgemm_fp8" | "fp8" => {
-                check_fp8_config(method, q)?;
+                let block = check_fp8_config(method, q)?;
                 return Ok(Some(Self {
                     scheme: Scheme::Fp8,
                     group_size: None,
                     format: QuantFormat::Fp8Published,
+                    block,
                 }));
             }
             _ => bail!(
-                "quantization_config.quant_method {method:?} is not supported: wring runs checkpoints quantized by `wring quantize` (quant_method \"wring\") and FP8 checkpoints (\"compressed-tensors\", \"fbgemm_fp8\", \"fp8\" with per-tensor or per-channel scales); use the unquantized checkpoint"
+                "quantization_config.quant_method {method:?} is not supported: wring runs checkpoints quantized by `wring quantize` (quant_method \"wring\") and FP8 checkpoints (\"compressed-tensors\", \"fbgemm_fp8\" with per-tensor or per-channel scales, \"fp8\" with those or block-wise scales); use the unquantized checkpoint"
             ),
         }
         let scheme: Scheme = q
@@ -95,16 +101,29 @@ impl QuantConfig {
             scheme,
             group_size,
             format: QuantFormat::Wring,
+            block: None,
         }))
     }
 }
 
-/// Refuses the FP8 checkpoint variants wring does not run: block-wise scales, E5M2,
-/// integer or 4-bit compressed-tensors schemes, group scales.
-fn check_fp8_config(method: &str, q: &serde_json::Value) -> Result<()> {
-    if let Some(b) = q.get("weight_block_size").filter(|v| !v.is_null()) {
-        bail!("quantization_config ({method}): block-wise FP8 weight scales (weight_block_size {b}) are not supported; wring reads FP8 weights with per-tensor or per-output-channel scales");
-    }
+/// Refuses the FP8 checkpoint variants wring does not run: E5M2, integer or 4-bit
+/// compressed-tensors schemes, group scales, blocks outside transformers' `fp8`. The block
+/// of block-wise scales, where the config has one.
+fn check_fp8_config(method: &str, q: &serde_json::Value) -> Result<Option<[usize; 2]>> {
+    let block = match q.get("weight_block_size").filter(|v| !v.is_null()) {
+        None => None,
+        Some(b) if method == "fp8" => {
+            let dims: Option<Vec<usize>> = b
+                .as_array()
+                .map(|a| a.iter().map(|v| v.as_u64().map(|v| v as usize)).collect())
+                .unwrap_or(None);
+            match dims.as_deref() {
+                Some(&[r, c]) if r > 0 && c > 0 => Some([r, c]),
+                _ => bail!("quantization_config (fp8): weight_block_size {b} is not two positive integers"),
+            }
+        }
+        Some(b) => bail!("quantization_config ({method}): block-wise FP8 weight scales (weight_block_size {b}) are read for quant_method \"fp8\" only"),
+    };
     if method == "fp8" {
         if let Some(fmt) = q.get("fmt").and_then(|v| v.as_str()) {
             ensure!(
@@ -114,7 +133,7 @@ fn check_fp8_config(method: &str, q: &serde_json::Value) -> Result<()> {
         }
     }
     if method != "compressed-tensors" {
-        return Ok(());
+        return Ok(block);
     }
     if let Some(fmt) = q.get("format").and_then(|v| v.as_str()) {
         ensure!(
@@ -147,7 +166,7 @@ fn check_fp8_config(method: &str, q: &serde_json::Value) -> Result<()> {
             "quantization_config (compressed-tensors): config_groups.{name} has weight scales per {strategy:?}; wring reads per-tensor or per-channel FP8 scales"
         );
     }
-    Ok(())
+    Ok(block)
 }
 
 /// A linear weight as stored: dense f32 or quantized.
@@ -164,6 +183,26 @@ impl Weight {
             Weight::Quant(m) => b.upload_quantized(m),
         }
     }
+}
+
+/// FP8 scales stored as F32, BF16 or F16.
+fn scale_values(name: &str, dtype: safetensors::Dtype, bytes: &[u8]) -> Result<Vec<f32>> {
+    use safetensors::Dtype;
+    Ok(match dtype {
+        Dtype::F32 => bytes
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect(),
+        Dtype::BF16 => bytes
+            .chunks_exact(2)
+            .map(|c| bf16::from_le_bytes([c[0], c[1]]).to_f32())
+            .collect(),
+        Dtype::F16 => bytes
+            .chunks_exact(2)
+            .map(|c| f16::from_le_bytes([c[0], c[1]]).to_f32())
+            .collect(),
+        d => bail!("tensor {name}: dtype {d:?}; expected F32, BF16 or F16 scales"),
+    })
 }
 
 /// The name prefix of a quantized tensor's parts: `x.weight` → `x`.
@@ -342,27 +381,18 @@ impl SafetensorsSet {
             .index
             .contains_key(&format!("{prefix}.weight_scale_inv"))
         {
-            bail!("tensor {prefix}.weight_scale_inv: block-wise FP8 scales are not supported; wring reads per-tensor or per-channel weight_scale");
+            ensure!(
+                self.quant.as_ref().and_then(|q| q.block).is_some(),
+                "tensor {prefix}.weight_scale_inv: block-wise FP8 scales, but quantization_config has no weight_block_size"
+            );
+            // Read as dense values (`fp8_block_values`).
+            return Ok(None);
         }
         let sname = format!("{prefix}.weight_scale");
         let (sd, sshape, sbytes) = self
             .raw(&sname)?
             .ok_or_else(|| anyhow!("tensor {hf} is FP8 but {sname} is missing"))?;
-        let scales: Vec<f32> = match sd {
-            Dtype::F32 => sbytes
-                .chunks_exact(4)
-                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-                .collect(),
-            Dtype::BF16 => sbytes
-                .chunks_exact(2)
-                .map(|c| bf16::from_le_bytes([c[0], c[1]]).to_f32())
-                .collect(),
-            Dtype::F16 => sbytes
-                .chunks_exact(2)
-                .map(|c| f16::from_le_bytes([c[0], c[1]]).to_f32())
-                .collect(),
-            d => bail!("tensor {sname}: dtype {d:?}; expected F32, BF16 or F16 scales"),
-        };
+        let scales = scale_values(&sname, sd, sbytes)?;
         let per_row = match (sshape.as_slice(), scales.len()) {
             ([] | [1] | [1, 1], 1) => vec![scales[0]; rows],
             ([r] | [r, 1], n) if *r == rows && n == rows => scales,
@@ -389,6 +419,63 @@ impl SafetensorsSet {
         };
         self.release(codes);
         Ok(Some(m))
+    }
+
+    /// A block-scaled FP8 weight (`hf` as E4M3 codes, `<prefix>.weight_scale_inv` one
+    /// scale per block of the config's `weight_block_size`, the last blocks of a row or
+    /// column cut short) as the exact f32 values `code × scale`. None when `hf` is not
+    /// stored so.
+    pub(crate) fn fp8_block_values(
+        &self,
+        hf: &str,
+        rows: usize,
+        cols: usize,
+    ) -> Result<Option<Vec<f32>>> {
+        use safetensors::Dtype;
+        let Some([br, bc]) = self.quant.as_ref().and_then(|q| q.block) else {
+            return Ok(None);
+        };
+        let sname = format!("{}.weight_scale_inv", quant_prefix(hf));
+        if !self.index.contains_key(&sname) {
+            return Ok(None);
+        }
+        let Some((dtype, shape, codes)) = self.raw(hf)? else {
+            return Ok(None);
+        };
+        ensure!(
+            dtype == Dtype::F8_E4M3,
+            "tensor {hf}: dtype {dtype:?} beside {sname}; expected float8_e4m3fn codes"
+        );
+        ensure!(
+            shape == [rows, cols],
+            "tensor {hf}: shape {shape:?} in the checkpoint, expected [{rows}, {cols}]"
+        );
+        let (sd, sshape, sbytes) = self.raw(&sname)?.expect("indexed");
+        let scales = scale_values(&sname, sd, sbytes)?;
+        let (sr, sc) = (rows.div_ceil(br), cols.div_ceil(bc));
+        ensure!(
+            sshape == [sr, sc],
+            "tensor {sname}: shape {sshape:?}; expected [{sr}, {sc}] (blocks of [{br}, {bc}] over [{rows}, {cols}])"
+        );
+        ensure!(
+            scales.iter().all(|s| s.is_finite()),
+            "tensor {sname}: holds non-finite values"
+        );
+        ensure!(
+            !codes.iter().any(|&b| b & 0x7F == 0x7F),
+            "tensor {hf}: holds E4M3 NaN codes"
+        );
+        use rayon::prelude::*;
+        let mut out = vec![0f32; rows * cols];
+        out.par_chunks_mut(cols).enumerate().for_each(|(r, row)| {
+            let codes = &codes[r * cols..(r + 1) * cols];
+            let block_scales = &scales[(r / br) * sc..(r / br + 1) * sc];
+            for (c, (v, &q)) in row.iter_mut().zip(codes).enumerate() {
+                *v = wring_backend::quant::e4m3_to_f32(q) * block_scales[c / bc];
+            }
+        });
+        self.release(codes);
+        Ok(Some(out))
     }
 
     fn tensor(&self, name: &str) -> Result<Option<(Vec<usize>, Vec<f32>)>> {
@@ -582,6 +669,9 @@ impl WeightSource {
                         data: q.dequantize(),
                     });
                 }
+                if let Some(data) = s.fp8_block_values(&hf, rows, cols)? {
+                    return Ok(HostMatrix { rows, cols, data });
+                }
                 let (shape, data) = s
                     .tensor(&hf)?
                     .ok_or_else(|| anyhow!("tensor {hf} is missing from the checkpoint"))?;
@@ -739,7 +829,18 @@ mod tests {
         assert!(err(ct_config("block")).contains("per \"block\""));
         assert!(err(ct_config("group")).contains("per \"group\""));
         let block = serde_json::json!({"quantization_config": {"quant_method": "fp8", "weight_block_size": [128, 128]}});
-        assert!(err(block).contains("block-wise"), "{}", "block");
+        assert_eq!(
+            QuantConfig::from_config_json(&block)
+                .unwrap()
+                .unwrap()
+                .block,
+            Some([128, 128])
+        );
+        let mut ct_block = ct_config("channel");
+        ct_block["quantization_config"]["weight_block_size"] = serde_json::json!([128, 128]);
+        assert!(err(ct_block).contains("read for quant_method \"fp8\" only"));
+        let bad = serde_json::json!({"quantization_config": {"quant_method": "fp8", "weight_block_size": [128]}});
+        assert!(err(bad).contains("is not two positive integers"));
         let mut int4 = ct_config("channel");
         int4["quantization_config"]["config_groups"]["group_0"]["weights"]["num_bits"] = 4.into();
         int4["quantization_config"]["config_groups"]["group_0"]["weights"]["type"] = "int".into();
@@ -756,6 +857,13 @@ mod tests {
 
     /// A one-file checkpoint of `tensors` with an FP8 `quantization_config`.
     fn fp8_dir(tensors: Vec<(&str, safetensors::Dtype, Vec<usize>, Vec<u8>)>) -> tempfile::TempDir {
+        fp8_dir_with(ct_config("channel"), tensors)
+    }
+
+    fn fp8_dir_with(
+        config: serde_json::Value,
+        tensors: Vec<(&str, safetensors::Dtype, Vec<usize>, Vec<u8>)>,
+    ) -> tempfile::TempDir {
         let dir = tempfile::tempdir().unwrap();
         let views: Vec<_> = tensors
             .iter()
@@ -768,12 +876,80 @@ mod tests {
             .collect();
         safetensors::serialize_to_file(views, &None, &dir.path().join("model.safetensors"))
             .unwrap();
-        std::fs::write(
-            dir.path().join("config.json"),
-            ct_config("channel").to_string(),
-        )
-        .unwrap();
+        std::fs::write(dir.path().join("config.json"), config.to_string()).unwrap();
         dir
+    }
+
+    /// Block-scaled FP8 (DeepSeek-V3's and Qwen3's FP8 releases): each value is its E4M3
+    /// code times its block's `weight_scale_inv`, the last blocks cut short; a scale grid of
+    /// the wrong shape is named.
+    #[test]
+    fn block_scaled_fp8_reads_as_code_times_its_blocks_scale() {
+        use safetensors::Dtype;
+        let config = serde_json::json!({"quantization_config": {
+            "quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
+            "weight_block_size": [2, 2],
+        }});
+        // A [3, 5] matrix in [2, 2] blocks: a [2, 3] grid of scales. 0x38 = 1.0, 0x40 = 2.0.
+        let codes: Vec<u8> = (0..15)
+            .map(|i| if i % 2 == 0 { 0x38 } else { 0x40 })
+            .collect();
+        let scales = [1.0f32, 2.0, 4.0, 0.5, 0.25, 8.0];
+        let w = "model.layers.0.mlp.down_proj.weight";
+        let dir = fp8_dir_with(
+            config,
+            vec![
+                (w, Dtype::F8_E4M3, vec![3, 5], codes.clone()),
+                (
+                    "model.layers.0.mlp.down_proj.weight_scale_inv",
+                    Dtype::F32,
+                    vec![2, 3],
+                    f32_bytes(&scales),
+                ),
+                (
+                    "model.layers.0.mlp.up_proj.weight",
+                    Dtype::F8_E4M3,
+                    vec![3, 5],
+                    codes.clone(),
+                ),
+                (
+                    "model.layers.0.mlp.up_proj.weight_scale_inv",
+                    Dtype::F32,
+                    vec![1, 3],
+                    f32_bytes(&scales[..3]),
+                ),
+            ],
+        );
+        let s = SafetensorsSet::open(dir.path()).unwrap();
+        assert!(
+            s.quant_matrix(w, 3, 5).unwrap().is_none(),
+            "no per-row FP8 holds it"
+        );
+        let src = WeightSource::Safetensors(s);
+        let got = src.matrix("blk.0.ffn_down.weight", 3, 5).unwrap().data;
+        let want: Vec<f32> = (0..15)
+            .map(|i| {
+                let (r, c) = (i / 5, i % 5);
+                let code = if i % 2 == 0 { 1.0 } else { 2.0 };
+                code * scales[(r / 2) * 3 + c / 2]
+            })
+            .collect();
+        assert_eq!(got, want);
+        // A tensor-parallel slice reads the same values.
+        let part = src
+            .matrix_part(
+                "blk.0.ffn_down.weight",
+                3,
+                5,
+                &crate::weight_slice::Part::Rows(1..3),
+            )
+            .unwrap();
+        assert_eq!(part.data, want[5..]);
+        let e = format!("{:#}", src.matrix("blk.0.ffn_up.weight", 3, 5).unwrap_err());
+        assert!(
+            e.contains("shape [1, 3]; expected [2, 3] (blocks of [2, 2] over [3, 5])"),
+            "{e}"
+        );
     }
 
     fn f32_bytes(v: &[f32]) -> Vec<u8> {
