@@ -84,11 +84,7 @@ pub fn run(out_dir: Option<&str>) -> Result<()> {
         }
     }
     if let Some(dir) = out_dir {
-        std::fs::create_dir_all(dir)?;
-        std::fs::write(
-            format!("{dir}/gemv.json"),
-            serde_json::to_string_pretty(&rows_json)?,
-        )?;
+        crate::harness::write_json(dir, "gemv.json", &rows_json)?;
     }
     println!(
         "\nRESULT gemv: {} (‖Δ‖/‖ref‖ < 1e-2 for every shape, format and token count)",

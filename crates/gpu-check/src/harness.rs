@@ -188,11 +188,7 @@ pub fn run_per_model(
         }
     }
     if let Some(dir) = out_dir {
-        std::fs::create_dir_all(dir)?;
-        std::fs::write(
-            format!("{dir}/{file}"),
-            serde_json::to_string_pretty(&rows)?,
-        )?;
+        write_json(dir, file, &rows)?;
     }
     println!("\nRESULT {name}: {}", if pass { "PASS" } else { "FAIL" });
     Ok(())

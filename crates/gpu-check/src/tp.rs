@@ -419,11 +419,7 @@ fn steps(out_dir: &str, configs: &[String]) -> Result<()> {
         }
         drop(r);
     }
-    std::fs::create_dir_all(out_dir)?;
-    std::fs::write(
-        format!("{out_dir}/tp.json"),
-        serde_json::to_string_pretty(&rows)?,
-    )?;
+    crate::harness::write_json(out_dir, "tp.json", &rows)?;
     println!("\nWrote {out_dir}/tp.json.");
     Ok(())
 }

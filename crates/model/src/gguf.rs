@@ -386,13 +386,7 @@ impl GgufFile {
         let k = |s: &str| format!("{arch}.{s}");
         let req = |s: &str| self.require_u64(&k(s)).map(|v| v as usize);
         let opt = |s: &str| self.get_u64(&k(s)).map(|v| v as usize);
-        let hidden = req("embedding_length")?;
-        let heads = req("attention.head_count")?;
-        let num_layers = req("block_count")?;
-        ensure!(
-            hidden > 0 && heads > 0 && num_layers > 0,
-            "{arch}.embedding_length, .attention.head_count and .block_count must be positive"
-        );
+        let (hidden, heads, num_layers) = self.block_dims(arch)?;
         let kv_heads = opt("attention.head_count_kv").unwrap_or(heads);
         ensure!(
             kv_heads > 0 && heads.is_multiple_of(kv_heads),
@@ -462,18 +456,7 @@ impl GgufFile {
             num_heads: heads,
             num_kv_heads: kv_heads,
             head_dim,
-            vocab_size: match opt("vocab_size") {
-                Some(v) => v,
-                None => self
-                    .get("tokenizer.ggml.tokens")
-                    .and_then(|t| t.as_array())
-                    .map(|t| t.len())
-                    .ok_or_else(|| {
-                        anyhow!(
-                            "metadata keys {arch}.vocab_size and tokenizer.ggml.tokens are missing"
-                        )
-                    })?,
-            },
+            vocab_size: self.vocab_size(arch)?,
             max_position_embeddings: opt("context_length").unwrap_or(4096),
             rms_norm_eps: self
                 .get_f64(&k("attention.layer_norm_rms_epsilon"))
@@ -530,6 +513,35 @@ impl GgufFile {
         Ok(RopeScaling::Factors(factors))
     }
 
+    /// Hidden size, heads and layers (`{arch}.embedding_length`, `.attention.head_count`,
+    /// `.block_count`), each positive.
+    fn block_dims(&self, arch: &str) -> Result<(usize, usize, usize)> {
+        let req = |s: &str| self.require_u64(&format!("{arch}.{s}")).map(|v| v as usize);
+        let dims = (
+            req("embedding_length")?,
+            req("attention.head_count")?,
+            req("block_count")?,
+        );
+        ensure!(
+            dims.0 > 0 && dims.1 > 0 && dims.2 > 0,
+            "{arch}.embedding_length, .attention.head_count and .block_count must be positive"
+        );
+        Ok(dims)
+    }
+
+    /// `{arch}.vocab_size`, else the number of `tokenizer.ggml.tokens`.
+    fn vocab_size(&self, arch: &str) -> Result<usize> {
+        if let Some(v) = self.get_u64(&format!("{arch}.vocab_size")) {
+            return Ok(v as usize);
+        }
+        self.get("tokenizer.ggml.tokens")
+            .and_then(|t| t.as_array())
+            .map(|t| t.len())
+            .ok_or_else(|| {
+                anyhow!("metadata keys {arch}.vocab_size and tokenizer.ggml.tokens are missing")
+            })
+    }
+
     /// DeepSeek-V3/R1 as llama.cpp's converter writes them (`deepseek2`): latent attention
     /// from `.attention.q_lora_rank` / `.kv_lora_rank` and the per-head lengths
     /// (`.key_length_mla` / `.value_length_mla` where the file also writes the MQA form, else
@@ -545,15 +557,7 @@ impl GgufFile {
         let k = |s: &str| format!("{arch}.{s}");
         let req = |s: &str| self.require_u64(&k(s)).map(|v| v as usize);
         let opt = |s: &str| self.get_u64(&k(s)).map(|v| v as usize);
-        let (hidden, heads, num_layers) = (
-            req("embedding_length")?,
-            req("attention.head_count")?,
-            req("block_count")?,
-        );
-        ensure!(
-            hidden > 0 && heads > 0 && num_layers > 0,
-            "{arch}.embedding_length, .attention.head_count and .block_count must be positive"
-        );
+        let (hidden, heads, num_layers) = self.block_dims(arch)?;
         let rope = req("rope.dimension_count")?;
         let (key, value) = match opt("attention.key_length_mla") {
             Some(key) => (key, req("attention.value_length_mla")?),
@@ -660,18 +664,7 @@ impl GgufFile {
             // The cache holds materialised heads (`ModelConfig::mla`).
             num_kv_heads: heads,
             head_dim: mla.cache_head_dim(),
-            vocab_size: match opt("vocab_size") {
-                Some(v) => v,
-                None => self
-                    .get("tokenizer.ggml.tokens")
-                    .and_then(|t| t.as_array())
-                    .map(|t| t.len())
-                    .ok_or_else(|| {
-                        anyhow!(
-                            "metadata keys {arch}.vocab_size and tokenizer.ggml.tokens are missing"
-                        )
-                    })?,
-            },
+            vocab_size: self.vocab_size(arch)?,
             max_position_embeddings: opt("context_length").unwrap_or(4096),
             rms_norm_eps: self
                 .get_f64(&k("attention.layer_norm_rms_epsilon"))

@@ -185,10 +185,10 @@ impl Weight {
     }
 }
 
-/// FP8 scales stored as F32, BF16 or F16.
-fn scale_values(name: &str, dtype: safetensors::Dtype, bytes: &[u8]) -> Result<Vec<f32>> {
+/// F32, BF16 or F16 values as f32 (None for another dtype).
+fn float_values(dtype: safetensors::Dtype, bytes: &[u8]) -> Option<Vec<f32>> {
     use safetensors::Dtype;
-    Ok(match dtype {
+    Some(match dtype {
         Dtype::F32 => bytes
             .chunks_exact(4)
             .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
@@ -201,8 +201,14 @@ fn scale_values(name: &str, dtype: safetensors::Dtype, bytes: &[u8]) -> Result<V
             .chunks_exact(2)
             .map(|c| f16::from_le_bytes([c[0], c[1]]).to_f32())
             .collect(),
-        d => bail!("tensor {name}: dtype {d:?}; expected F32, BF16 or F16 scales"),
+        _ => return None,
     })
+}
+
+/// FP8 scales stored as F32, BF16 or F16.
+fn scale_values(name: &str, dtype: safetensors::Dtype, bytes: &[u8]) -> Result<Vec<f32>> {
+    float_values(dtype, bytes)
+        .ok_or_else(|| anyhow!("tensor {name}: dtype {dtype:?}; expected F32, BF16 or F16 scales"))
 }
 
 /// The name prefix of a quantized tensor's parts: `x.weight` → `x`.
@@ -482,24 +488,11 @@ impl SafetensorsSet {
         let Some((dtype, shape, b)) = self.raw(name)? else {
             return Ok(None);
         };
-        use safetensors::Dtype;
-        let data: Vec<f32> = match dtype {
-            Dtype::F32 => b
-                .chunks_exact(4)
-                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-                .collect(),
-            Dtype::F16 => b
-                .chunks_exact(2)
-                .map(|c| f16::from_le_bytes([c[0], c[1]]).to_f32())
-                .collect(),
-            Dtype::BF16 => b
-                .chunks_exact(2)
-                .map(|c| bf16::from_le_bytes([c[0], c[1]]).to_f32())
-                .collect(),
-            d => bail!(
-                "{}: tensor {name} has dtype {d:?}; wring reads F32, F16 and BF16",
+        let Some(data) = float_values(dtype, b) else {
+            bail!(
+                "{}: tensor {name} has dtype {dtype:?}; wring reads F32, F16 and BF16",
                 self.shards[self.index[name].0].0.display()
-            ),
+            );
         };
         self.release(b);
         Ok(Some((shape, data)))

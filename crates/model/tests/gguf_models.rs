@@ -46,6 +46,18 @@ fn load(path: &Path) -> LoadedModel {
     try_load(path).unwrap_or_else(|e| panic!("{} loads: {e:#}", path.display()))
 }
 
+/// Each file fails to load with an error that holds its message and names the file.
+fn assert_refused(cases: Vec<(PathBuf, &str)>) {
+    for (path, want) in cases {
+        let err = load_err(&path);
+        assert!(err.contains(want), "{}: {err}", path.display());
+        assert!(
+            err.contains(&path.display().to_string()),
+            "the error names the file: {err}"
+        );
+    }
+}
+
 fn load_err(path: &Path) -> String {
     match try_load(path) {
         Ok(_) => panic!("{} loaded", path.display()),
@@ -632,14 +644,7 @@ fn malformed_files_are_refused_naming_the_key_or_tensor() {
             "tensor blk.0.ffn_down_exps.weight: shape [32, 64, 15] in the file, expected [32, 64, 16] (stacked experts: [in, out, experts])",
         ),
     ];
-    for (path, want) in cases {
-        let err = load_err(&path);
-        assert!(err.contains(want), "{}: {err}", path.display());
-        assert!(
-            err.contains(&path.display().to_string()),
-            "the error names the file: {err}"
-        );
-    }
+    assert_refused(cases);
 
     // A truncated download: the tensor whose data lies past the end is named.
     let bytes = std::fs::read(gguf_path("qwen3_moe.gguf")).unwrap();
@@ -911,8 +916,5 @@ fn deepseek2_files_the_reader_cannot_run_are_refused() {
             "deepseek2: 16 experts in 4 groups, 9 of them eligible, cannot route 4 a token",
         ),
     ];
-    for (path, want) in cases {
-        let e = load_err(&path);
-        assert!(e.contains(want), "{}: {e}", path.display());
-    }
+    assert_refused(cases);
 }

@@ -37,6 +37,18 @@ fn vocab_case(name: &str) -> (tempfile::TempDir, Tokenizer, Vec<(String, Vec<u32
     (tmp, tok, cases)
 }
 
+/// Every text decodes back to itself.
+fn assert_round_trips(tok: &Tokenizer, cases: &[(String, Vec<u32>)]) {
+    for (text, _) in cases {
+        let got = tok.encode(text).unwrap();
+        assert_eq!(
+            &tok.decode(&got, false).unwrap(),
+            text,
+            "round trip of {text:?}"
+        );
+    }
+}
+
 /// Every text gives llama.cpp's ids (else the texts that differ, in the panic).
 fn assert_same_ids(tok: &Tokenizer, cases: &[(String, Vec<u32>)]) {
     let wrong: Vec<String> = cases
@@ -61,14 +73,7 @@ fn the_llama_sentencepiece_vocabulary_tokenises_as_llama_cpp_does() {
     assert_eq!(tok.vocab_size(), 32000);
     assert_eq!(tok.bos_token_id(), Some(1));
     assert!(tok.add_bos(), "SentencePiece prompts begin with BOS");
-    for (text, _) in &cases {
-        let got = tok.encode(text).unwrap();
-        assert_eq!(
-            &tok.decode(&got, false).unwrap(),
-            text,
-            "round trip of {text:?}"
-        );
-    }
+    assert_round_trips(&tok, &cases);
     assert_same_ids(&tok, &cases);
     // Control tokens written in a prompt match whole; byte fallback spells what the vocabulary lacks.
     assert_eq!(tok.encode("</s>").unwrap(), vec![2]);
@@ -80,14 +85,7 @@ fn the_llama_sentencepiece_vocabulary_tokenises_as_llama_cpp_does() {
 #[test]
 fn the_deepseek_coder_vocabulary_tokenises_as_llama_cpp_does() {
     let (_tmp, tok, cases) = vocab_case("deepseek-coder");
-    for (text, _) in &cases {
-        let got = tok.encode(text).unwrap();
-        assert_eq!(
-            &tok.decode(&got, false).unwrap(),
-            text,
-            "round trip of {text:?}"
-        );
-    }
+    assert_round_trips(&tok, &cases);
     assert_same_ids(&tok, &cases);
 }
 

@@ -133,6 +133,17 @@ fn argmax(v: &[f32]) -> usize {
     (0..v.len()).fold(0, |b, i| if v[i] > v[b] { i } else { b })
 }
 
+/// Each prompt's logits `got` within relative distance `bound` of the f32 model's, with
+/// the same argmax.
+fn assert_close_to_f32(label: &str, reference: &[Vec<f32>], got: &[Vec<f32>], bound: f64) {
+    for (x, y) in reference.iter().zip(got) {
+        let r = rel(x, y);
+        eprintln!("{label} vs f32: ‖Δ‖/‖ref‖ {r:.3e}");
+        assert!(r < bound, "{r}");
+        assert_eq!(argmax(x), argmax(y));
+    }
+}
+
 #[test]
 fn a_published_fp8_checkpoint_loads_as_the_same_numbers_as_wrings_fp8() {
     let src = load_model(&ModelSpec::default()).unwrap();
@@ -179,13 +190,7 @@ fn a_published_fp8_checkpoint_loads_as_the_same_numbers_as_wrings_fp8() {
 
     // Against the f32 model: W8A8 moves the logits (SmolLM2's outlier activations make
     // per-token E4M3 coarse: 0.24 on the short prompt, 0.035 on the long one), not the argmax.
-    let lf = logits(src, &ps);
-    for (x, y) in lf.iter().zip(&la) {
-        let r = rel(x, y);
-        eprintln!("fp8 checkpoint vs f32: ‖Δ‖/‖ref‖ {r:.3e}");
-        assert!(r < 0.35, "{r}");
-        assert_eq!(argmax(x), argmax(y));
-    }
+    assert_close_to_f32("fp8 checkpoint", &logits(src, &ps), &la, 0.35);
 }
 
 #[test]
@@ -210,12 +215,15 @@ fn a_per_tensor_fp8_checkpoint_loads_and_stays_close_to_f32() {
         _ => panic!("loaded dense"),
     }
     let (lf, lq) = (logits(src, &ps), logits(m, &ps));
-    for (x, y) in lf.iter().zip(&lq) {
-        let r = rel(x, y);
-        eprintln!("per-tensor fp8 vs f32: ‖Δ‖/‖ref‖ {r:.3e}");
-        assert!(r < 0.2, "{r}");
-        assert_eq!(argmax(x), argmax(y));
-    }
+    assert_close_to_f32("per-tensor fp8", &lf, &lq, 0.2);
+}
+
+/// The side of a block of block-scaled FP8 scales.
+const BLOCK: usize = 128;
+
+/// The scale of value `i` of a row-major matrix of `cols` columns, in [`BLOCK`]² blocks.
+fn block_of(i: usize, cols: usize) -> usize {
+    (i / cols / BLOCK) * cols.div_ceil(BLOCK) + (i % cols) / BLOCK
 }
 
 /// Writes the default model with every layer matrix as block-scaled FP8 (transformers'
@@ -223,11 +231,10 @@ fn a_per_tensor_fp8_checkpoint_loads_and_stays_close_to_f32() {
 /// [128, 128] one `weight_scale_inv` from the block's amax, the last blocks cut short
 /// (576 = 4.5 blocks). Returns the codes and scales written for `blk.0.ffn_down`.
 fn write_block_scaled(src: &LoadedModel, dir: &Path) -> (Vec<u8>, Vec<f32>) {
-    const B: usize = 128;
     let export = ExportOptions {
         quantization_config: Some(serde_json::json!({
             "quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
-            "weight_block_size": [B, B],
+            "weight_block_size": [BLOCK, BLOCK],
         })),
         torch_dtype: Some("bfloat16".into()),
     };
@@ -237,17 +244,17 @@ fn write_block_scaled(src: &LoadedModel, dir: &Path) -> (Vec<u8>, Vec<f32>) {
             return Ok(vec![dense_tensor(spec, &data, Default::default())]);
         }
         let (rows, cols) = (spec.shape[0], spec.shape[1]);
-        let (sr, sc) = (rows.div_ceil(B), cols.div_ceil(B));
+        let (sr, sc) = (rows.div_ceil(BLOCK), cols.div_ceil(BLOCK));
         let mut scales = vec![0f32; sr * sc];
         for (i, v) in data.iter().enumerate() {
-            let s = &mut scales[(i / cols / B) * sc + (i % cols) / B];
+            let s = &mut scales[block_of(i, cols)];
             *s = s.max(v.abs() / E4M3_MAX);
         }
         let codes: Vec<u8> = data
             .iter()
             .enumerate()
             .map(|(i, &v)| {
-                let s = scales[(i / cols / B) * sc + (i % cols) / B];
+                let s = scales[block_of(i, cols)];
                 wring_backend::quant::f32_to_e4m3(if s > 0.0 { v / s } else { 0.0 })
             })
             .collect();
@@ -277,7 +284,6 @@ fn a_block_scaled_fp8_checkpoint_loads_as_code_times_scale_and_stays_close_to_f3
     let (codes, scales) = write_block_scaled(&src, dir.path());
     let m = load(dir.path());
     let (rows, cols) = (m.config.hidden_size, m.config.intermediate_size);
-    let sc = cols.div_ceil(128);
     match m
         .weight_source()
         .weight("blk.0.ffn_down.weight", rows, cols)
@@ -287,10 +293,7 @@ fn a_block_scaled_fp8_checkpoint_loads_as_code_times_scale_and_stays_close_to_f3
             let want: Vec<f32> = codes
                 .iter()
                 .enumerate()
-                .map(|(i, &q)| {
-                    wring_backend::quant::e4m3_to_f32(q)
-                        * scales[(i / cols / 128) * sc + (i % cols) / 128]
-                })
+                .map(|(i, &q)| wring_backend::quant::e4m3_to_f32(q) * scales[block_of(i, cols)])
                 .collect();
             assert!(d.data == want, "code × block scale, exactly");
         }
@@ -299,10 +302,5 @@ fn a_block_scaled_fp8_checkpoint_loads_as_code_times_scale_and_stays_close_to_f3
     // Every weight is E4M3 (2.6 % RMS off f32, as with per-channel or per-tensor scales):
     // 0.29 on the short prompt, 0.031 on the long one (per-channel W8A8: 0.24, 0.035).
     let (lf, lq) = (logits(src, &ps), logits(m, &ps));
-    for (x, y) in lf.iter().zip(&lq) {
-        let r = rel(x, y);
-        eprintln!("block-scaled fp8 (weights only) vs f32: ‖Δ‖/‖ref‖ {r:.3e}");
-        assert!(r < 0.35, "{r}");
-        assert_eq!(argmax(x), argmax(y));
-    }
+    assert_close_to_f32("block-scaled fp8 (weights only)", &lf, &lq, 0.35);
 }

@@ -21,14 +21,11 @@ use cudarc::driver::{result, sys};
 use std::ffi::c_void;
 
 impl CudaBackend {
-    /// At the start of a capture: record this step when asked for and it qualifies.
+    /// At the start of a capture: record this step when its path takes the persistent
+    /// kernel (`step_path.rs` gives it only to dense gemv with the fused norm, never on a
+    /// tensor-parallel rank) and a build fits its token bucket and head size.
     pub(super) fn persistent_begin(&mut self) {
-        if !self.path.persistent
-            || !self.path.dense_gemv
-            || !self.path.fused_norm
-            || self.path.multi_gemv
-            || self.group.is_some()
-        {
+        if !self.path.persistent {
             return;
         }
         let Some(bucket) = GEMV_BUCKETS

@@ -403,6 +403,7 @@ mod tests {
             "<= 8 tokens: fused as before"
         );
     }
+
     #[test]
     fn persistent_auto_measures_the_persistent_kernel_first() {
         let auto = PathRules {

@@ -90,26 +90,17 @@ impl TestServer {
 
     /// POST `body` to `path` and read the answer as JSON, whatever its status.
     pub async fn post_json(&self, path: &str, body: &Value) -> Value {
-        self.post(path, body)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap()
+        answer_json(self.post(path, body)).await
     }
 
     /// GET `path` with the API key and read the answer as JSON.
     pub async fn get_json(&self, path: &str) -> Value {
-        self.http
-            .get(format!("{}{path}", self.base))
-            .bearer_auth(KEY)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap()
+        answer_json(
+            self.http
+                .get(format!("{}{path}", self.base))
+                .bearer_auth(KEY),
+        )
+        .await
     }
 
     pub async fn metric(&self, name: &str) -> f64 {
@@ -187,4 +178,9 @@ pub fn chat_body(content: &str, max_tokens: u32) -> Value {
 pub fn shared_engine() -> (EngineHandle, EngineInfo) {
     static ENGINE: std::sync::OnceLock<(EngineHandle, EngineInfo)> = std::sync::OnceLock::new();
     ENGINE.get_or_init(|| start_engine(8, 64)).clone()
+}
+
+/// Sends `request` and reads the answer as JSON, whatever its status.
+async fn answer_json(request: reqwest::RequestBuilder) -> Value {
+    request.send().await.unwrap().json().await.unwrap()
 }
